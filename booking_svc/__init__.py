@@ -1,0 +1,1 @@
+"""BookingService: events, seats and holds, with Postgres as the arbiter."""

@@ -1,0 +1,5 @@
+import sys
+
+from boxoffice.cli import main
+
+sys.exit(main())

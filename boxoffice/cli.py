@@ -1,0 +1,220 @@
+"""The ``boxoffice`` command: ``up`` runs the whole mesh in one process;
+each other command runs one part, as a container of a cluster does."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from prometheus_client import CollectorRegistry
+
+from boxoffice import db, logs
+from boxoffice.clock import SystemClock
+from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
+from boxoffice.lifecycle import Component, run
+from boxoffice.metrics import MetricsEndpoint
+from boxoffice.runtime import Runtime, ServiceModule
+
+_log = logging.getLogger("boxoffice.cli")
+
+# Ports of `boxoffice up`: one gRPC server per service in one process.
+UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053}
+
+
+def _modules() -> list[ServiceModule]:
+    from booking_svc import app as booking_app
+    from payment_svc import app as payment_app
+    from queue_svc import app as queue_app
+
+    return [queue_app, booking_app, payment_app]
+
+
+def _commands(modules: Sequence[ServiceModule]) -> dict[str, tuple[ServiceModule, str]]:
+    table: dict[str, tuple[ServiceModule, str]] = {}
+    for module in modules:
+        for command, role in module.ROLES.items():
+            table[command] = (module, role)
+    return table
+
+
+@dataclasses.dataclass
+class _Stores:
+    database_url: str
+    redis_url: str
+    embedded: list[EmbeddedPostgres | EmbeddedRedis]
+
+    def stop(self) -> None:
+        for store in reversed(self.embedded):
+            store.stop()
+
+
+def _stores(store: StoreConfig) -> _Stores:
+    """The configured stores, or embedded ones for what is not configured."""
+    embedded: list[EmbeddedPostgres | EmbeddedRedis] = []
+    data_dir = default_data_dir(store.data_dir)
+    database_url = store.database_url
+    redis_url = store.redis_url
+    try:
+        if database_url is None:
+            pg = EmbeddedPostgres(data_dir / "postgres")
+            database_url = pg.start()
+            embedded.append(pg)
+        if redis_url is None:
+            rd = EmbeddedRedis(data_dir / "redis")
+            redis_url = rd.start()
+            embedded.append(rd)
+    except BaseException:
+        for item in embedded:
+            item.stop()
+        raise
+    return _Stores(database_url, redis_url, embedded)
+
+
+def _runtime(env: Env, server: ServerConfig, store: StoreConfig, stores: _Stores) -> Runtime:
+    return Runtime(
+        env=env,
+        server=server,
+        store=store,
+        database_url=stores.database_url,
+        redis_url=stores.redis_url,
+        clock=SystemClock(),
+        registry=CollectorRegistry(),
+        tokens=TokenConfig.from_env(env),
+    )
+
+
+async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
+    migrations: list[db.Migration] = []
+    for module in modules:
+        migrations.extend(module.migrations())
+    return await db.migrate(url, migrations)
+
+
+async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store: StoreConfig) -> None:
+    base = ServerConfig.from_env(env, default_grpc_port=0)
+    rt = _runtime(env, base, store, stores)
+    applied = await _migrate(stores.database_url, modules)
+    components: list[Component] = []
+    service_components: list[Component] = []
+    for module in modules:
+        rt.grpc_ports[module.COMPONENT] = env.integer(
+            f"BOXOFFICE_{module.COMPONENT.upper()}_PORT", UP_PORTS[module.COMPONENT], minimum=0, maximum=65535
+        )
+    for module in modules:
+        for role in module.ROLES.values():
+            service_components.extend(await module.build(rt, role))
+    metrics = MetricsEndpoint(rt.registry, base.grpc_host, base.metrics_port)
+    components.extend(rt.infrastructure())
+    components.extend(service_components)
+
+    def started() -> None:
+        metrics.start()
+        print("boxoffice is up", flush=True)
+        print(f"  postgres   {_redact(stores.database_url)}", flush=True)
+        print(f"  redis      {stores.redis_url}", flush=True)
+        if applied:
+            print(f"  migrations applied: {', '.join(applied)}", flush=True)
+        for component in service_components:
+            address = getattr(component, "address", None)
+            if address:
+                print(f"  {component.name:<10} grpc://{address}", flush=True)
+        print(f"  metrics    {metrics.url}", flush=True)
+        print("Ctrl-C stops everything.", flush=True)
+
+    async def seed_after_start() -> None:
+        for module in modules:
+            for line in await module.seed_demo(rt):
+                print(f"  demo: {line}", flush=True)
+
+    stop = asyncio.Event()
+
+    def on_started() -> None:
+        started()
+        seeding = asyncio.get_running_loop().create_task(seed_after_start())
+        seeding.add_done_callback(lambda task: _seed_done(task, stop))
+
+    try:
+        await run(components, grace_seconds=base.shutdown_grace_seconds, stop=stop, on_started=on_started)
+    finally:
+        metrics.stop()
+
+
+def _seed_done(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("seeding the demo event failed", exc_info=task.exception())
+        stop.set()
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, store: StoreConfig) -> None:
+    server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
+    rt = _runtime(env, server, store, stores)
+    await _migrate(stores.database_url, [module])
+    built = await module.build(rt, role)
+    metrics = MetricsEndpoint(rt.registry, env.string("BOXOFFICE_METRICS_HOST", server.grpc_host), server.metrics_port)
+    try:
+        await run([*rt.infrastructure(), *built], grace_seconds=server.shutdown_grace_seconds, on_started=metrics.start)
+    finally:
+        metrics.stop()
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    modules = _modules()
+    commands = _commands(modules)
+    parser = argparse.ArgumentParser(prog="boxoffice", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)")
+    sub.add_parser("migrate", help="apply schema migrations and exit")
+    for command, (module, role) in sorted(commands.items()):
+        sub.add_parser(command, help=f"run {module.COMPONENT} {role}")
+    args = parser.parse_args(argv)
+    env = Env(os.environ if environ is None else environ)
+    try:
+        logs.configure(env.choice("BOXOFFICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error")))
+        store = StoreConfig.from_env(env)
+        # Validate everything before starting anything.
+        ServerConfig.from_env(env, default_grpc_port=0)
+        TokenConfig.from_env(env)
+    except ConfigError as err:
+        print(f"boxoffice: configuration error: {err}", file=sys.stderr)
+        return 2
+    try:
+        stores = _stores(store)
+    except Exception as err:  # a store that cannot start is a clear message
+        print(f"boxoffice: cannot start the embedded stores: {err}", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "up":
+            asyncio.run(_up(env, modules, stores, store))
+        elif args.command == "migrate":
+            applied = asyncio.run(_migrate(stores.database_url, modules))
+            print("\n".join(applied) if applied else "schema is up to date")
+        else:
+            module, role = commands[args.command]
+            asyncio.run(_one(env, module, role, stores, store))
+    except ConfigError as err:
+        print(f"boxoffice: configuration error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stores.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

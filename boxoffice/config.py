@@ -1,0 +1,175 @@
+"""Configuration from the environment into typed, frozen dataclasses.
+
+Each service declares its own dataclass and builds it with the readers here;
+a bad value raises :class:`ConfigError`, which the command line reports as one
+clear line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed."""
+
+
+class Env:
+    """Typed reads of an environment mapping (``os.environ`` or a test dict)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def raw(self, name: str) -> str | None:
+        value = self._environ.get(name)
+        if value is None or value.strip() == "":
+            return None
+        return value.strip()
+
+    def string(self, name: str, default: str) -> str:
+        value = self.raw(name)
+        return default if value is None else value
+
+    def optional_str(self, name: str) -> str | None:
+        return self.raw(name)
+
+    def integer(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        value = self.raw(name)
+        if value is None:
+            result = default
+        else:
+            try:
+                result = int(value)
+            except ValueError:
+                raise ConfigError(f"{name}={value!r} is not an integer") from None
+        if minimum is not None and result < minimum:
+            raise ConfigError(f"{name}={result} must be >= {minimum}")
+        if maximum is not None and result > maximum:
+            raise ConfigError(f"{name}={result} must be <= {maximum}")
+        return result
+
+    def number(self, name: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
+        value = self.raw(name)
+        if value is None:
+            result = default
+        else:
+            try:
+                result = float(value)
+            except ValueError:
+                raise ConfigError(f"{name}={value!r} is not a number") from None
+        if result != result:  # NaN
+            raise ConfigError(f"{name} must be a number")
+        if minimum is not None and result < minimum:
+            raise ConfigError(f"{name}={result} must be >= {minimum}")
+        if maximum is not None and result > maximum:
+            raise ConfigError(f"{name}={result} must be <= {maximum}")
+        return result
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.raw(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name}={value!r} is not a boolean (true/false)")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.string(name, default)
+        if value not in choices:
+            raise ConfigError(f"{name}={value!r} must be one of {', '.join(choices)}")
+        return value
+
+    def keys(self, name: str) -> dict[str, bytes]:
+        """A ``kid:secret[,kid:secret...]`` list of signing keys."""
+        value = self.raw(name)
+        if value is None:
+            return {}
+        keys: dict[str, bytes] = {}
+        for part in value.split(","):
+            kid, sep, secret = part.strip().partition(":")
+            if not sep or not _NAME.match(kid):
+                raise ConfigError(f"{name}: entry {kid!r} must be kid:secret with kid of [A-Za-z0-9_.-]")
+            if len(secret) < 16:
+                raise ConfigError(f"{name}: secret of key {kid!r} must be at least 16 characters")
+            if kid in keys:
+                raise ConfigError(f"{name}: key id {kid!r} appears twice")
+            keys[kid] = secret.encode()
+        return keys
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How a process serves gRPC and metrics, and how it shuts down."""
+
+    grpc_host: str
+    grpc_port: int
+    metrics_port: int
+    shutdown_grace_seconds: float
+    max_concurrent_streams: int
+    max_pending_requests: int
+    default_deadline_seconds: float
+
+    @property
+    def grpc_address(self) -> str:
+        host = self.grpc_host
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
+
+    @classmethod
+    def from_env(cls, env: Env, *, default_grpc_port: int) -> ServerConfig:
+        return cls(
+            grpc_host=env.string("BOXOFFICE_GRPC_HOST", "127.0.0.1"),
+            grpc_port=env.integer("BOXOFFICE_GRPC_PORT", default_grpc_port, minimum=0, maximum=65535),
+            metrics_port=env.integer("BOXOFFICE_METRICS_PORT", 9464, minimum=0, maximum=65535),
+            shutdown_grace_seconds=env.number("BOXOFFICE_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0, maximum=600.0),
+            max_concurrent_streams=env.integer("BOXOFFICE_MAX_CONCURRENT_STREAMS", 100_000, minimum=1),
+            max_pending_requests=env.integer("BOXOFFICE_MAX_PENDING_REQUESTS", 50_000, minimum=1),
+            default_deadline_seconds=env.number("BOXOFFICE_DEFAULT_DEADLINE_SECONDS", 5.0, minimum=0.01, maximum=300.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Where Postgres and Redis are; None means start the embedded ones."""
+
+    database_url: str | None
+    redis_url: str | None
+    data_dir: str
+    db_pool_min: int
+    db_pool_max: int
+
+    @classmethod
+    def from_env(cls, env: Env) -> StoreConfig:
+        return cls(
+            database_url=env.optional_str("DATABASE_URL"),
+            redis_url=env.optional_str("REDIS_URL"),
+            data_dir=env.string("BOXOFFICE_DATA_DIR", ".boxoffice"),
+            db_pool_min=env.integer("BOXOFFICE_DB_POOL_MIN", 2, minimum=1, maximum=500),
+            db_pool_max=env.integer("BOXOFFICE_DB_POOL_MAX", 20, minimum=1, maximum=500),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenConfig:
+    """Access-token signing keys: every listed key verifies, the active one signs."""
+
+    keys: Mapping[str, bytes]
+    active_kid: str
+
+    @classmethod
+    def from_env(cls, env: Env) -> TokenConfig:
+        keys = env.keys("BOXOFFICE_TOKEN_KEYS")
+        if not keys:
+            # A development key: `boxoffice up` on a laptop needs no setup. A
+            # cluster sets BOXOFFICE_TOKEN_KEYS from a Secret.
+            keys = {"dev": b"boxoffice-development-signing-key"}
+        active = env.string("BOXOFFICE_TOKEN_ACTIVE_KID", next(iter(keys)))
+        if active not in keys:
+            raise ConfigError(f"BOXOFFICE_TOKEN_ACTIVE_KID={active!r} is not in BOXOFFICE_TOKEN_KEYS")
+        return cls(keys=keys, active_kid=active)

@@ -1,0 +1,107 @@
+"""The composition root's toolbox: what every service's ``build`` receives.
+
+A :class:`Runtime` owns the process-wide dependencies (configuration, clock,
+metrics registry, token signer, drain, the Postgres pool and the Redis
+client) and hands them to the services' constructors. Nothing here is global:
+a test builds its own Runtime against its own stores and ports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from boxoffice.clock import Clock
+from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.db import Migration, PoolComponent, create_pool
+from boxoffice.lifecycle import Component
+from boxoffice.metrics import GrpcServerMetrics
+from boxoffice.redis_store import RedisComponent, create_client
+from boxoffice.server import Drain, GrpcServer, Registration
+from boxoffice.tokens import TokenSigner
+
+Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
+
+
+class Runtime:
+    """Process-wide dependencies, built once in the composition root."""
+
+    def __init__(
+        self,
+        *,
+        env: Env,
+        server: ServerConfig,
+        store: StoreConfig,
+        database_url: str,
+        redis_url: str,
+        clock: Clock,
+        registry: CollectorRegistry,
+        tokens: TokenConfig,
+    ) -> None:
+        self.env = env
+        self.server = server
+        self.store = store
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.clock = clock
+        self.registry = registry
+        self.token_signer = TokenSigner(tokens.keys, tokens.active_kid, clock)
+        self.drain = Drain()
+        self.grpc_metrics = GrpcServerMetrics.create(registry)
+        self._pool: Pool | None = None
+        self._redis: aioredis.Redis | None = None
+        self._infrastructure: list[Component] = []
+        # `boxoffice up` serves each service on its own port in one process.
+        self.grpc_ports: dict[str, int] = {}
+
+    def pool(self) -> Pool:
+        """The process's Postgres pool (opened with the infrastructure)."""
+        if self._pool is None:
+            self._pool = create_pool(
+                self.database_url, min_size=self.store.db_pool_min, max_size=self.store.db_pool_max, name="boxoffice"
+            )
+            self._infrastructure.append(PoolComponent(self._pool))
+        return self._pool
+
+    def redis(self) -> aioredis.Redis:
+        """The process's Redis client (checked with the infrastructure)."""
+        if self._redis is None:
+            self._redis = create_client(self.redis_url)
+            self._infrastructure.append(RedisComponent(self._redis))
+        return self._redis
+
+    def infrastructure(self) -> list[Component]:
+        """Pools and clients asked for so far; they start before the services
+        and stop after them."""
+        return list(self._infrastructure)
+
+    def grpc_server(self, name: str, services: Sequence[Registration]) -> GrpcServer:
+        """A server for component ``name`` on its port (``grpc_ports`` when
+        set for it, else the process's configured port)."""
+        port = self.grpc_ports.get(name)
+        config = self.server if port is None else dataclasses.replace(self.server, grpc_port=port)
+        return GrpcServer(name=name, config=config, metrics=self.grpc_metrics, services=services, drain=self.drain)
+
+
+class ServiceModule(Protocol):
+    """What each service package's ``app`` module offers the command line."""
+
+    COMPONENT: str
+    ROLES: Mapping[str, str]
+    DEFAULT_GRPC_PORT: int
+
+    def migrations(self) -> list[Migration]:
+        """The package's schema migrations, in order."""
+
+    async def build(self, rt: Runtime, role: str) -> list[Component]:
+        """The components of one role (e.g. "server", "admitter")."""
+
+    async def seed_demo(self, rt: Runtime) -> list[str]:
+        """Create the demo event's data if missing; lines to print."""

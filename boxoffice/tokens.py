@@ -1,0 +1,125 @@
+"""Access tokens: HMAC-SHA256 signed, with a key id for rotation.
+
+Format: ``v1.<kid>.<payload>.<signature>``; payload and signature are
+unpadded base64url; the payload is compact JSON ``{"e": event_id, "c":
+customer_id, "iat": issued, "exp": expiry, "jti": id}``. The algorithm is
+fixed here, never read from the token.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from boxoffice.clock import Clock
+from boxoffice.errors import PermissionDenied, Unauthenticated
+
+_VERSION = "v1"
+_MAX_TOKEN_LENGTH = 1024
+# Tolerated clock skew between the issuing and verifying processes.
+_LEEWAY_SECONDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class AccessClaims:
+    """What a verified token says."""
+
+    event_id: int
+    customer_id: str
+    issued_at: int
+    expires_at: int
+    token_id: str
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _invalid(message: str) -> Unauthenticated:
+    return Unauthenticated(message, reason="TOKEN_INVALID")
+
+
+class TokenSigner:
+    """Issues tokens with the active key; verifies with any known key."""
+
+    def __init__(self, keys: Mapping[str, bytes], active_kid: str, clock: Clock) -> None:
+        if active_kid not in keys:
+            raise ValueError(f"active key id {active_kid!r} is not among the keys")
+        self._keys = dict(keys)
+        self._active_kid = active_kid
+        self._clock = clock
+
+    def _sign(self, key: bytes, signing_input: str) -> str:
+        return _b64(hmac.new(key, signing_input.encode(), hashlib.sha256).digest())
+
+    def issue(self, *, event_id: int, customer_id: str, ttl_seconds: int) -> tuple[str, AccessClaims]:
+        now = int(self._clock.now())
+        claims = AccessClaims(event_id, customer_id, now, now + ttl_seconds, secrets.token_hex(8))
+        payload = _b64(
+            json.dumps(
+                {
+                    "e": event_id,
+                    "c": customer_id,
+                    "iat": claims.issued_at,
+                    "exp": claims.expires_at,
+                    "jti": claims.token_id,
+                },
+                separators=(",", ":"),
+            ).encode()
+        )
+        signing_input = f"{_VERSION}.{self._active_kid}.{payload}"
+        return f"{signing_input}.{self._sign(self._keys[self._active_kid], signing_input)}", claims
+
+    def verify(self, token: str, *, event_id: int) -> AccessClaims:
+        """The claims of a genuine, unexpired token for ``event_id``.
+
+        UNAUTHENTICATED for a missing, malformed, forged, unknown-key or
+        expired token; PERMISSION_DENIED for another event's token.
+        """
+        if not token:
+            raise Unauthenticated("an access token is required", reason="TOKEN_MISSING")
+        if len(token) > _MAX_TOKEN_LENGTH:
+            raise _invalid("access token is too long")
+        parts = token.split(".")
+        if len(parts) != 4 or parts[0] != _VERSION:
+            raise _invalid("access token is malformed")
+        _, kid, payload, signature = parts
+        key = self._keys.get(kid)
+        if key is None:
+            raise Unauthenticated(
+                "access token is signed with an unknown key", reason="TOKEN_UNKNOWN_KEY", metadata={"kid": kid[:64]}
+            )
+        expected = self._sign(key, f"{_VERSION}.{kid}.{payload}")
+        if not hmac.compare_digest(expected.encode(), signature.encode()):
+            raise _invalid("access token signature does not verify")
+        try:
+            body = json.loads(_unb64(payload))
+            claims = AccessClaims(
+                event_id=int(body["e"]),
+                customer_id=str(body["c"]),
+                issued_at=int(body["iat"]),
+                expires_at=int(body["exp"]),
+                token_id=str(body["jti"]),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise _invalid("access token payload is malformed") from err
+        if self._clock.now() > claims.expires_at + _LEEWAY_SECONDS:
+            raise Unauthenticated(
+                "access token expired", reason="TOKEN_EXPIRED", metadata={"expired_at": str(claims.expires_at)}
+            )
+        if claims.event_id != event_id:
+            raise PermissionDenied(
+                "access token is for another event",
+                reason="TOKEN_WRONG_EVENT",
+                metadata={"token_event_id": str(claims.event_id), "event_id": str(event_id)},
+            )
+        return claims

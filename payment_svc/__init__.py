@@ -1,0 +1,1 @@
+"""PaymentService: idempotent payments, refunds, the outbox relay and the ticket issuer."""

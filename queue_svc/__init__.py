@@ -1,0 +1,1 @@
+"""QueueService: the virtual waiting room on Redis, and its admitter."""

@@ -1,0 +1,25 @@
+"""Composition of the queue service's processes (filled in by its issue)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from boxoffice.db import Migration, load_migrations
+from boxoffice.lifecycle import Component
+from boxoffice.runtime import Runtime
+
+COMPONENT = "queue"
+DEFAULT_GRPC_PORT = 50051
+ROLES: Mapping[str, str] = {"queue-svc": "server", "admitter": "admitter"}
+
+
+def migrations() -> list[Migration]:
+    return load_migrations(COMPONENT, "queue_svc")
+
+
+async def build(rt: Runtime, role: str) -> list[Component]:
+    return []
+
+
+async def seed_demo(rt: Runtime) -> list[str]:
+    return []

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, from nothing: a virtualenv with the pinned tools, the
+# contract checks (buf lint, format, breaking; gen/ drift), ruff, mypy --strict,
+# then pytest against real Postgres and Redis (embedded unless
+# BOXOFFICE_TEST_DATABASE_URL / BOXOFFICE_TEST_REDIS_URL are set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
+.venv/bin/python -m pip install --quiet -e '.[dev]'
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== contracts"
+buf lint
+buf format --diff --exit-code
+if git rev-parse --verify --quiet HEAD~1 >/dev/null && git cat-file -e HEAD~1:proto 2>/dev/null; then
+  buf breaking --against '.git#ref=HEAD~1'
+  echo "buf breaking: no breaking change against HEAD~1"
+else
+  echo "buf breaking: skipped (no earlier commit with proto/)"
+fi
+PYTHON=.venv/bin/python scripts/gen_protos.sh --check
+
+echo "== lint and types"
+ruff check .
+ruff format --check .
+mypy
+
+echo "== tests"
+python -m pytest "$@"

