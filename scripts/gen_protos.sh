@@ -11,10 +11,16 @@ fi
 rm -rf "$out/boxoffice"
 mkdir -p "$out"
 target=$(dirname "$out")
-"$py" -m grpc_tools.protoc -Igen=proto \
+log=$(mktemp)
+if ! "$py" -m grpc_tools.protoc -Igen=proto \
   --python_out="$target" --grpc_python_out="$target" \
   --mypy_out="$target" --mypy_grpc_out="$target" \
-  $(find proto -name '*.proto' | sort)
+  $(find proto -name '*.proto' | sort) >"$log" 2>&1; then
+  cat "$log" >&2
+  exit 1
+fi
+grep -v '^Writing mypy to' "$log" || true
+rm -f "$log"
 find "$out/boxoffice" -type d -exec touch {}/__init__.py \;
 touch "$out/__init__.py" "$out/py.typed"
 if [ "${1:-}" = "--check" ]; then

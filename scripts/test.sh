@@ -9,8 +9,12 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
-.venv/bin/python -m pip install --quiet -e '.[dev]'
+pip_log=$(mktemp)
+if ! { .venv/bin/python -m pip install --quiet --upgrade pip && .venv/bin/python -m pip install --quiet -e '.[dev]'; } >"$pip_log" 2>&1; then
+  cat "$pip_log" >&2
+  exit 1
+fi
+rm -f "$pip_log"
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== contracts"
