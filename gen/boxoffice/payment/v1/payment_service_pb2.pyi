@@ -3,9 +3,11 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -65,6 +67,30 @@ PAYMENT_STATE_REFUNDED: PaymentState.ValueType  # 7
 PAYMENT_STATE_PARTIALLY_REFUNDED: PaymentState.ValueType  # 8
 """Partly refunded."""
 Global___PaymentState: _TypeAlias = PaymentState  # noqa: Y015
+
+class _TicketState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TicketStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TicketState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TICKET_STATE_UNSPECIFIED: _TicketState.ValueType  # 0
+    """Unknown; never sent by the server."""
+    TICKET_STATE_VALID: _TicketState.ValueType  # 1
+    """Valid for entry."""
+    TICKET_STATE_VOID: _TicketState.ValueType  # 2
+    """The booking was cancelled; the ticket is void."""
+
+class TicketState(_TicketState, metaclass=_TicketStateEnumTypeWrapper):
+    """TicketState is the life cycle of a ticket."""
+
+TICKET_STATE_UNSPECIFIED: TicketState.ValueType  # 0
+"""Unknown; never sent by the server."""
+TICKET_STATE_VALID: TicketState.ValueType  # 1
+"""Valid for entry."""
+TICKET_STATE_VOID: TicketState.ValueType  # 2
+"""The booking was cancelled; the ticket is void."""
+Global___TicketState: _TypeAlias = TicketState  # noqa: Y015
 
 @_typing.final
 class Money(_message.Message):
@@ -431,3 +457,137 @@ class GetPaymentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetPaymentResponse: _TypeAlias = GetPaymentResponse  # noqa: Y015
+
+@_typing.final
+class Ticket(_message.Message):
+    """Ticket is the right to one seat (or one general-admission place)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    HOLD_ID_FIELD_NUMBER: _builtins.int
+    CUSTOMER_ID_FIELD_NUMBER: _builtins.int
+    SECTION_ID_FIELD_NUMBER: _builtins.int
+    SEAT_ID_FIELD_NUMBER: _builtins.int
+    SEAT_LABEL_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ISSUE_TIME_FIELD_NUMBER: _builtins.int
+    PAYMENT_ID_FIELD_NUMBER: _builtins.int
+    ticket_id: _builtins.str
+    """Identifier assigned by the service (a UUID)."""
+    event_id: _builtins.int
+    """Event of the seat."""
+    hold_id: _builtins.str
+    """The booking (confirmed hold) it was issued for."""
+    customer_id: _builtins.str
+    """Customer who owns it."""
+    section_id: _builtins.str
+    """Section of the seat."""
+    seat_id: _builtins.int
+    """The seat; 0 for general admission."""
+    seat_label: _builtins.str
+    """Display label of the seat; empty for general admission."""
+    unit: _builtins.int
+    """Position of the ticket within its booking, from 1."""
+    code: _builtins.str
+    """Code shown at the door."""
+    state: Global___TicketState.ValueType
+    """Valid or void."""
+    payment_id: _builtins.str
+    """The payment of the booking."""
+    @_builtins.property
+    def issue_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was issued."""
+
+    def __init__(
+        self,
+        *,
+        ticket_id: _builtins.str = ...,
+        event_id: _builtins.int = ...,
+        hold_id: _builtins.str = ...,
+        customer_id: _builtins.str = ...,
+        section_id: _builtins.str = ...,
+        seat_id: _builtins.int = ...,
+        seat_label: _builtins.str = ...,
+        unit: _builtins.int = ...,
+        code: _builtins.str = ...,
+        state: Global___TicketState.ValueType = ...,
+        issue_time: _timestamp_pb2.Timestamp | None = ...,
+        payment_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issue_time", b"issue_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "customer_id", b"customer_id", "event_id", b"event_id", "hold_id", b"hold_id", "issue_time", b"issue_time", "payment_id", b"payment_id", "seat_id", b"seat_id", "seat_label", b"seat_label", "section_id", b"section_id", "state", b"state", "ticket_id", b"ticket_id", "unit", b"unit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Ticket: _TypeAlias = Ticket  # noqa: Y015
+
+@_typing.final
+class ListTicketsRequest(_message.Message):
+    """ListTicketsRequest lists a customer's tickets for an event."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCESS_TOKEN_FIELD_NUMBER: _builtins.int
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    HOLD_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    access_token: _builtins.str
+    """Access token naming the customer and the event."""
+    event_id: _builtins.int
+    """The event; positive; must be the token's."""
+    hold_id: _builtins.str
+    """Only the tickets of this booking; empty for all."""
+    page_size: _builtins.int
+    """Maximum tickets to return, 1 to 1,000; 0 means 100."""
+    page_token: _builtins.str
+    """Token from a previous response's next_page_token."""
+    def __init__(
+        self,
+        *,
+        access_token: _builtins.str = ...,
+        event_id: _builtins.int = ...,
+        hold_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_token", b"access_token", "event_id", b"event_id", "hold_id", b"hold_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTicketsRequest: _TypeAlias = ListTicketsRequest  # noqa: Y015
+
+@_typing.final
+class ListTicketsResponse(_message.Message):
+    """ListTicketsResponse is one page of tickets."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKETS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty on the last page."""
+    @_builtins.property
+    def tickets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Ticket]:
+        """The tickets, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        tickets: _abc.Iterable[Global___Ticket] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "tickets", b"tickets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTicketsResponse: _TypeAlias = ListTicketsResponse  # noqa: Y015

@@ -62,6 +62,11 @@ class PaymentServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.GetPaymentRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.GetPaymentResponse.FromString,
                 _registered_method=True)
+        self.ListTickets = channel.unary_unary(
+                '/boxoffice.payment.v1.PaymentService/ListTickets',
+                request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsResponse.FromString,
+                _registered_method=True)
 
 
 class PaymentServiceServicer:
@@ -83,7 +88,9 @@ class PaymentServiceServicer:
         """ConfirmPayment settles a payment with the provider and, when captured,
         confirms its hold. Idempotent by key: a replay returns the first answer,
         the same key with other parameters is INVALID_ARGUMENT, and a duplicate
-        while the first is in flight is ABORTED.
+        while the first is in flight is ABORTED. Final answers are stored, errors
+        included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
+        not, so that a retry with the same key runs again. Keys are kept 24 h.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,7 +98,10 @@ class PaymentServiceServicer:
 
     def HandleProviderWebhook(self, request, context):
         """HandleProviderWebhook takes a signed provider notification, checks its
-        signature and age, deduplicates it by event id and applies it.
+        signature and age, deduplicates it by event id and applies it. A missing,
+        forged or stale signature is UNAUTHENTICATED and changes nothing; a
+        delivery of an event already applied answers duplicate = true; one that
+        arrives while the same event is being applied is ABORTED (retry later).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,6 +116,15 @@ class PaymentServiceServicer:
 
     def GetPayment(self, request, context):
         """GetPayment returns a payment.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTickets(self, request, context):
+        """ListTickets lists the tickets of the token's customer for the token's
+        event, oldest first. Tickets are issued from the outbox stream a moment
+        after a payment succeeds.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -138,6 +157,11 @@ def add_PaymentServiceServicer_to_server(servicer, server):
                     servicer.GetPayment,
                     request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.GetPaymentRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.GetPaymentResponse.SerializeToString,
+            ),
+            'ListTickets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTickets,
+                    request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -278,6 +302,33 @@ class PaymentService:
             '/boxoffice.payment.v1.PaymentService/GetPayment',
             gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.GetPaymentRequest.SerializeToString,
             gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.GetPaymentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTickets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.payment.v1.PaymentService/ListTickets',
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsRequest.SerializeToString,
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,16 +45,26 @@ class PaymentServiceStub:
     """ConfirmPayment settles a payment with the provider and, when captured,
     confirms its hold. Idempotent by key: a replay returns the first answer,
     the same key with other parameters is INVALID_ARGUMENT, and a duplicate
-    while the first is in flight is ABORTED.
+    while the first is in flight is ABORTED. Final answers are stored, errors
+    included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
+    not, so that a retry with the same key runs again. Keys are kept 24 h.
     """
     HandleProviderWebhook: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.HandleProviderWebhookRequest, _payment_service_pb2.HandleProviderWebhookResponse]
     """HandleProviderWebhook takes a signed provider notification, checks its
-    signature and age, deduplicates it by event id and applies it.
+    signature and age, deduplicates it by event id and applies it. A missing,
+    forged or stale signature is UNAUTHENTICATED and changes nothing; a
+    delivery of an event already applied answers duplicate = true; one that
+    arrives while the same event is being applied is ABORTED (retry later).
     """
     RefundPayment: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.RefundPaymentRequest, _payment_service_pb2.RefundPaymentResponse]
     """RefundPayment refunds a captured payment, in full or in part."""
     GetPayment: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.GetPaymentRequest, _payment_service_pb2.GetPaymentResponse]
     """GetPayment returns a payment."""
+    ListTickets: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.ListTicketsRequest, _payment_service_pb2.ListTicketsResponse]
+    """ListTickets lists the tickets of the token's customer for the token's
+    event, oldest first. Tickets are issued from the outbox stream a moment
+    after a payment succeeds.
+    """
 
 @_typing.type_check_only
 class PaymentServiceAsyncStub(PaymentServiceStub):
@@ -73,16 +83,26 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     """ConfirmPayment settles a payment with the provider and, when captured,
     confirms its hold. Idempotent by key: a replay returns the first answer,
     the same key with other parameters is INVALID_ARGUMENT, and a duplicate
-    while the first is in flight is ABORTED.
+    while the first is in flight is ABORTED. Final answers are stored, errors
+    included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
+    not, so that a retry with the same key runs again. Keys are kept 24 h.
     """
     HandleProviderWebhook: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.HandleProviderWebhookRequest, _payment_service_pb2.HandleProviderWebhookResponse]  # type: ignore[assignment]
     """HandleProviderWebhook takes a signed provider notification, checks its
-    signature and age, deduplicates it by event id and applies it.
+    signature and age, deduplicates it by event id and applies it. A missing,
+    forged or stale signature is UNAUTHENTICATED and changes nothing; a
+    delivery of an event already applied answers duplicate = true; one that
+    arrives while the same event is being applied is ABORTED (retry later).
     """
     RefundPayment: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.RefundPaymentRequest, _payment_service_pb2.RefundPaymentResponse]  # type: ignore[assignment]
     """RefundPayment refunds a captured payment, in full or in part."""
     GetPayment: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.GetPaymentRequest, _payment_service_pb2.GetPaymentResponse]  # type: ignore[assignment]
     """GetPayment returns a payment."""
+    ListTickets: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.ListTicketsRequest, _payment_service_pb2.ListTicketsResponse]  # type: ignore[assignment]
+    """ListTickets lists the tickets of the token's customer for the token's
+    event, oldest first. Tickets are issued from the outbox stream a moment
+    after a payment succeeds.
+    """
 
 class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
     """PaymentService takes payment for holds through a payment provider,
@@ -110,7 +130,9 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         """ConfirmPayment settles a payment with the provider and, when captured,
         confirms its hold. Idempotent by key: a replay returns the first answer,
         the same key with other parameters is INVALID_ARGUMENT, and a duplicate
-        while the first is in flight is ABORTED.
+        while the first is in flight is ABORTED. Final answers are stored, errors
+        included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
+        not, so that a retry with the same key runs again. Keys are kept 24 h.
         """
 
     @_abc_1.abstractmethod
@@ -120,7 +142,10 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_payment_service_pb2.HandleProviderWebhookResponse, _abc.Awaitable[_payment_service_pb2.HandleProviderWebhookResponse]]:
         """HandleProviderWebhook takes a signed provider notification, checks its
-        signature and age, deduplicates it by event id and applies it.
+        signature and age, deduplicates it by event id and applies it. A missing,
+        forged or stale signature is UNAUTHENTICATED and changes nothing; a
+        delivery of an event already applied answers duplicate = true; one that
+        arrives while the same event is being applied is ABORTED (retry later).
         """
 
     @_abc_1.abstractmethod
@@ -138,5 +163,16 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_payment_service_pb2.GetPaymentResponse, _abc.Awaitable[_payment_service_pb2.GetPaymentResponse]]:
         """GetPayment returns a payment."""
+
+    @_abc_1.abstractmethod
+    def ListTickets(
+        self,
+        request: _payment_service_pb2.ListTicketsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_payment_service_pb2.ListTicketsResponse, _abc.Awaitable[_payment_service_pb2.ListTicketsResponse]]:
+        """ListTickets lists the tickets of the token's customer for the token's
+        event, oldest first. Tickets are issued from the outbox stream a moment
+        after a payment succeeds.
+        """
 
 def add_PaymentServiceServicer_to_server(servicer: PaymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
