@@ -1,0 +1,107 @@
+"""The payment service's configuration, read from the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from boxoffice.config import ConfigError, Env
+
+# A development secret: `boxoffice up` on a laptop needs no setup. A cluster
+# sets BOXOFFICE_WEBHOOK_SECRETS from a Secret.
+DEV_WEBHOOK_SECRET = "whsec_boxoffice_development_secret"
+
+STREAM = "ticket-issued"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """How the sandbox provider behaves."""
+
+    # How long a charge or refund takes to answer.
+    delay_seconds: float
+    # How long a "pm_card_timeout" charge hangs before it answers.
+    hang_seconds: float
+    # When such a charge settles (captured) at the provider.
+    timeout_settle_seconds: float
+    # How late webhooks leave, at most (each one a random delay up to this).
+    webhook_delay_seconds: float
+    # Probability that a webhook is delivered twice.
+    webhook_duplicate_probability: float
+    # Probability that a webhook is never delivered.
+    webhook_drop_probability: float
+    # "auto": a background task delivers; "manual": tests deliver.
+    webhook_mode: str
+    # Secret the sandbox signs with.
+    signing_secret: str
+
+    @classmethod
+    def from_env(cls, env: Env, *, signing_secret: str) -> SandboxConfig:
+        return cls(
+            delay_seconds=env.number("BOXOFFICE_SANDBOX_DELAY_SECONDS", 0.05, minimum=0.0, maximum=60.0),
+            hang_seconds=env.number("BOXOFFICE_SANDBOX_HANG_SECONDS", 30.0, minimum=0.0, maximum=600.0),
+            timeout_settle_seconds=env.number("BOXOFFICE_SANDBOX_TIMEOUT_SETTLE_SECONDS", 2.0, minimum=0.0),
+            webhook_delay_seconds=env.number("BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS", 1.0, minimum=0.0),
+            webhook_duplicate_probability=env.number(
+                "BOXOFFICE_SANDBOX_WEBHOOK_DUPLICATE_PROBABILITY", 0.2, minimum=0.0, maximum=1.0
+            ),
+            webhook_drop_probability=env.number(
+                "BOXOFFICE_SANDBOX_WEBHOOK_DROP_PROBABILITY", 0.0, minimum=0.0, maximum=1.0
+            ),
+            webhook_mode=env.choice("BOXOFFICE_SANDBOX_WEBHOOK_MODE", "auto", ("auto", "manual")),
+            signing_secret=env.string("BOXOFFICE_SANDBOX_WEBHOOK_SECRET", signing_secret),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentConfig:
+    """Everything the payment processes read from the environment."""
+
+    booking_addr: str
+    # Every secret verifies webhooks (several during a rotation).
+    webhook_secrets: tuple[str, ...]
+    webhook_tolerance_seconds: int
+    # How far StartPayment pushes the hold's expiry out.
+    hold_extension_seconds: int
+    # Longest wait for one provider call.
+    provider_timeout_seconds: float
+    idempotency_retention_seconds: int
+    # An in-flight idempotency key or webhook older than this is taken over.
+    idempotency_lock_seconds: int
+    reconcile_interval_seconds: float
+    # A payment or refund left unsettled this long is the reconciler's.
+    reconcile_after_seconds: float
+    relay_batch_size: int
+    relay_idle_seconds: float
+    stream: str
+    consumer_batch_size: int
+    consumer_block_ms: int
+    # A pending stream entry idle this long is claimed from its consumer.
+    claim_idle_ms: int
+    sandbox: SandboxConfig
+
+    @classmethod
+    def from_env(cls, env: Env) -> PaymentConfig:
+        secrets = tuple(s.strip() for s in env.string("BOXOFFICE_WEBHOOK_SECRETS", DEV_WEBHOOK_SECRET).split(","))
+        for secret in secrets:
+            if len(secret) < 16:
+                raise ConfigError("BOXOFFICE_WEBHOOK_SECRETS: every secret must be at least 16 characters")
+        return cls(
+            booking_addr=env.string("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
+            webhook_secrets=secrets,
+            webhook_tolerance_seconds=env.integer("BOXOFFICE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1),
+            hold_extension_seconds=env.integer(
+                "BOXOFFICE_PAYMENT_HOLD_EXTENSION_SECONDS", 600, minimum=1, maximum=1800
+            ),
+            provider_timeout_seconds=env.number("BOXOFFICE_PROVIDER_TIMEOUT_SECONDS", 10.0, minimum=0.01),
+            idempotency_retention_seconds=env.integer("BOXOFFICE_IDEMPOTENCY_RETENTION_SECONDS", 86_400, minimum=60),
+            idempotency_lock_seconds=env.integer("BOXOFFICE_IDEMPOTENCY_LOCK_SECONDS", 60, minimum=1),
+            reconcile_interval_seconds=env.number("BOXOFFICE_RECONCILE_INTERVAL_SECONDS", 15.0, minimum=0.01),
+            reconcile_after_seconds=env.number("BOXOFFICE_RECONCILE_AFTER_SECONDS", 60.0, minimum=0.0),
+            relay_batch_size=env.integer("BOXOFFICE_RELAY_BATCH_SIZE", 200, minimum=1, maximum=10_000),
+            relay_idle_seconds=env.number("BOXOFFICE_RELAY_IDLE_SECONDS", 0.05, minimum=0.001, maximum=60.0),
+            stream=env.string("BOXOFFICE_TICKET_STREAM", STREAM),
+            consumer_batch_size=env.integer("BOXOFFICE_CONSUMER_BATCH_SIZE", 100, minimum=1, maximum=10_000),
+            consumer_block_ms=env.integer("BOXOFFICE_CONSUMER_BLOCK_MS", 1000, minimum=1, maximum=60_000),
+            claim_idle_ms=env.integer("BOXOFFICE_CONSUMER_CLAIM_IDLE_MS", 30_000, minimum=1),
+            sandbox=SandboxConfig.from_env(env, signing_secret=secrets[0]),
+        )

@@ -1,0 +1,120 @@
+"""The payment processes' metrics, each set registered once per process role
+on the registry it is given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass(frozen=True)
+class ConsumerMetrics:
+    """One consumer group's progress on the stream."""
+
+    processed: Counter
+    failed: Counter
+    claimed: Counter
+    pending: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry, prefix: str) -> ConsumerMetrics:
+        return cls(
+            processed=Counter(
+                f"{prefix}_entries_processed", "Stream entries handled and acknowledged.", registry=registry
+            ),
+            failed=Counter(
+                f"{prefix}_entries_failed", "Stream entries whose handling failed (retried).", registry=registry
+            ),
+            claimed=Counter(
+                f"{prefix}_entries_claimed", "Stream entries claimed from an idle or dead consumer.", registry=registry
+            ),
+            pending=Gauge(
+                f"{prefix}_pending_entries", "Entries delivered to the group and not acknowledged.", registry=registry
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    payments_entered: Counter
+    payments: Gauge
+    refunds: Counter
+    webhook_verification_failures: Counter
+    webhooks: Counter
+    cancellations: ConsumerMetrics
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ServerMetrics:
+        return cls(
+            payments_entered=Counter(
+                "boxoffice_payment_state_entered", "Payments that entered each state.", ("state",), registry=registry
+            ),
+            payments=Gauge(
+                "boxoffice_payments", "Payments by state (refreshed by the reconciler).", ("state",), registry=registry
+            ),
+            refunds=Counter(
+                "boxoffice_refunds",
+                "Refunds finished, by source and outcome.",
+                ("source", "outcome"),
+                registry=registry,
+            ),
+            webhook_verification_failures=Counter(
+                "boxoffice_webhook_verification_failures",
+                "Webhook deliveries refused for their signature or age.",
+                ("reason",),
+                registry=registry,
+            ),
+            webhooks=Counter(
+                "boxoffice_webhooks",
+                "Webhook deliveries accepted, by type and outcome.",
+                ("type", "outcome"),
+                registry=registry,
+            ),
+            cancellations=ConsumerMetrics.create(registry, "boxoffice_cancellation_consumer"),
+        )
+
+
+@dataclass(frozen=True)
+class RelayMetrics:
+    published: Counter
+    pending: Gauge
+    lag_seconds: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> RelayMetrics:
+        return cls(
+            published=Counter("boxoffice_outbox_published", "Outbox rows published to the stream.", registry=registry),
+            pending=Gauge("boxoffice_outbox_pending", "Committed outbox rows not yet published.", registry=registry),
+            lag_seconds=Gauge(
+                "boxoffice_outbox_lag_seconds", "Age of the oldest unpublished outbox row.", registry=registry
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class IssuerMetrics:
+    tickets_issued: Counter
+    conflicts: Counter
+    lag_seconds: Histogram
+    consumer: ConsumerMetrics
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> IssuerMetrics:
+        return cls(
+            tickets_issued=Counter("boxoffice_tickets_issued", "Tickets issued.", registry=registry),
+            conflicts=Counter(
+                "boxoffice_ticket_conflicts",
+                "Bookings whose seat already had a valid ticket (left pending and retried).",
+                registry=registry,
+            ),
+            lag_seconds=Histogram(
+                "boxoffice_issuer_lag_seconds",
+                "From the outbox row's commit to its tickets' commit.",
+                buckets=LAG_BUCKETS,
+                registry=registry,
+            ),
+            consumer=ConsumerMetrics.create(registry, "boxoffice_issuer"),
+        )

@@ -1,0 +1,116 @@
+"""Payments, refunds and tickets as values, and the payment state machine."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class PaymentState(enum.StrEnum):
+    PENDING = "PENDING"
+    CAPTURED = "CAPTURED"
+    SUCCEEDED = "SUCCEEDED"
+    DECLINED = "DECLINED"
+    FAILED = "FAILED"
+    REFUND_REQUIRED = "REFUND_REQUIRED"
+    REFUNDED = "REFUNDED"
+    PARTIALLY_REFUNDED = "PARTIALLY_REFUNDED"
+
+
+# The moves a payment may make; every change of state is a conditional
+# UPDATE from one of these sources, so concurrent settlers converge.
+TRANSITIONS: dict[PaymentState, frozenset[PaymentState]] = {
+    PaymentState.PENDING: frozenset(
+        {PaymentState.CAPTURED, PaymentState.DECLINED, PaymentState.FAILED, PaymentState.REFUND_REQUIRED}
+    ),
+    PaymentState.CAPTURED: frozenset({PaymentState.SUCCEEDED, PaymentState.REFUND_REQUIRED}),
+    PaymentState.SUCCEEDED: frozenset({PaymentState.PARTIALLY_REFUNDED, PaymentState.REFUNDED}),
+    PaymentState.PARTIALLY_REFUNDED: frozenset({PaymentState.PARTIALLY_REFUNDED, PaymentState.REFUNDED}),
+    # Money captured after the payment was given up (a late capture) must go back.
+    PaymentState.DECLINED: frozenset({PaymentState.REFUND_REQUIRED}),
+    PaymentState.FAILED: frozenset({PaymentState.REFUND_REQUIRED}),
+    PaymentState.REFUND_REQUIRED: frozenset({PaymentState.REFUNDED}),
+    PaymentState.REFUNDED: frozenset(),
+}
+
+# States in which the provider holds the customer's money for this payment.
+MONEY_TAKEN = frozenset(
+    {
+        PaymentState.CAPTURED,
+        PaymentState.SUCCEEDED,
+        PaymentState.PARTIALLY_REFUNDED,
+        PaymentState.REFUND_REQUIRED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Payment:
+    payment_id: str
+    hold_id: str
+    attempt: int
+    event_id: int
+    customer_id: str
+    amount_minor: int
+    currency: str
+    payment_method: str
+    state: PaymentState
+    provider_idempotency_key: str
+    provider_payment_id: str
+    failure_reason: str
+    refunded_minor: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RefundState(enum.StrEnum):
+    PENDING = "PENDING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class RefundSource(enum.StrEnum):
+    REQUEST = "REQUEST"
+    AUTOMATIC = "AUTOMATIC"
+    BOOKING_CANCELLED = "BOOKING_CANCELLED"
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    refund_id: str
+    payment_id: str
+    request_key: str
+    amount_minor: int
+    currency: str
+    reason: str
+    source: RefundSource
+    state: RefundState
+    provider_refund_id: str
+    failure_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    ticket_id: str
+    event_id: int
+    hold_id: str
+    unit: int
+    customer_id: str
+    section_id: str
+    seat_id: int | None
+    seat_label: str
+    payment_id: str
+    code: str
+    issued_at: datetime
+    voided_at: datetime | None
+
+
+def provider_key(hold_id: str, attempt: int) -> str:
+    """The provider idempotency key of a hold's n-th payment attempt."""
+    return f"hold_{hold_id}_attempt_{attempt}"
+
+
+def confirm_key(payment_id: str) -> str:
+    """The key BookingService.ConfirmHold deduplicates this payment's confirm by."""
+    return f"payment:{payment_id}"

@@ -1,0 +1,410 @@
+"""Paying for a hold (DESIGN.md flow 6): start, settle, refund.
+
+Money moves only through the provider, with keys derived from the order, so
+any step may be repeated: a charge per (hold, attempt), a confirm per
+payment, a refund per refund row. The payment row is the recovery point
+between those calls: whatever stopped half way, the next settle (a
+ConfirmPayment, a webhook, the reconciler) picks up from its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from boxoffice import deadline
+from boxoffice.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from boxoffice.tokens import TokenSigner
+from payment_svc.booking_client import BookingClient, HoldState
+from payment_svc.config import PaymentConfig
+from payment_svc.metrics import ServerMetrics
+from payment_svc.model import Payment, PaymentState, RefundSource, confirm_key
+from payment_svc.provider import (
+    ChargeRequest,
+    ChargeResult,
+    ChargeStatus,
+    PaymentProvider,
+    ProviderError,
+    RefundRequest,
+    RefundStatus,
+)
+from payment_svc.store import PaymentStore, refund_provider_key
+from payment_svc.webhooks import WebhookEvent
+
+_log = logging.getLogger("payment_svc.payments")
+
+T = TypeVar("T")
+
+# Time kept back from a call's deadline to record a provider's answer.
+_RECORD_MARGIN_SECONDS = 0.25
+_MAX_SETTLE_STEPS = 8
+AUTOMATIC_REFUND_KEY = "automatic"
+
+_CHARGE_STATES = {
+    ChargeStatus.CAPTURED: PaymentState.CAPTURED,
+    ChargeStatus.DECLINED: PaymentState.DECLINED,
+    ChargeStatus.FAILED: PaymentState.FAILED,
+}
+
+
+@dataclass
+class PaymentHooks:
+    """Test hooks that hold a race window open; no-ops in production."""
+
+    before_settle_step: Callable[[Payment], Awaitable[None]] | None = None
+    before_confirm_hold: Callable[[Payment], Awaitable[None]] | None = None
+
+
+def parse_uuid(field: str, value: str) -> str:
+    """A canonical UUID string; INVALID_ARGUMENT otherwise."""
+    from boxoffice import validate
+
+    if not value:
+        raise validate.required(field)
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise validate.invalid(field, "must be a UUID") from None
+
+
+class Payments:
+    """The payment use cases, over a store, BookingService and a provider."""
+
+    def __init__(
+        self,
+        *,
+        store: PaymentStore,
+        booking: BookingClient,
+        provider: PaymentProvider,
+        tokens: TokenSigner,
+        config: PaymentConfig,
+        metrics: ServerMetrics,
+        hooks: PaymentHooks | None = None,
+    ) -> None:
+        self._store = store
+        self._booking = booking
+        self._provider = provider
+        self._tokens = tokens
+        self._config = config
+        self._metrics = metrics
+        self._hooks = hooks or PaymentHooks()
+
+    # -- queries
+
+    async def get(self, payment_id: str) -> Payment:
+        payment = await self._store.get(payment_id)
+        if payment is None:
+            raise NotFound("no such payment", reason="PAYMENT_NOT_FOUND", metadata={"payment_id": payment_id})
+        return payment
+
+    async def get_or_none(self, payment_id: str) -> Payment | None:
+        return await self._store.get(payment_id)
+
+    # -- StartPayment
+
+    async def start(self, access_token: str, hold_id: str, payment_method: str) -> Payment:
+        """Charge the hold of the token's customer (one live payment per hold)."""
+        hold = await self._booking.get_hold(access_token, hold_id)
+        claims = self._tokens.verify(access_token, event_id=hold.event_id)
+        if claims.customer_id != hold.customer_id:
+            raise PermissionDenied("the hold belongs to another customer", reason="HOLD_NOT_OWNED")
+        existing = await self._store.live_for_hold(hold.hold_id)
+        if existing is not None:
+            return existing
+        if hold.state != HoldState.HELD:
+            raise FailedPrecondition(
+                f"the hold is {hold.state.value.lower()}, not held",
+                reason="HOLD_NOT_HELD",
+                metadata={"hold_id": hold.hold_id, "state": hold.state.value},
+            )
+        if hold.amount_minor <= 0:
+            raise FailedPrecondition("the hold has nothing to pay", reason="NOTHING_TO_PAY")
+        # The hold must outlive the charge: a charge in flight cannot race expiry.
+        await self._booking.extend_hold(hold.hold_id, hold.customer_id, self._config.hold_extension_seconds)
+        payment, created = await self._store.create(
+            hold_id=hold.hold_id,
+            event_id=hold.event_id,
+            customer_id=hold.customer_id,
+            amount_minor=hold.amount_minor,
+            currency=hold.currency,
+            payment_method=payment_method,
+        )
+        if not created:
+            return payment
+        self._metrics.payments_entered.labels(PaymentState.PENDING.value).inc()
+        try:
+            result = await self._bounded(lambda: self._provider.charge(self._charge_request(payment)))
+        except TimeoutError:
+            # The outcome is unknown: a webhook, a ConfirmPayment or the
+            # reconciler will learn it with the same key.
+            return payment
+        except ProviderError as err:
+            return await self._move(payment, PaymentState.FAILED, failure_reason=err.code) or await self.get(
+                payment.payment_id
+            )
+        return await self.apply_charge(payment.payment_id, result)
+
+    # -- provider facts
+
+    async def apply_charge(self, payment_id: str, result: ChargeResult) -> Payment:
+        """Record what the provider says of the payment's charge."""
+        payment = await self.get(payment_id)
+        target = _CHARGE_STATES.get(result.status)
+        if target is None:
+            return payment  # still processing
+        if payment.state == PaymentState.PENDING:
+            moved = await self._move(
+                payment, target, provider_payment_id=result.charge_id, failure_reason=result.failure_code or None
+            )
+            if moved is not None:
+                return moved
+            payment = await self.get(payment_id)
+        if target == PaymentState.CAPTURED and payment.state in (PaymentState.DECLINED, PaymentState.FAILED):
+            # Captured after the payment was given up: the money goes back.
+            moved = await self._move(
+                payment,
+                PaymentState.REFUND_REQUIRED,
+                provider_payment_id=result.charge_id,
+                failure_reason="LATE_CAPTURE",
+            )
+            if moved is not None:
+                return moved
+            payment = await self.get(payment_id)
+        return payment
+
+    # -- settling (ConfirmPayment, webhooks, the reconciler)
+
+    async def settle(self, payment_id: str, *, submit_missing: bool = True) -> Payment:
+        """Drive the payment to a final state: learn the charge's outcome,
+        confirm the hold, or refund money that can no longer buy it.
+
+        ``submit_missing``: a charge the provider never received is sent now
+        (same key, so never twice); without it, such a payment fails.
+        UNAVAILABLE while the outcome cannot be known yet.
+        """
+        payment = await self.get(payment_id)
+        for _ in range(_MAX_SETTLE_STEPS):
+            if self._hooks.before_settle_step is not None:
+                await self._hooks.before_settle_step(payment)
+            if payment.state == PaymentState.PENDING:
+                payment = await self._settle_pending(payment, submit_missing=submit_missing)
+                if payment.state == PaymentState.PENDING:
+                    raise Unavailable(
+                        "the provider is still processing the charge; retry",
+                        reason="PAYMENT_PROCESSING",
+                        metadata={"payment_id": payment_id},
+                    )
+            elif payment.state == PaymentState.CAPTURED:
+                payment = await self._confirm(payment)
+            elif payment.state == PaymentState.REFUND_REQUIRED:
+                before = payment
+                payment = await self.refund(
+                    payment_id,
+                    request_key=AUTOMATIC_REFUND_KEY,
+                    amount_minor=None,
+                    currency=None,
+                    reason=payment.failure_reason or "automatic refund",
+                    source=RefundSource.AUTOMATIC,
+                )
+                if payment.state == before.state:
+                    return payment  # the refund failed; the reconciler retries
+            else:
+                return payment
+        return payment
+
+    async def _settle_pending(self, payment: Payment, *, submit_missing: bool) -> Payment:
+        try:
+            result = await self._bounded(lambda: self._provider.retrieve_charge(payment.provider_idempotency_key))
+            if result is None:
+                if not submit_missing:
+                    moved = await self._move(payment, PaymentState.FAILED, failure_reason="CHARGE_NOT_SUBMITTED")
+                    return moved or await self.get(payment.payment_id)
+                result = await self._bounded(lambda: self._provider.charge(self._charge_request(payment)))
+        except TimeoutError:
+            raise Unavailable("the payment provider did not answer in time", reason="PROVIDER_TIMEOUT") from None
+        except ProviderError as err:
+            moved = await self._move(payment, PaymentState.FAILED, failure_reason=err.code)
+            return moved or await self.get(payment.payment_id)
+        return await self.apply_charge(payment.payment_id, result)
+
+    async def _confirm(self, payment: Payment) -> Payment:
+        if self._hooks.before_confirm_hold is not None:
+            await self._hooks.before_confirm_hold(payment)
+        try:
+            await self._booking.confirm_hold(
+                payment.hold_id,
+                confirm_key(payment.payment_id),
+                payment.payment_id,
+                payment.amount_minor,
+                payment.currency,
+            )
+        except (FailedPrecondition, NotFound, InvalidArgument, PermissionDenied) as err:
+            # The hold cannot be bought any more (expired and resold,
+            # released, another amount): the seat stays with whoever has it
+            # and the money goes back.
+            _log.info(
+                "captured payment cannot confirm its hold; refunding",
+                extra={"payment_id": payment.payment_id, "reason": err.reason},
+            )
+            moved = await self._move(payment, PaymentState.REFUND_REQUIRED, failure_reason=err.reason)
+            return moved or await self.get(payment.payment_id)
+        moved = await self._move(payment, PaymentState.SUCCEEDED)
+        return moved or await self.get(payment.payment_id)
+
+    # -- refunds
+
+    async def refund(
+        self,
+        payment_id: str,
+        *,
+        request_key: str,
+        amount_minor: int | None,
+        currency: str | None,
+        reason: str,
+        source: RefundSource,
+    ) -> Payment:
+        """Refund (part of) a captured payment once per key."""
+        refund = await self._store.reserve_refund(
+            payment_id,
+            request_key=request_key,
+            amount_minor=amount_minor,
+            currency=currency,
+            reason=reason,
+            source=source,
+        )
+        payment = await self.get(payment_id)
+        if refund.state.value != "PENDING":
+            return payment
+        request = RefundRequest(
+            refund_provider_key(refund), payment.provider_payment_id, refund.amount_minor, refund.currency
+        )
+        try:
+            result = await self._bounded(lambda: self._provider.refund(request))
+        except TimeoutError:
+            raise Unavailable("the refund is pending with the provider; retry", reason="REFUND_PENDING") from None
+        except ProviderError as err:
+            await self._store.finish_refund(
+                refund.refund_id, succeeded=False, provider_refund_id="", failure_reason=err.code
+            )
+            self._metrics.refunds.labels(source.value, "failed").inc()
+            raise FailedPrecondition(
+                "the provider refused the refund", reason="REFUND_FAILED", metadata={"provider_code": err.code}
+            ) from None
+        succeeded = result.status == RefundStatus.SUCCEEDED
+        updated = await self._store.finish_refund(
+            refund.refund_id,
+            succeeded=succeeded,
+            provider_refund_id=result.refund_id,
+            failure_reason=result.failure_code,
+        )
+        self._metrics.refunds.labels(source.value, "succeeded" if succeeded else "failed").inc()
+        if updated.state != payment.state:
+            self._metrics.payments_entered.labels(updated.state.value).inc()
+        return updated
+
+    async def retry_refund(self, payment_id: str, request_key: str, source: RefundSource) -> Payment:
+        """Send a pending refund again (same key: at most one refund)."""
+        return await self.refund(
+            payment_id, request_key=request_key, amount_minor=None, currency=None, reason="", source=source
+        )
+
+    # -- webhooks
+
+    async def apply_webhook(self, event: WebhookEvent) -> Payment | None:
+        """Apply one provider event; facts only move a payment forward, so
+        events arriving twice or out of order change nothing more."""
+        payment = await self._webhook_payment(event)
+        if payment is None:
+            return None
+        data = event.data
+        if event.type in ("charge.succeeded", "charge.failed"):
+            if data.get("idempotency_key") != payment.provider_idempotency_key:
+                _log.warning("webhook charge does not match its payment", extra={"provider_event_id": event.event_id})
+                return payment
+            status = {"captured": ChargeStatus.CAPTURED, "declined": ChargeStatus.DECLINED}.get(
+                str(data.get("status")), ChargeStatus.FAILED
+            )
+            result = ChargeResult(
+                charge_id=str(data.get("id", "")),
+                status=status,
+                amount_minor=int(data.get("amount", 0)),
+                currency=str(data.get("currency", "")),
+                failure_code=str(data.get("failure_code", "")),
+            )
+            payment = await self.apply_charge(payment.payment_id, result)
+            if payment.state in (PaymentState.CAPTURED, PaymentState.REFUND_REQUIRED):
+                payment = await self.settle(payment.payment_id)
+            return payment
+        if event.type in ("charge.refunded", "refund.failed"):
+            refund_data = data.get("refund")
+            if isinstance(refund_data, dict):
+                refund = await self._store.refund_by_provider_key(str(refund_data.get("idempotency_key", "")))
+                if refund is not None and refund.payment_id == payment.payment_id and refund.state.value == "PENDING":
+                    succeeded = event.type == "charge.refunded"
+                    payment = await self._store.finish_refund(
+                        refund.refund_id,
+                        succeeded=succeeded,
+                        provider_refund_id=str(refund_data.get("id", "")),
+                        failure_reason="" if succeeded else "refund_failed",
+                    )
+                    self._metrics.refunds.labels(refund.source.value, "succeeded" if succeeded else "failed").inc()
+            return payment
+        return payment
+
+    async def _webhook_payment(self, event: WebhookEvent) -> Payment | None:
+        try:
+            payment_id = str(uuid.UUID(event.payment_id))
+        except ValueError:
+            return None
+        return await self._store.get(payment_id)
+
+    # -- helpers
+
+    def _charge_request(self, payment: Payment) -> ChargeRequest:
+        return ChargeRequest(
+            idempotency_key=payment.provider_idempotency_key,
+            amount_minor=payment.amount_minor,
+            currency=payment.currency,
+            payment_method=payment.payment_method,
+            metadata={"payment_id": payment.payment_id, "hold_id": payment.hold_id},
+        )
+
+    async def _bounded(self, call: Callable[[], Awaitable[T]]) -> T:
+        """A provider call bounded by the provider timeout and the current
+        deadline less a margin to record the answer; TimeoutError past it."""
+        budget = min(self._config.provider_timeout_seconds, deadline.remaining() - _RECORD_MARGIN_SECONDS)
+        async with asyncio.timeout(max(budget, 0.01)):
+            return await call()
+
+    async def _move(
+        self,
+        payment: Payment,
+        target: PaymentState,
+        *,
+        provider_payment_id: str | None = None,
+        failure_reason: str | None = None,
+    ) -> Payment | None:
+        moved = await self._store.transition(
+            payment.payment_id,
+            [payment.state],
+            target,
+            provider_payment_id=provider_payment_id,
+            failure_reason=failure_reason,
+        )
+        if moved is not None:
+            self._metrics.payments_entered.labels(target.value).inc()
+            _log.info(
+                "payment moved",
+                extra={"payment_id": payment.payment_id, "from": payment.state.value, "to": target.value},
+            )
+        return moved

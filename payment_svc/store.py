@@ -1,0 +1,390 @@
+"""Payments and refunds in Postgres.
+
+Every change of a payment's state is one conditional UPDATE from the states
+it may come from: two settlers racing on one payment (a webhook and a
+ConfirmPayment, say) cannot both make the same move, and the loser re-reads.
+Refunds reserve their amount under the payment's row lock, so concurrent
+refunds never give back more than was taken.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol
+
+import psycopg
+
+from boxoffice import db
+from boxoffice.errors import FailedPrecondition, InvalidArgument, NotFound
+from boxoffice.runtime import Pool
+from payment_svc.model import (
+    MONEY_TAKEN,
+    Payment,
+    PaymentState,
+    Refund,
+    RefundSource,
+    RefundState,
+    provider_key,
+)
+
+_PAYMENT_COLUMNS = (
+    "payment_id::text, hold_id::text, attempt, event_id, customer_id, amount_minor, currency, payment_method, "
+    "state, provider_idempotency_key, coalesce(provider_payment_id, ''), failure_reason, refunded_minor, "
+    "created_at, updated_at"
+)
+_REFUND_COLUMNS = (
+    "refund_id::text, payment_id::text, request_key, amount_minor, currency, reason, source, state, "
+    "coalesce(provider_refund_id, ''), failure_reason"
+)
+
+LIVE_STATES = (
+    PaymentState.PENDING,
+    PaymentState.CAPTURED,
+    PaymentState.SUCCEEDED,
+    PaymentState.PARTIALLY_REFUNDED,
+)
+_REFUNDABLE = (PaymentState.SUCCEEDED, PaymentState.PARTIALLY_REFUNDED, PaymentState.REFUND_REQUIRED)
+
+
+def _payment(row: Sequence[Any]) -> Payment:
+    return Payment(
+        payment_id=row[0],
+        hold_id=row[1],
+        attempt=row[2],
+        event_id=row[3],
+        customer_id=row[4],
+        amount_minor=row[5],
+        currency=row[6],
+        payment_method=row[7],
+        state=PaymentState(row[8]),
+        provider_idempotency_key=row[9],
+        provider_payment_id=row[10],
+        failure_reason=row[11],
+        refunded_minor=row[12],
+        created_at=row[13],
+        updated_at=row[14],
+    )
+
+
+def _refund(row: Sequence[Any]) -> Refund:
+    return Refund(
+        refund_id=row[0],
+        payment_id=row[1],
+        request_key=row[2],
+        amount_minor=row[3],
+        currency=row[4],
+        reason=row[5],
+        source=RefundSource(row[6]),
+        state=RefundState(row[7]),
+        provider_refund_id=row[8],
+        failure_reason=row[9],
+    )
+
+
+class PaymentStore(Protocol):
+    async def create(
+        self,
+        *,
+        hold_id: str,
+        event_id: int,
+        customer_id: str,
+        amount_minor: int,
+        currency: str,
+        payment_method: str,
+    ) -> tuple[Payment, bool]:
+        """A new PENDING payment for the hold, or (the live one, False)."""
+
+    async def get(self, payment_id: str) -> Payment | None: ...
+
+    async def live_for_hold(self, hold_id: str) -> Payment | None: ...
+
+    async def transition(
+        self,
+        payment_id: str,
+        sources: Collection[PaymentState],
+        target: PaymentState,
+        *,
+        provider_payment_id: str | None = None,
+        failure_reason: str | None = None,
+    ) -> Payment | None:
+        """Move from one of ``sources`` to ``target``; None if it was not in one."""
+
+    async def unsettled(self, older_than_seconds: float, limit: int) -> list[str]: ...
+
+    async def count_by_state(self) -> dict[str, int]: ...
+
+    async def reserve_refund(
+        self,
+        payment_id: str,
+        *,
+        request_key: str,
+        amount_minor: int | None,
+        currency: str | None,
+        reason: str,
+        source: RefundSource,
+    ) -> Refund:
+        """A PENDING refund for the key (the existing one on a repeat)."""
+
+    async def finish_refund(
+        self, refund_id: str, *, succeeded: bool, provider_refund_id: str, failure_reason: str = ""
+    ) -> Payment: ...
+
+    async def refund_by_provider_key(self, request_key: str) -> Refund | None: ...
+
+    async def pending_refunds(self, older_than_seconds: float, limit: int) -> list[Refund]: ...
+
+
+class PgPaymentStore:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def create(
+        self,
+        *,
+        hold_id: str,
+        event_id: int,
+        customer_id: str,
+        amount_minor: int,
+        currency: str,
+        payment_method: str,
+    ) -> tuple[Payment, bool]:
+        for _ in range(3):
+            existing = await self.live_for_hold(hold_id)
+            if existing is not None:
+                return existing, False
+            payment_id = str(uuid.uuid4())
+            try:
+                async with db.transaction(self._pool) as conn:
+                    cur = await conn.execute(
+                        "SELECT coalesce(max(attempt), 0) + 1 FROM payments WHERE hold_id = %s", (hold_id,)
+                    )
+                    row = await cur.fetchone()
+                    attempt = int(row[0]) if row else 1
+                    cur = await conn.execute(
+                        f"""
+                        INSERT INTO payments (payment_id, hold_id, attempt, event_id, customer_id, amount_minor,
+                                              currency, payment_method, state, provider_idempotency_key)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s)
+                        RETURNING {_PAYMENT_COLUMNS}
+                        """,
+                        (
+                            payment_id,
+                            hold_id,
+                            attempt,
+                            event_id,
+                            customer_id,
+                            amount_minor,
+                            currency,
+                            payment_method,
+                            provider_key(hold_id, attempt),
+                        ),
+                    )
+                    created = await cur.fetchone()
+                    assert created is not None
+                    return _payment(created), True
+            except psycopg.errors.UniqueViolation:
+                continue  # a concurrent start for the same hold won: answer with its payment
+        raise FailedPrecondition("the hold's payment is changing; retry", reason="PAYMENT_CONTENDED")
+
+    async def get(self, payment_id: str) -> Payment | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE payment_id = %s", (payment_id,))
+            row = await cur.fetchone()
+        return None if row is None else _payment(row)
+
+    async def live_for_hold(self, hold_id: str) -> Payment | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE hold_id = %s AND state = ANY(%s)",
+                (hold_id, [s.value for s in LIVE_STATES]),
+            )
+            row = await cur.fetchone()
+        return None if row is None else _payment(row)
+
+    async def transition(
+        self,
+        payment_id: str,
+        sources: Collection[PaymentState],
+        target: PaymentState,
+        *,
+        provider_payment_id: str | None = None,
+        failure_reason: str | None = None,
+    ) -> Payment | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                UPDATE payments
+                   SET state = %s,
+                       provider_payment_id = coalesce(%s, provider_payment_id),
+                       failure_reason = coalesce(%s, failure_reason),
+                       updated_at = now()
+                 WHERE payment_id = %s AND state = ANY(%s)
+                RETURNING {_PAYMENT_COLUMNS}
+                """,
+                (target.value, provider_payment_id, failure_reason, payment_id, [s.value for s in sources]),
+            )
+            row = await cur.fetchone()
+        return None if row is None else _payment(row)
+
+    async def unsettled(self, older_than_seconds: float, limit: int) -> list[str]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT payment_id::text FROM payments
+                 WHERE state IN ('PENDING', 'CAPTURED', 'REFUND_REQUIRED')
+                   AND updated_at < now() - make_interval(secs => %s)
+                 ORDER BY updated_at
+                 LIMIT %s
+                """,
+                (older_than_seconds, limit),
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+    async def count_by_state(self) -> dict[str, int]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute("SELECT state, count(*) FROM payments GROUP BY state")
+            return {row[0]: int(row[1]) for row in await cur.fetchall()}
+
+    async def reserve_refund(
+        self,
+        payment_id: str,
+        *,
+        request_key: str,
+        amount_minor: int | None,
+        currency: str | None,
+        reason: str,
+        source: RefundSource,
+    ) -> Refund:
+        async with db.transaction(self._pool) as conn:
+            # The row lock serialises refunds of one payment: what is left to
+            # refund is read and reserved without a concurrent refund between.
+            cur = await conn.execute(
+                f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE payment_id = %s FOR UPDATE", (payment_id,)
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFound("no such payment", reason="PAYMENT_NOT_FOUND", metadata={"payment_id": payment_id})
+            payment = _payment(row)
+            cur = await conn.execute(
+                f"SELECT {_REFUND_COLUMNS} FROM refunds WHERE payment_id = %s AND request_key = %s",
+                (payment_id, request_key),
+            )
+            existing = await cur.fetchone()
+            if existing is not None:
+                return _refund(existing)
+            if payment.state not in _REFUNDABLE:
+                raise FailedPrecondition(
+                    f"a {payment.state.value} payment cannot be refunded",
+                    reason="PAYMENT_NOT_REFUNDABLE",
+                    metadata={"payment_id": payment_id, "state": payment.state.value},
+                )
+            if currency is not None and currency != payment.currency:
+                raise InvalidArgument(
+                    "the refund's currency is not the payment's",
+                    reason="CURRENCY_MISMATCH",
+                    metadata={"currency": currency, "payment_currency": payment.currency},
+                )
+            cur = await conn.execute(
+                "SELECT coalesce(sum(amount_minor), 0) FROM refunds WHERE payment_id = %s AND state <> 'FAILED'",
+                (payment_id,),
+            )
+            total = await cur.fetchone()
+            reserved = int(total[0]) if total else 0
+            left = payment.amount_minor - reserved
+            amount = left if amount_minor is None else amount_minor
+            if left <= 0:
+                raise FailedPrecondition(
+                    "the payment is already fully refunded",
+                    reason="NOTHING_TO_REFUND",
+                    metadata={"payment_id": payment_id},
+                )
+            if amount > left:
+                raise FailedPrecondition(
+                    "the refund exceeds what is left to refund",
+                    reason="REFUND_EXCEEDS_PAYMENT",
+                    metadata={"payment_id": payment_id, "left_minor": str(left), "amount_minor": str(amount)},
+                )
+            cur = await conn.execute(
+                f"""
+                INSERT INTO refunds (refund_id, payment_id, request_key, amount_minor, currency, reason, source, state)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, 'PENDING')
+                RETURNING {_REFUND_COLUMNS}
+                """,
+                (str(uuid.uuid4()), payment_id, request_key, amount, payment.currency, reason, source.value),
+            )
+            created = await cur.fetchone()
+            assert created is not None
+            return _refund(created)
+
+    async def finish_refund(
+        self, refund_id: str, *, succeeded: bool, provider_refund_id: str, failure_reason: str = ""
+    ) -> Payment:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                UPDATE refunds SET state = %s, provider_refund_id = %s, failure_reason = %s, updated_at = now()
+                 WHERE refund_id = %s AND state = 'PENDING'
+                RETURNING payment_id::text, amount_minor
+                """,
+                ("SUCCEEDED" if succeeded else "FAILED", provider_refund_id, failure_reason, refund_id),
+            )
+            moved = await cur.fetchone()
+            if moved is not None and succeeded:
+                await conn.execute(
+                    """
+                    UPDATE payments
+                       SET refunded_minor = refunded_minor + %s,
+                           state = CASE
+                               WHEN refunded_minor + %s >= amount_minor THEN 'REFUNDED'
+                               WHEN state = 'REFUND_REQUIRED' THEN 'REFUND_REQUIRED'
+                               ELSE 'PARTIALLY_REFUNDED' END,
+                           updated_at = now()
+                     WHERE payment_id = %s
+                    """,
+                    (moved[1], moved[1], moved[0]),
+                )
+            cur = await conn.execute(
+                f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE payment_id = "
+                "(SELECT payment_id FROM refunds WHERE refund_id = %s)",
+                (refund_id,),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _payment(row)
+
+    async def refund_by_provider_key(self, request_key: str) -> Refund | None:
+        """The refund whose provider key (``refund_<id>``) is given."""
+        refund_id = request_key.removeprefix("refund_")
+        try:
+            uuid.UUID(refund_id)
+        except ValueError:
+            return None
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(f"SELECT {_REFUND_COLUMNS} FROM refunds WHERE refund_id = %s", (refund_id,))
+            row = await cur.fetchone()
+        return None if row is None else _refund(row)
+
+    async def pending_refunds(self, older_than_seconds: float, limit: int) -> list[Refund]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                SELECT {_REFUND_COLUMNS} FROM refunds
+                 WHERE state = 'PENDING' AND updated_at < now() - make_interval(secs => %s)
+                 ORDER BY updated_at LIMIT %s
+                """,
+                (older_than_seconds, limit),
+            )
+            return [_refund(row) for row in await cur.fetchall()]
+
+
+def refund_provider_key(refund: Refund) -> str:
+    return f"refund_{refund.refund_id}"
+
+
+def money_taken(payment: Payment) -> bool:
+    return payment.state in MONEY_TAKEN
+
+
+def _compliance(store: PgPaymentStore) -> PaymentStore:
+    return store

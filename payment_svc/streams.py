@@ -1,0 +1,208 @@
+"""A consumer group member on the ``ticket-issued`` stream.
+
+Each entry is handed to an idempotent handler and acknowledged only after
+the handler returns (its work committed). An entry whose handling fails
+stays pending and is retried; entries a dead consumer left pending are
+claimed with XAUTOCLAIM once idle long enough. Delivery is at least once,
+so handlers deduplicate by the outbox event id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psycopg
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from boxoffice import deadline
+from boxoffice.errors import BoxofficeError
+from payment_svc.metrics import ConsumerMetrics
+
+_log = logging.getLogger("payment_svc.streams")
+
+# Budget of one entry's handling.
+_HANDLE_SECONDS = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    entry_id: str
+    event_id: str
+    aggregate_id: str
+    type: str
+    payload: dict[str, Any]
+    # When the outbox row was written (epoch seconds).
+    created_at: float
+
+    @classmethod
+    def parse(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> StreamEntry:
+        def text(name: str) -> str:
+            return fields[name.encode()].decode()
+
+        payload = json.loads(fields[b"payload"])
+        if not isinstance(payload, dict):
+            raise ValueError("payload is not an object")
+        return cls(
+            entry_id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+            event_id=text("event_id"),
+            aggregate_id=text("aggregateid"),
+            type=text("type"),
+            payload=payload,
+            created_at=float(text("created_at")),
+        )
+
+
+class EntryHandler(Protocol):
+    async def handle(self, entry: StreamEntry) -> None:
+        """Apply the entry idempotently; raise to leave it pending for a retry."""
+
+
+@dataclass
+class ConsumerHooks:
+    """Test hook at the consumer's crash point (after the work, before the ack)."""
+
+    after_handle: Callable[[StreamEntry], Awaitable[None]] | None = None
+
+
+def consumer_name() -> str:
+    """A name unique to this process."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class StreamConsumer:
+    def __init__(
+        self,
+        *,
+        redis: aioredis.Redis,
+        stream: str,
+        group: str,
+        name: str,
+        handler: EntryHandler,
+        metrics: ConsumerMetrics,
+        batch_size: int = 100,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 30_000,
+        hooks: ConsumerHooks | None = None,
+    ) -> None:
+        self._redis = redis
+        self._stream = stream
+        self.group = group
+        self.name = name
+        self._handler = handler
+        self._metrics = metrics
+        self._batch_size = batch_size
+        self._block_ms = block_ms
+        self._claim_idle_ms = claim_idle_ms
+        self._hooks = hooks or ConsumerHooks()
+
+    async def prepare(self) -> None:
+        async with deadline.bounded():
+            try:
+                await self._redis.xgroup_create(self._stream, self.group, id="0", mkstream=True)
+            except redis.exceptions.ResponseError as err:
+                if "BUSYGROUP" not in str(err):
+                    raise
+
+    async def read_once(self, *, block_ms: int | None = None) -> int:
+        """Read and handle new entries; the number acknowledged."""
+        block = self._block_ms if block_ms is None else block_ms
+        with deadline.scope(block / 1000 + 5):
+            async with deadline.bounded():
+                answer: Any = await self._redis.xreadgroup(
+                    self.group, self.name, {self._stream: ">"}, count=self._batch_size, block=block or None
+                )
+        done = 0
+        for _, entries in answer or []:
+            for entry_id, fields in entries:
+                done += await self._process(entry_id, fields)
+        return done
+
+    async def claim_once(self) -> int:
+        """Claim and handle entries idle longer than the claim time; the
+        number acknowledged."""
+        cursor: bytes | str = "0-0"
+        done = 0
+        for _ in range(100):  # a bounded sweep; the next round goes on
+            with deadline.scope(5):
+                async with deadline.bounded():
+                    answer = await self._redis.xautoclaim(
+                        self._stream,
+                        self.group,
+                        self.name,
+                        self._claim_idle_ms,
+                        start_id=cursor,
+                        count=self._batch_size,
+                    )
+            cursor = answer[0]
+            for entry_id, fields in answer[1]:
+                if entry_id is None:  # deleted from the stream while pending
+                    continue
+                self._metrics.claimed.inc()
+                done += await self._process(entry_id, fields)
+            if cursor in (b"0-0", "0-0"):
+                break
+        return done
+
+    async def refresh_gauges(self) -> None:
+        with deadline.scope(5):
+            async with deadline.bounded():
+                summary = await self._redis.xpending(self._stream, self.group)
+        self._metrics.pending.set(int(summary["pending"]))
+
+    async def _process(self, entry_id: bytes | str, fields: dict[bytes, bytes]) -> int:
+        try:
+            entry = StreamEntry.parse(entry_id, fields)
+        except (KeyError, ValueError, UnicodeDecodeError) as err:
+            # A malformed entry can never succeed: acknowledge it, loudly.
+            _log.error("malformed stream entry acknowledged", extra={"entry_id": str(entry_id), "error": repr(err)})
+            await self._ack(entry_id)
+            return 1
+        try:
+            with deadline.scope(_HANDLE_SECONDS):
+                await self._handler.handle(entry)
+        except (BoxofficeError, psycopg.Error, redis.exceptions.RedisError, OSError, ValueError) as err:
+            self._metrics.failed.inc()
+            _log.warning(
+                "stream entry failed; it stays pending",
+                extra={"group": self.group, "entry_id": entry.entry_id, "event_id": entry.event_id, "error": repr(err)},
+            )
+            return 0
+        if self._hooks.after_handle is not None:
+            await self._hooks.after_handle(entry)
+        await self._ack(entry_id)
+        self._metrics.processed.inc()
+        return 1
+
+    async def _ack(self, entry_id: bytes | str) -> None:
+        with deadline.scope(5):
+            async with deadline.bounded():
+                await self._redis.xack(self._stream, self.group, entry_id)
+
+    async def run(self) -> None:
+        """Consume until cancelled; claims what others left every so often."""
+        with deadline.scope(30):
+            await self.prepare()
+        loop = asyncio.get_running_loop()
+        next_claim = 0.0
+        backoff = 0.1
+        while True:
+            try:
+                if loop.time() >= next_claim:
+                    next_claim = loop.time() + max(self._claim_idle_ms / 2000, 0.05)
+                    await self.claim_once()
+                    await self.refresh_gauges()
+                await self.read_once()
+                backoff = 0.1
+            except (BoxofficeError, redis.exceptions.RedisError, OSError) as err:
+                _log.warning("stream consumer step failed; retrying", extra={"group": self.group, "error": repr(err)})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
