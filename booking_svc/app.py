@@ -1,11 +1,22 @@
-"""Composition of the booking service's processes (filled in by its issue)."""
+"""Composition of the booking service's processes: the BookingService server
+(with its seat gauges) and the hold-expiry sweeper."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from booking_svc import demo
+from booking_svc.config import BookingConfig
+from booking_svc.gate import OpenGate, RedisSeatGate, SeatGate
+from booking_svc.handler import BookingHandler
+from booking_svc.metrics import BookingMetrics, SweeperMetrics
+from booking_svc.seatmap import SeatMapCache
+from booking_svc.servicer import BookingServicer
+from booking_svc.stats import SeatGauges
+from booking_svc.store import PgBookingStore
+from booking_svc.sweeper import Sweeper
 from boxoffice.db import Migration, load_migrations
-from boxoffice.lifecycle import Component
+from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
 
 COMPONENT = "booking"
@@ -17,9 +28,43 @@ def migrations() -> list[Migration]:
     return load_migrations(COMPONENT, "booking_svc")
 
 
+def build_handler(rt: Runtime, config: BookingConfig, store: PgBookingStore, metrics: BookingMetrics) -> BookingHandler:
+    gate: SeatGate = (
+        RedisSeatGate(rt.redis(), ttl_seconds=config.seat_gate_ttl_seconds, metrics=metrics)
+        if config.seat_gate
+        else OpenGate()
+    )
+    return BookingHandler(
+        store=store,
+        signer=rt.token_signer,
+        clock=rt.clock,
+        gate=gate,
+        seat_maps=SeatMapCache(store, rt.clock, max_age_seconds=config.seat_map_max_age_seconds),
+        metrics=metrics,
+        config=config,
+    )
+
+
 async def build(rt: Runtime, role: str) -> list[Component]:
-    return []
+    config = BookingConfig.from_env(rt.env)
+    store = PgBookingStore(rt.pool())
+    if role == "server":
+        metrics = BookingMetrics.create(rt.registry)
+        servicer = BookingServicer(build_handler(rt, config, store, metrics))
+        gauges = SeatGauges(store, metrics, interval_seconds=config.stats_interval_seconds)
+        return [rt.grpc_server(COMPONENT, [servicer.registration()]), Loop("booking-seat-gauges", gauges.run)]
+    if role == "sweeper":
+        sweeper = Sweeper(
+            store,
+            rt.clock,
+            SweeperMetrics.create(rt.registry),
+            interval_seconds=config.sweep_interval_seconds,
+            batch_size=config.sweep_batch_size,
+            request_id_ttl_seconds=config.request_id_ttl_seconds,
+        )
+        return [Loop("booking-sweeper", sweeper.run)]
+    raise ValueError(f"booking has no role {role!r}")
 
 
 async def seed_demo(rt: Runtime) -> list[str]:
-    return []
+    return [await demo.seed(PgBookingStore(rt.pool()), rt.clock)]

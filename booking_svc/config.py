@@ -1,0 +1,52 @@
+"""The booking service's settings, from the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from boxoffice.config import Env
+
+
+@dataclass(frozen=True, slots=True)
+class BookingConfig:
+    """How holds, the seat map and the sweeper behave."""
+
+    # Redis SET NX gate per seat in front of Postgres (Postgres still decides).
+    seat_gate: bool
+    # How long a gate key may reject others; bounds how long a seat that
+    # Postgres says is free can be turned away by the gate.
+    seat_gate_ttl_seconds: float
+    # Age of the per-process seat map cache.
+    seat_map_max_age_seconds: float
+    # Expiry sweeper: pause between passes and holds ended per transaction.
+    sweep_interval_seconds: float
+    sweep_batch_size: int
+    # ExtendHold never takes a hold past this long after it was made.
+    max_hold_lifetime_seconds: int
+    # HoldSeats request ids are forgotten after this long.
+    request_id_ttl_seconds: int
+    # How often the per-section seat gauges are refreshed.
+    stats_interval_seconds: float
+
+    @classmethod
+    def from_env(cls, env: Env) -> BookingConfig:
+        return cls(
+            seat_gate=env.flag("BOXOFFICE_BOOKING_SEAT_GATE", False),
+            seat_gate_ttl_seconds=env.number(
+                "BOXOFFICE_BOOKING_SEAT_GATE_TTL_SECONDS", 2.0, minimum=0.05, maximum=10.0
+            ),
+            seat_map_max_age_seconds=env.number(
+                "BOXOFFICE_BOOKING_SEAT_MAP_MAX_AGE_SECONDS", 2.0, minimum=0.0, maximum=10.0
+            ),
+            sweep_interval_seconds=env.number(
+                "BOXOFFICE_BOOKING_SWEEP_INTERVAL_SECONDS", 1.0, minimum=0.05, maximum=300.0
+            ),
+            sweep_batch_size=env.integer("BOXOFFICE_BOOKING_SWEEP_BATCH_SIZE", 500, minimum=1, maximum=10_000),
+            max_hold_lifetime_seconds=env.integer(
+                "BOXOFFICE_BOOKING_MAX_HOLD_LIFETIME_SECONDS", 1800, minimum=60, maximum=86_400
+            ),
+            request_id_ttl_seconds=env.integer("BOXOFFICE_BOOKING_REQUEST_ID_TTL_SECONDS", 86_400, minimum=60),
+            stats_interval_seconds=env.number(
+                "BOXOFFICE_BOOKING_STATS_INTERVAL_SECONDS", 5.0, minimum=0.1, maximum=300.0
+            ),
+        )

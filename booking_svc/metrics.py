@@ -1,0 +1,86 @@
+"""The booking service's Prometheus metrics (registered on the process's
+registry, never a global one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from boxoffice.metrics import LATENCY_BUCKETS
+
+
+@dataclass(frozen=True)
+class BookingMetrics:
+    """Metrics of the BookingService server role."""
+
+    holds: Counter
+    hold_seconds: Histogram
+    confirms: Counter
+    gate: Counter
+    seats: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> BookingMetrics:
+        return cls(
+            holds=Counter(
+                "boxoffice_booking_holds",
+                "HoldSeats calls by result (held, replayed, or the error reason in lower case).",
+                ("result",),
+                registry=registry,
+            ),
+            hold_seconds=Histogram(
+                "boxoffice_booking_hold_seconds",
+                "Time to answer HoldSeats, token check to answer.",
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            confirms=Counter(
+                "boxoffice_booking_confirms",
+                "ConfirmHold calls by result (confirmed, or the error reason in lower case).",
+                ("result",),
+                registry=registry,
+            ),
+            gate=Counter(
+                "boxoffice_booking_seat_gate",
+                "Seat gate decisions: passed, rejected, or skipped (Redis failed; Postgres decided alone).",
+                ("result",),
+                registry=registry,
+            ),
+            seats=Gauge(
+                "boxoffice_booking_seats",
+                "Seats (or general-admission places) per section by state: available, held, sold.",
+                ("event_id", "section_id", "state"),
+                registry=registry,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class SweeperMetrics:
+    """Metrics of the expiry sweeper role."""
+
+    released_holds: Counter
+    released_seats: Counter
+    passes: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> SweeperMetrics:
+        return cls(
+            released_holds=Counter(
+                "boxoffice_booking_sweeper_released_holds",
+                "Lapsed holds the sweeper moved to EXPIRED.",
+                registry=registry,
+            ),
+            released_seats=Counter(
+                "boxoffice_booking_sweeper_released_seats",
+                "Seats the sweeper returned to sale.",
+                registry=registry,
+            ),
+            passes=Counter(
+                "boxoffice_booking_sweeper_passes",
+                "Sweeper passes by result (ok, error).",
+                ("result",),
+                registry=registry,
+            ),
+        )

@@ -1,0 +1,241 @@
+"""The booking domain as plain values: events, sections, seats, holds."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+
+class EventKind(enum.StrEnum):
+    CONCERT = "CONCERT"
+    FLIGHT = "FLIGHT"
+
+
+class SectionKind(enum.StrEnum):
+    SEATED = "SEATED"
+    GENERAL_ADMISSION = "GENERAL_ADMISSION"
+
+
+class HoldState(enum.StrEnum):
+    HELD = "HELD"
+    CONFIRMED = "CONFIRMED"
+    EXPIRED = "EXPIRED"
+    RELEASED = "RELEASED"
+    CANCELLED = "CANCELLED"
+
+
+# Hold time-to-live when the event names none (DESIGN flow 5).
+DEFAULT_HOLD_TTL_SECONDS = {EventKind.CONCERT: 300, EventKind.FLIGHT: 600}
+DEFAULT_MAX_SEATS_PER_CUSTOMER = 4
+MAX_SEATS_PER_HOLD = 4
+
+
+def utc(seconds: float) -> datetime:
+    """A clock reading as an aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    currency: str
+    amount_minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefundPolicy:
+    refundable_until: datetime | None
+    refund_percent: int
+
+    def refund_for(self, amount_minor: int, at: datetime) -> int:
+        """What cancelling at ``at`` gives back of ``amount_minor``."""
+        if self.refundable_until is None or at > self.refundable_until:
+            return 0
+        return amount_minor * self.refund_percent // 100
+
+
+@dataclass(frozen=True, slots=True)
+class SectionSpec:
+    section_id: str
+    display_name: str
+    kind: SectionKind
+    capacity: int
+    overbook_limit: int
+    price: Money
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    event_id: int
+    display_name: str
+    kind: EventKind
+    starts_at: datetime
+    hold_ttl_seconds: int
+    max_seats_per_customer: int
+    refund_policy: RefundPolicy
+    sections: tuple[SectionSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    section_id: str
+    display_name: str
+    kind: SectionKind
+    capacity: int
+    overbook_limit: int
+    price: Money
+    sold: int
+    held: int
+
+    @property
+    def available(self) -> int:
+        return max(0, self.capacity + self.overbook_limit - self.sold - self.held)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    event_id: int
+    display_name: str
+    kind: EventKind
+    starts_at: datetime
+    hold_ttl_seconds: int
+    max_seats_per_customer: int
+    refund_policy: RefundPolicy
+    sections: tuple[Section, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    section_id: str
+    row_label: str
+    first_seat_number: int
+    seat_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeatRef:
+    seat_id: int
+    row_label: str
+    seat_number: int
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    hold_id: UUID
+    event_id: int
+    customer_id: str
+    section_id: str
+    quantity: int
+    state: HoldState
+    amount: Money
+    expires_at: datetime
+    created_at: datetime
+    confirmed_at: datetime | None
+    payment_id: str | None
+    refund_amount_minor: int | None
+    seats: tuple[SeatRef, ...]
+
+    def state_at(self, now: datetime) -> HoldState:
+        """The state a client sees: a HELD hold past its expiry is EXPIRED
+        whether or not the sweeper has visited it yet."""
+        if self.state is HoldState.HELD and self.expires_at <= now:
+            return HoldState.EXPIRED
+        return self.state
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hold_id": str(self.hold_id),
+            "event_id": self.event_id,
+            "customer_id": self.customer_id,
+            "section_id": self.section_id,
+            "quantity": self.quantity,
+            "state": self.state.value,
+            "currency": self.amount.currency,
+            "amount_minor": self.amount.amount_minor,
+            "expires_at": self.expires_at.isoformat(),
+            "created_at": self.created_at.isoformat(),
+            "confirmed_at": None if self.confirmed_at is None else self.confirmed_at.isoformat(),
+            "payment_id": self.payment_id,
+            "refund_amount_minor": self.refund_amount_minor,
+            "seats": [[s.seat_id, s.row_label, s.seat_number, s.label] for s in self.seats],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Hold:
+        confirmed = data.get("confirmed_at")
+        return cls(
+            hold_id=UUID(data["hold_id"]),
+            event_id=int(data["event_id"]),
+            customer_id=str(data["customer_id"]),
+            section_id=str(data["section_id"]),
+            quantity=int(data["quantity"]),
+            state=HoldState(data["state"]),
+            amount=Money(str(data["currency"]), int(data["amount_minor"])),
+            expires_at=datetime.fromisoformat(data["expires_at"]),
+            created_at=datetime.fromisoformat(data["created_at"]),
+            confirmed_at=None if confirmed is None else datetime.fromisoformat(confirmed),
+            payment_id=data.get("payment_id"),
+            refund_amount_minor=data.get("refund_amount_minor"),
+            seats=tuple(SeatRef(int(s[0]), str(s[1]), int(s[2]), str(s[3])) for s in data.get("seats", [])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SeatSelection:
+    """Explicit seats (sorted, distinct)."""
+
+    seat_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuantitySelection:
+    """Best available seats of a seated section, or places of a
+    general-admission section."""
+
+    section_id: str
+    quantity: int
+
+
+Selection = SeatSelection | QuantitySelection
+
+
+@dataclass(frozen=True, slots=True)
+class SeatRow:
+    row_label: str
+    first_seat_id: int
+    first_seat_number: int
+    seat_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SectionSeatMap:
+    section: Section
+    rows: tuple[SeatRow, ...]
+    available_bitmap: bytes
+    available: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeatMap:
+    event_id: int
+    sections: tuple[SectionSeatMap, ...]
+    snapshot_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SectionCounters:
+    event_id: int
+    section_id: str
+    capacity: int
+    overbook_limit: int
+    sold: int
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    holds: int
+    seats: int

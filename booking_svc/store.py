@@ -1,0 +1,989 @@
+"""Booking storage on Postgres, the arbiter of every seat.
+
+HoldSeats is one statement (the ``booking_hold_seats`` function of migration
+0002): one implicit transaction committed by the server, so the hot section
+counter row is locked only for microseconds, never across a round trip to
+this process. The other mutations are short transactions through
+:func:`boxoffice.db.transaction` that take their locks in the order that
+function documents (hold rows, seats by ascending id, sections), so that no
+two transactions wait on each other in a cycle; a deadlock is retried once
+all the same.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from booking_svc.model import (
+    Event,
+    EventKind,
+    EventSpec,
+    Hold,
+    HoldState,
+    Money,
+    QuantitySelection,
+    RefundPolicy,
+    RowSpec,
+    SeatMap,
+    SeatRef,
+    SeatRow,
+    Section,
+    SectionCounters,
+    SectionKind,
+    SectionSeatMap,
+    Selection,
+    SweepResult,
+)
+from boxoffice import deadline
+from boxoffice.db import transaction
+from boxoffice.errors import (
+    Aborted,
+    AlreadyExists,
+    BoxofficeError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
+
+Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
+T = TypeVar("T")
+
+HOLD_COLUMNS = (
+    "hold_id, event_id, customer_id, section_id, quantity, state, amount_minor, currency, expires_at, "
+    "created_at, confirmed_at, payment_id, refund_amount_minor, seat_ids, row_labels, seat_numbers, labels"
+)
+
+
+class BookingStore(Protocol):
+    """What the booking handlers need from storage."""
+
+    async def create_event(self, spec: EventSpec) -> Event: ...
+
+    async def get_event(self, event_id: int) -> Event: ...
+
+    async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int: ...
+
+    async def seat_map(self, event_id: int, now: datetime) -> SeatMap: ...
+
+    async def hold_seats(
+        self,
+        *,
+        event_id: int,
+        customer_id: str,
+        selection: Selection,
+        hold_id: uuid.UUID,
+        request_id: str | None,
+        fingerprint: str,
+        now: datetime,
+    ) -> tuple[Hold, bool]: ...
+
+    async def get_hold(self, hold_id: uuid.UUID) -> Hold | None: ...
+
+    async def list_holds(
+        self, *, event_id: int, customer_id: str | None, limit: int, after: tuple[datetime, uuid.UUID] | None
+    ) -> list[Hold]: ...
+
+    async def release_hold(self, *, hold_id: uuid.UUID, customer_id: str, now: datetime) -> Hold: ...
+
+    async def extend_hold(
+        self, *, hold_id: uuid.UUID, customer_id: str, extend_by: timedelta, max_lifetime: timedelta, now: datetime
+    ) -> Hold: ...
+
+    async def confirm_hold(
+        self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
+    ) -> Hold: ...
+
+    async def cancel_booking(
+        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime
+    ) -> tuple[Hold, int]: ...
+
+    async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult: ...
+
+    async def section_counters(self) -> list[SectionCounters]: ...
+
+
+def _hold_from_row(row: Sequence[Any]) -> Hold:
+    (
+        hold_id,
+        event_id,
+        customer_id,
+        section_id,
+        quantity,
+        state,
+        amount_minor,
+        currency,
+        expires_at,
+        created_at,
+        confirmed_at,
+        payment_id,
+        refund_amount_minor,
+        seat_ids,
+        row_labels,
+        seat_numbers,
+        labels,
+    ) = row[:17]
+    return Hold(
+        hold_id=hold_id,
+        event_id=event_id,
+        customer_id=customer_id,
+        section_id=section_id,
+        quantity=quantity,
+        state=HoldState(state),
+        amount=Money(currency, amount_minor),
+        expires_at=expires_at,
+        created_at=created_at,
+        confirmed_at=confirmed_at,
+        payment_id=payment_id,
+        refund_amount_minor=refund_amount_minor,
+        seats=tuple(
+            SeatRef(seat_id=s, row_label=r, seat_number=n, label=lb)
+            for s, r, n, lb in zip(seat_ids, row_labels, seat_numbers, labels, strict=True)
+        ),
+    )
+
+
+def _hold_error(err: psycopg.Error, event_id: int, selection: Selection) -> BoxofficeError | None:
+    """The domain error for a SQLSTATE raised by ``booking_hold_seats``."""
+    detail = err.diag.message_detail or ""
+    section = selection.section_id if isinstance(selection, QuantitySelection) else ""
+    match err.sqlstate:
+        case "B1001":
+            return FailedPrecondition(
+                f"seats {detail} are not available", reason="SEAT_UNAVAILABLE", metadata={"seat_ids": detail}
+            )
+        case "B1002":
+            return ResourceExhausted(
+                "the section is sold out",
+                reason="SOLD_OUT",
+                metadata={"event_id": str(event_id), "section_id": section},
+            )
+        case "B1003":
+            limit, _, held = detail.partition(",")
+            return FailedPrecondition(
+                f"a customer may hold at most {limit} seats of this event at once",
+                reason="CUSTOMER_HOLD_LIMIT",
+                metadata={"limit": limit, "held": held},
+            )
+        case "B1004":
+            return InvalidArgument(
+                "request_id was already used for another selection",
+                reason="REQUEST_ID_REUSED",
+                metadata={"field": "request_id"},
+            )
+        case "B1005":
+            return NotFound(
+                f"event {event_id} does not exist", reason="EVENT_NOT_FOUND", metadata={"event_id": str(event_id)}
+            )
+        case "B1006":
+            return InvalidArgument(
+                f"section {detail!r} does not exist in event {event_id}",
+                reason="UNKNOWN_SECTION",
+                metadata={"field": "best_available.section_id", "section_id": detail},
+            )
+        case "B1007":
+            return InvalidArgument(
+                f"seats {detail} do not exist in event {event_id}",
+                reason="UNKNOWN_SEAT",
+                metadata={"field": "seats.seat_ids", "seat_ids": detail},
+            )
+        case "B1008":
+            return InvalidArgument(
+                "the seats must all be in one section",
+                reason="SEATS_IN_SEVERAL_SECTIONS",
+                metadata={"field": "seats.seat_ids"},
+            )
+        case "B1009":
+            return ResourceExhausted(
+                f"only {detail} seats are left in the section",
+                reason="NOT_ENOUGH_SEATS",
+                metadata={"available": detail, "section_id": section},
+            )
+        case "B1010":
+            return Aborted(
+                "the free seats are being taken by other customers; try again",
+                reason="SEATS_CONTENDED",
+                metadata={"section_id": section},
+            )
+    return None
+
+
+def _is_deadlock(err: BaseException) -> bool:
+    return isinstance(err, psycopg.errors.DeadlockDetected) or isinstance(
+        err.__cause__, psycopg.errors.DeadlockDetected
+    )
+
+
+async def _retry_deadlock_once(work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work``; once more if Postgres broke a deadlock by aborting it."""
+    try:
+        return await work()
+    except (Unavailable, psycopg.errors.DeadlockDetected) as err:
+        if not _is_deadlock(err):
+            raise
+    return await work()
+
+
+_ERROR_CLASSES: dict[str, type[BoxofficeError]] = {
+    cls.code.name: cls
+    for cls in (FailedPrecondition, NotFound, InvalidArgument, PermissionDenied, ResourceExhausted, Aborted)
+}
+
+
+def _outcome_of(result: Hold | BoxofficeError) -> dict[str, Any]:
+    if isinstance(result, Hold):
+        return {"hold": result.to_json()}
+    return {
+        "error": {
+            "code": result.code.name,
+            "reason": result.reason,
+            "message": result.message,
+            "metadata": result.metadata,
+        }
+    }
+
+
+def _replay(outcome: dict[str, Any]) -> Hold:
+    if "hold" in outcome:
+        return Hold.from_json(outcome["hold"])
+    error = outcome["error"]
+    cls = _ERROR_CLASSES.get(error["code"], Internal)
+    raise cls(error["message"], reason=error["reason"], metadata=error["metadata"])
+
+
+class PgBookingStore:
+    """:class:`BookingStore` on Postgres.
+
+    ``race_pause_seconds`` is a test hook: HoldSeats sleeps that long inside
+    its transaction, between claiming the seats and moving the counter, to
+    hold race windows open. It is 0 (off) unless a test constructs the store
+    otherwise; nothing on the wire can set it.
+    """
+
+    def __init__(self, pool: Pool, *, race_pause_seconds: float = 0.0) -> None:
+        self._pool = pool
+        self._race_pause_seconds = race_pause_seconds
+
+    # -- events and inventory ------------------------------------------------
+
+    async def create_event(self, spec: EventSpec) -> Event:
+        async with transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds,
+                                    max_seats_per_customer, refundable_until, refund_percent)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (event_id) DO NOTHING
+                RETURNING event_id
+                """,
+                (
+                    spec.event_id,
+                    spec.display_name,
+                    spec.kind.value,
+                    spec.starts_at,
+                    spec.hold_ttl_seconds,
+                    spec.max_seats_per_customer,
+                    spec.refund_policy.refundable_until,
+                    spec.refund_policy.refund_percent,
+                ),
+            )
+            if await cur.fetchone() is None:
+                raise AlreadyExists(
+                    f"event {spec.event_id} already exists",
+                    reason="EVENT_EXISTS",
+                    metadata={"event_id": str(spec.event_id)},
+                )
+            async with conn.cursor() as many:
+                await many.executemany(
+                    """
+                    INSERT INTO sections (event_id, section_id, display_name, kind, capacity, overbook_limit,
+                                          price_minor, currency)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                    """,
+                    [
+                        (
+                            spec.event_id,
+                            s.section_id,
+                            s.display_name,
+                            s.kind.value,
+                            s.capacity,
+                            s.overbook_limit,
+                            s.price.amount_minor,
+                            s.price.currency,
+                        )
+                        for s in spec.sections
+                    ],
+                )
+            return await self._read_event(conn, spec.event_id)
+
+    async def get_event(self, event_id: int) -> Event:
+        async with transaction(self._pool) as conn:
+            return await self._read_event(conn, event_id)
+
+    async def _read_event(self, conn: AsyncConnection[TupleRow], event_id: int) -> Event:
+        cur = await conn.execute(
+            """
+            SELECT display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
+                   refundable_until, refund_percent
+              FROM events WHERE event_id = %s
+            """,
+            (event_id,),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise NotFound(
+                f"event {event_id} does not exist", reason="EVENT_NOT_FOUND", metadata={"event_id": str(event_id)}
+            )
+        cur = await conn.execute(
+            """
+            SELECT section_id, display_name, kind, capacity, overbook_limit, price_minor, currency, sold, held
+              FROM sections WHERE event_id = %s ORDER BY section_id
+            """,
+            (event_id,),
+        )
+        sections = tuple(
+            Section(
+                section_id=r[0],
+                display_name=r[1],
+                kind=SectionKind(r[2]),
+                capacity=r[3],
+                overbook_limit=r[4],
+                price=Money(r[6], r[5]),
+                sold=r[7],
+                held=r[8],
+            )
+            for r in await cur.fetchall()
+        )
+        return Event(
+            event_id=event_id,
+            display_name=row[0],
+            kind=EventKind(row[1]),
+            starts_at=row[2],
+            hold_ttl_seconds=row[3],
+            max_seats_per_customer=row[4],
+            refund_policy=RefundPolicy(row[5], row[6]),
+            sections=sections,
+        )
+
+    async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int:
+        """Add seats row by row; every row is checked before anything is
+        written, and all of them are written or none. Seat ids are
+        consecutive within a row (the event's row lock serialises loads)."""
+        async with transaction(self._pool, default_seconds=60.0) as conn:
+            cur = await conn.execute("SELECT 1 FROM events WHERE event_id = %s FOR UPDATE", (event_id,))
+            if await cur.fetchone() is None:
+                raise NotFound(
+                    f"event {event_id} does not exist", reason="EVENT_NOT_FOUND", metadata={"event_id": str(event_id)}
+                )
+            cur = await conn.execute("SELECT section_id, kind FROM sections WHERE event_id = %s", (event_id,))
+            kinds = {r[0]: r[1] for r in await cur.fetchall()}
+            for index, spec in enumerate(rows):
+                field = f"rows[{index}].section_id"
+                if spec.section_id not in kinds:
+                    raise InvalidArgument(
+                        f"{field}: section {spec.section_id!r} does not exist in event {event_id}",
+                        reason="UNKNOWN_SECTION",
+                        metadata={"field": field, "section_id": spec.section_id},
+                    )
+                if kinds[spec.section_id] != SectionKind.SEATED.value:
+                    raise InvalidArgument(
+                        f"{field}: section {spec.section_id!r} is general admission and has no seats",
+                        reason="SECTION_NOT_SEATED",
+                        metadata={"field": field, "section_id": spec.section_id},
+                    )
+            cur = await conn.execute(
+                """
+                SELECT r.section_id, r.row_label FROM seat_rows r
+                  JOIN unnest(%s::text[], %s::text[]) AS n(section_id, row_label)
+                    ON r.section_id = n.section_id AND r.row_label = n.row_label
+                 WHERE r.event_id = %s
+                 ORDER BY 1, 2
+                """,
+                ([r.section_id for r in rows], [r.row_label for r in rows], event_id),
+            )
+            existing = await cur.fetchall()
+            if existing:
+                names = ",".join(f"{s}/{r}" for s, r in existing[:20])
+                raise AlreadyExists(
+                    f"rows already loaded: {names}", reason="ROW_EXISTS", metadata={"rows": names, "field": "rows"}
+                )
+            cur = await conn.execute("SELECT COALESCE(max(seat_id), 0) FROM seats WHERE event_id = %s", (event_id,))
+            fetched = await cur.fetchone()
+            next_id = int(fetched[0]) + 1 if fetched else 1
+            first_ids: list[int] = []
+            for spec in rows:
+                first_ids.append(next_id)
+                next_id += spec.seat_count
+            params = (
+                [r.section_id for r in rows],
+                [r.row_label for r in rows],
+                first_ids,
+                [r.first_seat_number for r in rows],
+                [r.seat_count for r in rows],
+                event_id,
+            )
+            await conn.execute(
+                """
+                INSERT INTO seat_rows (event_id, section_id, row_label, first_seat_id, first_seat_number, seat_count)
+                SELECT %s, n.section_id, n.row_label, n.first_id, n.first_number, n.seat_count
+                  FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::int[], %s::int[])
+                       AS n(section_id, row_label, first_id, first_number, seat_count)
+                """,
+                (event_id, *params[:5]),
+            )
+            await conn.execute(
+                """
+                INSERT INTO seats (event_id, seat_id, section_id, row_label, seat_number, label)
+                SELECT %s, n.first_id + g.i, n.section_id, n.row_label, n.first_number + g.i,
+                       n.section_id || '-' || n.row_label || '-' || (n.first_number + g.i)
+                  FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::int[], %s::int[])
+                       AS n(section_id, row_label, first_id, first_number, seat_count)
+                  CROSS JOIN LATERAL generate_series(0, n.seat_count - 1) AS g(i)
+                """,
+                (event_id, *params[:5]),
+            )
+            added: dict[str, int] = defaultdict(int)
+            for spec in rows:
+                added[spec.section_id] += spec.seat_count
+            for section_id in sorted(added):
+                await conn.execute(
+                    "UPDATE sections SET capacity = capacity + %s WHERE event_id = %s AND section_id = %s",
+                    (added[section_id], event_id, section_id),
+                )
+            return sum(added.values())
+
+    async def seat_map(self, event_id: int, now: datetime) -> SeatMap:
+        async with transaction(self._pool) as conn:
+            event = await self._read_event(conn, event_id)
+            cur = await conn.execute(
+                """
+                SELECT section_id, row_label, first_seat_id, first_seat_number, seat_count
+                  FROM seat_rows WHERE event_id = %s ORDER BY section_id, first_seat_id
+                """,
+                (event_id,),
+            )
+            rows: dict[str, list[SeatRow]] = defaultdict(list)
+            for r in await cur.fetchall():
+                rows[r[0]].append(SeatRow(r[1], r[2], r[3], r[4]))
+            cur = await conn.execute(
+                """
+                SELECT section_id,
+                       string_agg(CASE WHEN status = 'AVAILABLE' OR (status = 'HELD' AND hold_expires_at < %s)
+                                       THEN '1' ELSE '0' END, '' ORDER BY seat_id)
+                  FROM seats WHERE event_id = %s GROUP BY section_id
+                """,
+                (now, event_id),
+            )
+            bits = {r[0]: str(r[1]) for r in await cur.fetchall()}
+        sections: list[SectionSeatMap] = []
+        for section in event.sections:
+            flags = bits.get(section.section_id, "")
+            if section.kind is SectionKind.SEATED:
+                # Bit i (least significant first) is the i-th seat in id order.
+                bitmap = int(flags[::-1], 2).to_bytes((len(flags) + 7) // 8, "little") if flags else b""
+                available = flags.count("1")
+            else:
+                bitmap = b""
+                available = section.available
+            sections.append(SectionSeatMap(section, tuple(rows.get(section.section_id, ())), bitmap, available))
+        return SeatMap(event_id=event_id, sections=tuple(sections), snapshot_time=now)
+
+    # -- holds ---------------------------------------------------------------
+
+    async def hold_seats(
+        self,
+        *,
+        event_id: int,
+        customer_id: str,
+        selection: Selection,
+        hold_id: uuid.UUID,
+        request_id: str | None,
+        fingerprint: str,
+        now: datetime,
+    ) -> tuple[Hold, bool]:
+        if isinstance(selection, QuantitySelection):
+            seat_ids: list[int] | None = None
+            section_id: str | None = selection.section_id
+            quantity: int | None = selection.quantity
+        else:
+            seat_ids, section_id, quantity = sorted(selection.seat_ids), None, None
+        params = (
+            event_id,
+            customer_id,
+            seat_ids,
+            section_id,
+            quantity,
+            hold_id,
+            request_id,
+            fingerprint,
+            now,
+            self._race_pause_seconds,
+        )
+
+        async def attempt() -> tuple[Hold, bool]:
+            try:
+                rows = await self._statement(
+                    f"SELECT {HOLD_COLUMNS}, replayed FROM booking_hold_seats("
+                    "%s, %s, %s::bigint[], %s, %s, %s, %s, %s, %s, %s)",
+                    params,
+                )
+            except psycopg.errors.DeadlockDetected:
+                raise
+            except psycopg.DatabaseError as err:
+                domain = _hold_error(err, event_id, selection)
+                if domain is None:
+                    raise
+                raise domain from None
+            return _hold_from_row(rows[0]), bool(rows[0][17])
+
+        return await _retry_deadlock_once(attempt)
+
+    async def _statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """One autocommit statement: its own implicit transaction. The call's
+        deadline bounds it; running out cancels it in the server."""
+        budget = deadline.remaining()
+        try:
+            async with deadline.bounded(), self._pool.connection(timeout=budget) as conn:
+                cur = await conn.execute(sql.encode(), params)
+                return await cur.fetchall()
+        except psycopg.errors.QueryCanceled as err:
+            raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
+        except psycopg.errors.DeadlockDetected:
+            raise
+        except psycopg.OperationalError as err:
+            raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
+
+    async def get_hold(self, hold_id: uuid.UUID) -> Hold | None:
+        rows = await self._statement(f"SELECT {HOLD_COLUMNS} FROM hold_details WHERE hold_id = %s", (hold_id,))
+        return _hold_from_row(rows[0]) if rows else None
+
+    async def list_holds(
+        self, *, event_id: int, customer_id: str | None, limit: int, after: tuple[datetime, uuid.UUID] | None
+    ) -> list[Hold]:
+        where = ["event_id = %s"]
+        params: list[Any] = [event_id]
+        if customer_id is not None:
+            where.append("customer_id = %s")
+            params.append(customer_id)
+        if after is not None:
+            where.append("(created_at, hold_id) < (%s, %s)")
+            params.extend(after)
+        params.append(limit)
+        rows = await self._statement(
+            f"SELECT {HOLD_COLUMNS} FROM hold_details WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, hold_id DESC LIMIT %s",
+            params,
+        )
+        return [_hold_from_row(r) for r in rows]
+
+    async def _lock_hold(self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID) -> Hold:
+        cur = await conn.execute("SELECT 1 FROM holds WHERE hold_id = %s FOR UPDATE", (hold_id,))
+        if await cur.fetchone() is None:
+            raise NotFound(
+                f"hold {hold_id} does not exist", reason="HOLD_NOT_FOUND", metadata={"hold_id": str(hold_id)}
+            )
+        return await self._read_hold(conn, hold_id)
+
+    async def _read_hold(self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID) -> Hold:
+        cur = await conn.execute(f"SELECT {HOLD_COLUMNS} FROM hold_details WHERE hold_id = %s", (hold_id,))
+        row = await cur.fetchone()
+        if row is None:
+            raise NotFound(
+                f"hold {hold_id} does not exist", reason="HOLD_NOT_FOUND", metadata={"hold_id": str(hold_id)}
+            )
+        return _hold_from_row(row)
+
+    @staticmethod
+    def _check_owner(hold: Hold, customer_id: str) -> None:
+        if hold.customer_id != customer_id:
+            raise PermissionDenied(
+                "the hold belongs to another customer", reason="NOT_HOLD_OWNER", metadata={"hold_id": str(hold.hold_id)}
+            )
+
+    async def _seats_of(
+        self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, status: str, new_status: str
+    ) -> list[int]:
+        """Move the hold's seats that are still its own from ``status`` to
+        ``new_status``, locking them by ascending id; their ids."""
+        cur = await conn.execute(
+            """
+            WITH mine AS MATERIALIZED (
+                SELECT s.event_id, s.seat_id FROM seats s
+                  JOIN hold_seats hs ON hs.event_id = s.event_id AND hs.seat_id = s.seat_id
+                 WHERE hs.hold_id = %(hold)s AND s.hold_id = %(hold)s AND s.status = %(status)s
+                 ORDER BY s.seat_id
+                   FOR UPDATE OF s
+            )
+            UPDATE seats s
+               SET status = %(new)s,
+                   hold_id = CASE WHEN %(new)s = 'AVAILABLE' THEN NULL ELSE s.hold_id END,
+                   hold_expires_at = NULL
+              FROM mine
+             WHERE s.event_id = mine.event_id AND s.seat_id = mine.seat_id
+               AND s.hold_id = %(hold)s AND s.status = %(status)s
+            RETURNING s.seat_id
+            """,
+            {"hold": hold_id, "status": status, "new": new_status},
+        )
+        return sorted(int(r[0]) for r in await cur.fetchall())
+
+    async def _move_counters(
+        self, conn: AsyncConnection[TupleRow], hold: Hold, *, held: int = 0, sold: int = 0
+    ) -> None:
+        if held == 0 and sold == 0:
+            return
+        await conn.execute(
+            "UPDATE sections SET held = held + %s, sold = sold + %s WHERE event_id = %s AND section_id = %s",
+            (held, sold, hold.event_id, hold.section_id),
+        )
+
+    async def _free_held(self, conn: AsyncConnection[TupleRow], hold: Hold) -> int:
+        """Give back what a HELD hold still has: its seats that no one
+        reclaimed (seated), or its places (general admission)."""
+        if hold.seats:
+            freed = len(await self._seats_of(conn, hold.hold_id, "HELD", "AVAILABLE"))
+        else:
+            freed = hold.quantity
+        await self._move_counters(conn, hold, held=-freed)
+        return freed
+
+    async def release_hold(self, *, hold_id: uuid.UUID, customer_id: str, now: datetime) -> Hold:
+        async def work() -> Hold:
+            async with transaction(self._pool) as conn:
+                hold = await self._lock_hold(conn, hold_id)
+                self._check_owner(hold, customer_id)
+                if hold.state is HoldState.RELEASED:
+                    return hold
+                if hold.state is not HoldState.HELD:
+                    raise FailedPrecondition(
+                        f"the hold is {hold.state.value}, not HELD",
+                        reason="HOLD_NOT_HELD",
+                        metadata={"hold_id": str(hold_id), "state": hold.state.value},
+                    )
+                await conn.execute(
+                    "UPDATE holds SET state = 'RELEASED', ended_at = %s WHERE hold_id = %s", (now, hold_id)
+                )
+                await self._free_held(conn, hold)
+                return await self._read_hold(conn, hold_id)
+
+        return await _retry_deadlock_once(work)
+
+    async def extend_hold(
+        self, *, hold_id: uuid.UUID, customer_id: str, extend_by: timedelta, max_lifetime: timedelta, now: datetime
+    ) -> Hold:
+        async def work() -> Hold:
+            async with transaction(self._pool) as conn:
+                hold = await self._lock_hold(conn, hold_id)
+                self._check_owner(hold, customer_id)
+                state = hold.state_at(now)
+                if state is HoldState.EXPIRED:
+                    raise FailedPrecondition(
+                        "the hold has expired", reason="HOLD_EXPIRED", metadata={"hold_id": str(hold_id)}
+                    )
+                if state is not HoldState.HELD:
+                    raise FailedPrecondition(
+                        f"the hold is {state.value}, not HELD",
+                        reason="HOLD_NOT_HELD",
+                        metadata={"hold_id": str(hold_id), "state": state.value},
+                    )
+                # Never shorter than it was; never longer than max_lifetime
+                # from its creation, so that a hold cannot be kept forever.
+                expires = min(max(hold.expires_at, now + extend_by), hold.created_at + max_lifetime)
+                expires = max(expires, hold.expires_at)
+                if expires != hold.expires_at:
+                    await conn.execute("UPDATE holds SET expires_at = %s WHERE hold_id = %s", (expires, hold_id))
+                    await conn.execute(
+                        """
+                        WITH mine AS MATERIALIZED (
+                            SELECT s.event_id, s.seat_id FROM seats s
+                              JOIN hold_seats hs ON hs.event_id = s.event_id AND hs.seat_id = s.seat_id
+                             WHERE hs.hold_id = %(hold)s AND s.hold_id = %(hold)s AND s.status = 'HELD'
+                             ORDER BY s.seat_id
+                               FOR UPDATE OF s
+                        )
+                        UPDATE seats s SET hold_expires_at = %(expires)s
+                          FROM mine WHERE s.event_id = mine.event_id AND s.seat_id = mine.seat_id
+                        """,
+                        {"hold": hold_id, "expires": expires},
+                    )
+                return await self._read_hold(conn, hold_id)
+
+        return await _retry_deadlock_once(work)
+
+    async def confirm_hold(
+        self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
+    ) -> Hold:
+        """HELD -> CONFIRMED, seats SOLD, counters moved, an outbox row: one
+        transaction. The first answer for a key (a hold or an error) is
+        stored with it and replayed; a twin in flight waits for it."""
+
+        async def work() -> Hold | BoxofficeError:
+            async with transaction(self._pool) as conn:
+                cur = await conn.execute(
+                    """
+                    INSERT INTO confirmations (idempotency_key, hold_id, payment_id, amount_minor, currency)
+                    VALUES (%s, %s, %s, %s, %s)
+                    ON CONFLICT (idempotency_key) DO NOTHING
+                    RETURNING 1
+                    """,
+                    (idempotency_key, hold_id, payment_id, amount_paid.amount_minor, amount_paid.currency),
+                )
+                if await cur.fetchone() is None:
+                    cur = await conn.execute(
+                        "SELECT hold_id, payment_id, amount_minor, currency, outcome FROM confirmations "
+                        "WHERE idempotency_key = %s",
+                        (idempotency_key,),
+                    )
+                    prior = await cur.fetchone()
+                    if prior is None or prior[4] is None:
+                        raise Aborted("a confirmation with this key is in flight", reason="CONFIRMATION_IN_FLIGHT")
+                    if (prior[0], prior[1], prior[2], prior[3]) != (
+                        hold_id,
+                        payment_id,
+                        amount_paid.amount_minor,
+                        amount_paid.currency,
+                    ):
+                        return InvalidArgument(
+                            "idempotency_key was already used for another confirmation",
+                            reason="IDEMPOTENCY_KEY_REUSED",
+                            metadata={"field": "idempotency_key"},
+                        )
+                    return _replay(prior[4])
+                result: Hold | BoxofficeError
+                try:
+                    result = await self._confirm(conn, hold_id, payment_id, amount_paid, now)
+                except (FailedPrecondition, NotFound) as err:
+                    result = err
+                await conn.execute(
+                    "UPDATE confirmations SET outcome = %s WHERE idempotency_key = %s",
+                    (json.dumps(_outcome_of(result)), idempotency_key),
+                )
+                return result
+
+        result = await _retry_deadlock_once(work)
+        if isinstance(result, BoxofficeError):
+            raise result
+        return result
+
+    async def _confirm(
+        self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, payment_id: str, paid: Money, now: datetime
+    ) -> Hold:
+        hold = await self._lock_hold(conn, hold_id)
+        if hold.state is HoldState.CONFIRMED:
+            if hold.payment_id == payment_id:
+                return hold
+            raise FailedPrecondition(
+                "the hold was already confirmed by another payment",
+                reason="HOLD_ALREADY_CONFIRMED",
+                metadata={"hold_id": str(hold_id)},
+            )
+        if hold.state is not HoldState.HELD:
+            raise FailedPrecondition(
+                f"the hold is {hold.state.value}; it can no longer be confirmed",
+                reason="HOLD_EXPIRED",
+                metadata={"hold_id": str(hold_id), "state": hold.state.value},
+            )
+        if paid != hold.amount:
+            raise FailedPrecondition(
+                f"paid {paid.amount_minor} {paid.currency}, the hold costs "
+                f"{hold.amount.amount_minor} {hold.amount.currency}",
+                reason="AMOUNT_MISMATCH",
+                metadata={
+                    "expected_amount_minor": str(hold.amount.amount_minor),
+                    "expected_currency": hold.amount.currency,
+                    "paid_amount_minor": str(paid.amount_minor),
+                    "paid_currency": paid.currency,
+                },
+            )
+        # A lapsed hold is still confirmed when every seat is still its own
+        # (no one reclaimed any, and the sweeper has not ended it): the
+        # customer paid and nobody else lost anything. Otherwise it is over:
+        # whatever it still has goes back on sale and the payment refunds.
+        sold = hold.quantity
+        if hold.seats:
+            sold_ids = await self._seats_of(conn, hold_id, "HELD", "SOLD")
+            if len(sold_ids) < hold.quantity:
+                await conn.execute(
+                    """
+                    UPDATE seats SET status = 'AVAILABLE', hold_id = NULL, hold_expires_at = NULL
+                     WHERE event_id = %s AND seat_id = ANY (%s) AND hold_id = %s
+                    """,
+                    (hold.event_id, sold_ids, hold_id),
+                )
+                await conn.execute(
+                    "UPDATE holds SET state = 'EXPIRED', ended_at = %s WHERE hold_id = %s", (now, hold_id)
+                )
+                await self._move_counters(conn, hold, held=-len(sold_ids))
+                raise FailedPrecondition(
+                    "the hold expired and its seats went to another customer",
+                    reason="HOLD_EXPIRED",
+                    metadata={"hold_id": str(hold_id), "state": HoldState.EXPIRED.value},
+                )
+            sold = len(sold_ids)
+        await conn.execute(
+            "UPDATE holds SET state = 'CONFIRMED', confirmed_at = %s, payment_id = %s WHERE hold_id = %s",
+            (now, payment_id, hold_id),
+        )
+        payload = {
+            "event_id": hold.event_id,
+            "hold_id": str(hold_id),
+            "customer_id": hold.customer_id,
+            "section_id": hold.section_id,
+            "seats": [{"seat_id": s.seat_id, "label": s.label} for s in hold.seats],
+            "quantity": hold.quantity,
+            "payment_id": payment_id,
+            "amount_minor": hold.amount.amount_minor,
+            "currency": hold.amount.currency,
+        }
+        await self._outbox(conn, hold_id, "BookingConfirmed", payload)
+        await self._move_counters(conn, hold, held=-sold, sold=sold)
+        return await self._read_hold(conn, hold_id)
+
+    async def _outbox(
+        self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, kind: str, payload: dict[str, Any]
+    ) -> None:
+        await conn.execute(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s, 'booking', %s, %s, %s)",
+            (uuid.uuid4(), str(hold_id), kind, json.dumps(payload)),
+        )
+
+    async def cancel_booking(
+        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime
+    ) -> tuple[Hold, int]:
+        async def work() -> tuple[Hold, int]:
+            async with transaction(self._pool) as conn:
+                hold = await self._lock_hold(conn, hold_id)
+                self._check_owner(hold, customer_id)
+                if hold.state is HoldState.CANCELLED:
+                    return hold, hold.refund_amount_minor or 0
+                if hold.state is not HoldState.CONFIRMED:
+                    raise FailedPrecondition(
+                        f"the hold is {hold.state_at(now).value}, not a confirmed booking",
+                        reason="BOOKING_NOT_CONFIRMED",
+                        metadata={"hold_id": str(hold_id), "state": hold.state_at(now).value},
+                    )
+                cur = await conn.execute(
+                    "SELECT refundable_until, refund_percent FROM events WHERE event_id = %s", (hold.event_id,)
+                )
+                policy_row = await cur.fetchone()
+                policy = RefundPolicy(None, 0) if policy_row is None else RefundPolicy(policy_row[0], policy_row[1])
+                refund = policy.refund_for(hold.amount.amount_minor, now)
+                returned = hold.quantity
+                if hold.seats:
+                    returned = len(await self._seats_of(conn, hold_id, "SOLD", "AVAILABLE"))
+                await conn.execute(
+                    """
+                    UPDATE holds SET state = 'CANCELLED', ended_at = %s, refund_amount_minor = %s, cancel_reason = %s
+                     WHERE hold_id = %s
+                    """,
+                    (now, refund, reason, hold_id),
+                )
+                await self._outbox(
+                    conn,
+                    hold_id,
+                    "BookingCancelled",
+                    {
+                        "event_id": hold.event_id,
+                        "hold_id": str(hold_id),
+                        "customer_id": hold.customer_id,
+                        "payment_id": hold.payment_id,
+                        "refund_amount_minor": refund,
+                        "currency": hold.amount.currency,
+                        "reason": reason,
+                    },
+                )
+                await self._move_counters(conn, hold, sold=-returned)
+                return await self._read_hold(conn, hold_id), refund
+
+        return await _retry_deadlock_once(work)
+
+    # -- expiry --------------------------------------------------------------
+
+    async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult:
+        """End up to ``batch_size`` lapsed holds: HELD -> EXPIRED, their seats
+        and counters freed. Replicas skip each other's rows (SKIP LOCKED)."""
+
+        async def work() -> SweepResult:
+            async with transaction(self._pool) as conn:
+                cur = await conn.execute(
+                    """
+                    SELECT h.hold_id, h.event_id, h.section_id, h.quantity, sc.kind
+                      FROM holds h
+                      JOIN sections sc ON sc.event_id = h.event_id AND sc.section_id = h.section_id
+                     WHERE h.state = 'HELD' AND h.expires_at < %s
+                     ORDER BY h.expires_at
+                     LIMIT %s
+                       FOR UPDATE OF h SKIP LOCKED
+                    """,
+                    (now, batch_size),
+                )
+                lapsed = await cur.fetchall()
+                if not lapsed:
+                    return SweepResult(0, 0)
+                ids = [r[0] for r in lapsed]
+                await conn.execute(
+                    "UPDATE holds SET state = 'EXPIRED', ended_at = %s WHERE hold_id = ANY (%s)", (now, ids)
+                )
+                freed: dict[tuple[int, str], int] = defaultdict(int)
+                for _, event_id, section_id, quantity, kind in lapsed:
+                    if kind == SectionKind.GENERAL_ADMISSION.value:
+                        freed[(event_id, section_id)] += quantity
+                cur = await conn.execute(
+                    """
+                    WITH mine AS MATERIALIZED (
+                        SELECT s.event_id, s.seat_id FROM seats s
+                          JOIN hold_seats hs ON hs.event_id = s.event_id AND hs.seat_id = s.seat_id
+                         WHERE hs.hold_id = ANY (%(ids)s) AND s.hold_id = hs.hold_id AND s.status = 'HELD'
+                         ORDER BY s.event_id, s.seat_id
+                           FOR UPDATE OF s
+                    )
+                    UPDATE seats s SET status = 'AVAILABLE', hold_id = NULL, hold_expires_at = NULL
+                      FROM mine
+                     WHERE s.event_id = mine.event_id AND s.seat_id = mine.seat_id
+                       AND s.status = 'HELD' AND s.hold_id = ANY (%(ids)s)
+                    RETURNING s.event_id, s.section_id
+                    """,
+                    {"ids": ids},
+                )
+                seats = 0
+                for event_id, section_id in await cur.fetchall():
+                    freed[(event_id, section_id)] += 1
+                    seats += 1
+                for (event_id, section_id), count in sorted(freed.items()):
+                    await conn.execute(
+                        "UPDATE sections SET held = held - %s WHERE event_id = %s AND section_id = %s",
+                        (count, event_id, section_id),
+                    )
+                return SweepResult(len(lapsed), seats)
+
+        return await _retry_deadlock_once(work)
+
+    async def forget_requests(self, *, older_than: datetime) -> int:
+        """Drop HoldSeats request ids older than ``older_than``."""
+        async with transaction(self._pool) as conn:
+            cur = await conn.execute("DELETE FROM hold_requests WHERE created_at < %s", (older_than,))
+            return cur.rowcount
+
+    async def section_counters(self) -> list[SectionCounters]:
+        rows = await self._statement(
+            "SELECT event_id, section_id, capacity, overbook_limit, sold, held FROM sections ORDER BY 1, 2", ()
+        )
+        return [SectionCounters(*r) for r in rows]
+
+
+def _compliance(pool: Pool) -> BookingStore:
+    return PgBookingStore(pool)

@@ -1,0 +1,220 @@
+"""Races against a real BookingService and Postgres: one seat, many
+clients; thousands of overlapping holds audited afterwards; crossed groups;
+overbooking; best available under contention; and the control that shows
+the tests catch a store without the conditional UPDATE."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import grpc
+
+from booking_svc.model import utc
+from booking_svc.store import PgBookingStore, Pool
+from boxoffice.errors import FailedPrecondition, ResourceExhausted
+from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
+from tests.booking.harness import (
+    Booking,
+    audit,
+    booking_server,
+    call,
+    create_event,
+    general,
+    hold_request,
+    query,
+    seat_ids,
+    seated,
+)
+from tests.booking.unsafe import CheckThenUpdateStore
+from tests.support import Stores
+
+RACE_PAUSE_SECONDS = 0.05
+
+
+async def race_for_one_seat(booking: Booking, clients: int = 50) -> tuple[int, int]:
+    """``clients`` customers hold the same seat at once; (winners, seats
+    the database says are held by more than one hold)."""
+    event = await create_event(booking, [seated("A")], [("A", "A", 60)], max_seats_per_customer=4)
+    seat = (await seat_ids(booking, event.event_id, "A"))[0]
+    requests = [hold_request(booking.token(f"fan-{i}", event.event_id), event.event_id, [seat]) for i in range(clients)]
+    answers = await asyncio.gather(*(call(booking.stub.HoldSeats(r)) for r in requests))
+    winners = sum(1 for reply, _ in answers if reply is not None)
+    for _, err in answers:
+        if err is not None:
+            assert isinstance(err, FailedPrecondition) and err.reason == "SEAT_UNAVAILABLE", err
+            assert err.metadata["seat_ids"] == str(seat)
+    rows = await query(
+        booking,
+        "SELECT count(*) FROM hold_seats hs JOIN holds h USING (hold_id) WHERE h.state = 'HELD' AND hs.seat_id = %s "
+        "AND hs.event_id = %s",
+        (seat, event.event_id),
+    )
+    return winners, int(rows[0][0])
+
+
+async def test_fifty_clients_race_for_one_seat_exactly_one_wins(stores: Stores) -> None:
+    async with booking_server(stores, race_pause_seconds=RACE_PAUSE_SECONDS) as booking:
+        winners, holders = await race_for_one_seat(booking)
+        assert (winners, holders) == (1, 1)
+
+
+async def test_control_check_then_update_lets_several_win(stores: Stores) -> None:
+    """The same race against SELECT-then-UPDATE: several customers get the
+    seat. The race test above would fail for such a store."""
+
+    def unsafe(pool: Pool) -> PgBookingStore:
+        return CheckThenUpdateStore(pool, pause_seconds=RACE_PAUSE_SECONDS)
+
+    async with booking_server(stores, store_factory=unsafe) as booking:
+        winners, holders = await race_for_one_seat(booking)
+        assert winners > 1 and holders > 1
+
+
+async def overlapping_holds(
+    booking: Booking, event_id: int, seats: list[int], count: int, rng: random.Random
+) -> list[tuple[list[int], pb.Hold | None, str]]:
+    """``count`` concurrent holds of random groups of 1-4 seats; each
+    request with its answer (the hold, or the error's seat ids)."""
+    semaphore = asyncio.Semaphore(96)
+
+    async def one(i: int) -> tuple[list[int], pb.Hold | None, str]:
+        group = rng.sample(seats, rng.randint(1, 4))
+        async with semaphore:
+            reply, err = await call(
+                booking.stub.HoldSeats(hold_request(booking.token(f"c{i % 300}", event_id), event_id, group))
+            )
+        if err is not None:
+            assert isinstance(err, FailedPrecondition) and err.reason == "SEAT_UNAVAILABLE", err
+            taken = [int(s) for s in err.metadata["seat_ids"].split(",")]
+            assert taken and set(taken) <= set(group)
+            return group, None, err.metadata["seat_ids"]
+        hold: pb.Hold = reply.hold
+        assert sorted(s.seat_id for s in hold.seats) == sorted(group) and hold.quantity == len(group)
+        return group, hold, ""
+
+    return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+
+async def test_thousands_of_overlapping_holds_agree_with_the_database(stores: Stores) -> None:
+    rng = random.Random(7)
+    async with booking_server(stores) as booking:
+        event = await create_event(
+            booking, [seated("A")], [("A", f"R{r}", 20) for r in range(10)], max_seats_per_customer=100
+        )
+        event_id = event.event_id
+        seats = await seat_ids(booking, event_id, "A")
+        for phase in range(2):
+            answers = await overlapping_holds(booking, event_id, seats, 1500, rng)
+            won = [h for _, h, _ in answers if h is not None]
+            held_by: dict[int, str] = {}
+            for hold in won:
+                for s in hold.seats:
+                    assert s.seat_id not in held_by, f"seat {s.seat_id} handed out twice"
+                    held_by[s.seat_id] = hold.hold_id
+            # Every winner's seats are its own in the database; every loser
+            # was told of seats that a winner of this phase holds.
+            rows = await query(
+                booking,
+                "SELECT seat_id, hold_id::text FROM seats WHERE event_id = %s AND status = 'HELD' AND hold_expires_at > %s",
+                (event_id, utc(booking.clock.now())),
+            )
+            assert dict((int(s), h) for s, h in rows) == held_by
+            for _, answered, taken in answers:
+                if answered is None:
+                    assert all(int(s) in held_by for s in taken.split(","))
+            assert len(won) > 10
+            await audit(booking, event_id)
+            if phase == 0:
+                # Every hold lapses; the next phase reclaims them lazily.
+                booking.clock.advance(event.hold_ttl.seconds + 1)
+
+
+async def test_crossed_groups_never_deadlock_fail(stores: Stores) -> None:
+    async with booking_server(stores, race_pause_seconds=0.02) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "A", 80)])
+        seats = await seat_ids(booking, event.event_id, "A")
+        pairs = [(seats[i], seats[i + 1]) for i in range(0, 80, 2)]
+        answers = await asyncio.gather(
+            *(
+                call(
+                    booking.stub.HoldSeats(
+                        hold_request(booking.token(f"{side}-{a}", event.event_id), event.event_id, group)
+                    )
+                )
+                for a, b in pairs
+                for side, group in (("x", [a, b]), ("y", [b, a]))
+            )
+        )
+        outcomes = Counter("ok" if err is None else f"{type(err).__name__}:{err.reason}" for _, err in answers)
+        assert outcomes == {"ok": len(pairs), "FailedPrecondition:SEAT_UNAVAILABLE": len(pairs)}
+        await audit(booking, event.event_id)
+
+
+async def test_overbooking_stops_exactly_at_capacity_plus_limit(stores: Stores) -> None:
+    async with booking_server(stores) as booking:
+        event = await create_event(booking, [general("Y", capacity=180, overbook=3)], kind=pb.EVENT_KIND_FLIGHT)
+        answers = await asyncio.gather(
+            *(
+                call(
+                    booking.stub.HoldSeats(
+                        hold_request(booking.token(f"p{i}", event.event_id), event.event_id, section="Y", quantity=1)
+                    )
+                )
+                for i in range(260)
+            )
+        )
+        won = sum(1 for reply, _ in answers if reply is not None)
+        assert won == 183
+        for _, err in answers:
+            if err is not None:
+                assert isinstance(err, ResourceExhausted) and err.reason == "SOLD_OUT"
+        rows = await query(booking, "SELECT sold, held FROM sections WHERE event_id = %s", (event.event_id,))
+        assert tuple(rows[0]) == (0, 183)
+        await audit(booking, event.event_id)
+
+
+async def test_best_available_under_contention_never_hands_a_seat_twice(stores: Stores) -> None:
+    rng = random.Random(11)
+    async with booking_server(stores, race_pause_seconds=0.01) as booking:
+        event = await create_event(
+            booking, [seated("A")], [("A", f"R{r}", 10) for r in range(10)], max_seats_per_customer=100
+        )
+        quantities = [rng.randint(1, 4) for _ in range(80)]
+        answers = await asyncio.gather(
+            *(
+                call(
+                    booking.stub.HoldSeats(
+                        hold_request(booking.token(f"b{i}", event.event_id), event.event_id, section="A", quantity=q)
+                    )
+                )
+                for i, q in enumerate(quantities)
+            )
+        )
+        handed: list[int] = []
+        for (reply, err), q in zip(answers, quantities, strict=True):
+            if reply is not None:
+                assert len(reply.hold.seats) == q
+                handed.extend(s.seat_id for s in reply.hold.seats)
+            else:
+                assert err is not None and err.code in (
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    grpc.StatusCode.ABORTED,
+                ), err
+        assert len(handed) == len(set(handed))
+        assert len(handed) >= 90  # contention costs at most a few retries' worth
+        await audit(booking, event.event_id)
+
+
+async def test_best_available_prefers_adjacent_seats_of_one_row(stores: Stores) -> None:
+    async with booking_server(stores) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "A", 3), ("A", "B", 10)])
+        seats = await seat_ids(booking, event.event_id, "A")
+        # Seat A-2 taken: A has no 3 together, so the three come from row B.
+        await booking.stub.HoldSeats(hold_request(booking.token("x", event.event_id), event.event_id, [seats[1]]))
+        reply = await booking.stub.HoldSeats(
+            hold_request(booking.token("y", event.event_id), event.event_id, section="A", quantity=3)
+        )
+        got = [(s.row_label, s.seat_number) for s in reply.hold.seats]
+        assert got == [("B", 1), ("B", 2), ("B", 3)]
