@@ -1,0 +1,62 @@
+"""Leader election behind one small interface.
+
+``create_leadership(rt, name)`` gives a :class:`Leadership` whose ``run``
+campaigns for the role ``name`` and runs the caller's work only while this
+process leads. The backend comes from ``BOXOFFICE_LEADER_BACKEND``: a
+Postgres session advisory lock (``postgres``, the default) or a Kubernetes
+Lease (``kubernetes``); timings and identity are described in
+:mod:`queue_svc.leader_config`.
+
+Leadership is not fencing: a leader that was paused (GC, SIGSTOP, a frozen
+VM) may run on briefly after a successor has started. The epoch handed to
+the work strictly increases with every term, so a store that remembers the
+highest epoch it has seen can reject a deposed leader's writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from boxoffice.runtime import Runtime
+from queue_svc.leader_config import LeaderConfig, LeaderTimings, check_name
+from queue_svc.leader_elector import ElectionLock, Elector, LeaderMetrics
+from queue_svc.leader_kubernetes import LeaseLock, api_configuration, default_namespace
+from queue_svc.leader_postgres import PostgresLock
+
+
+class Leadership(Protocol):
+    async def run(self, lead: Callable[[int], Awaitable[None]]) -> None:
+        """Campaign until cancelled; while this process leads, run lead(epoch) in a
+        task and cancel it when leadership is lost. epoch strictly increases with
+        every change of leader (a fencing token)."""
+
+
+def create_leadership(rt: Runtime, name: str) -> Leadership:
+    """The election for role ``name`` (e.g. ``"admitter"``) configured from
+    ``rt.env``; raises ConfigError on bad settings."""
+    check_name(name)
+    config = LeaderConfig.from_env(rt.env)
+    lock: ElectionLock
+    if config.backend == "kubernetes":
+        lock = LeaseLock(
+            configuration=api_configuration(config.kube_api_url),
+            namespace=default_namespace(config.namespace),
+            lease_name=f"boxoffice-{name}",
+            identity=config.identity,
+            lease_seconds=config.timings.lease_seconds,
+        )
+    else:
+        lock = PostgresLock(
+            database_url=config.database_url or rt.database_url,
+            name=name,
+            identity=config.identity,
+            timings=config.timings,
+            session_bound_seconds=config.timings.session_bound_seconds,
+        )
+    return Elector(
+        lock, name=name, identity=config.identity, timings=config.timings, metrics=LeaderMetrics.create(rt.registry)
+    )
+
+
+__all__ = ["LeaderConfig", "LeaderTimings", "Leadership", "create_leadership"]
