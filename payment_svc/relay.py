@@ -85,6 +85,9 @@ class RelayHooks:
 
 
 class OutboxRelay:
+    # The batch query; a test's control relay replaces it.
+    batch_sql = _BATCH_SQL
+
     def __init__(
         self,
         *,
@@ -120,7 +123,7 @@ class OutboxRelay:
     async def publish_once(self) -> int:
         """Publish one batch; the number of rows published."""
         async with db.transaction(self._pool) as conn:
-            cur = await conn.execute(_BATCH_SQL, {"limit": self._batch_size})
+            cur = await conn.execute(self.batch_sql, {"limit": self._batch_size})
             rows = [OutboxRow(*row) for row in await cur.fetchall()]
             if not rows:
                 return 0
