@@ -1,0 +1,55 @@
+"""The composition root: both roles build and run, `boxoffice up`'s demo
+event is seeded once, and the metrics count."""
+
+from __future__ import annotations
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from booking_svc import app
+from booking_svc.metrics import BookingMetrics
+from booking_svc.stats import SeatGauges
+from booking_svc.store import PgBookingStore
+from boxoffice.lifecycle import Loop
+from boxoffice.server import GrpcServer
+from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
+from tests.booking.harness import booking_server, create_event, general, hold_request
+from tests.conftest import make_runtime
+from tests.support import Stores, running
+
+
+async def test_roles_build_serve_and_seed_the_demo_event_once(stores: Stores) -> None:
+    rt = make_runtime(stores)
+    server = await app.build(rt, "server")
+    sweeper = await app.build(rt, "sweeper")
+    assert isinstance(server[0], GrpcServer) and isinstance(server[1], Loop)
+    assert [type(c) for c in sweeper] == [Loop]
+    async with running([*rt.infrastructure(), *server, *sweeper]):
+        first = await app.seed_demo(rt)
+        second = await app.seed_demo(rt)
+        assert len(first) == 1 and len(second) == 1 and "is there" in second[0]
+        async with grpc.aio.insecure_channel(server[0].address) as channel:
+            stub = pb_grpc.BookingServiceStub(channel)
+            event = (await stub.GetEvent(pb.GetEventRequest(event_id=1))).event
+            assert {s.section_id for s in event.sections} >= {"A", "B", "C", "FLOOR"}
+            assert sum(s.capacity for s in event.sections if s.kind == pb.SECTION_KIND_SEATED) >= 3000
+
+
+async def test_metrics_count_holds_and_seats(stores: Stores) -> None:
+    async with booking_server(stores) as booking:
+        event = await create_event(booking, [general("G", 10)])
+        await booking.stub.HoldSeats(
+            hold_request(booking.token("c", event.event_id), event.event_id, section="G", quantity=2)
+        )
+        await booking.stub.HoldSeats(
+            hold_request(booking.token("c", event.event_id), event.event_id, section="G", quantity=2)
+        )
+        registry = booking.rt.registry
+        assert registry.get_sample_value("boxoffice_booking_holds_total", {"result": "held"}) == 2
+        assert registry.get_sample_value("boxoffice_booking_hold_seconds_count") == 2
+        metrics = BookingMetrics.create(CollectorRegistry())
+        await SeatGauges(PgBookingStore(booking.rt.pool()), metrics, interval_seconds=1).refresh()
+        labels = (str(event.event_id), "G")
+        assert metrics.seats.labels(*labels, "held")._value.get() == 4
+        assert metrics.seats.labels(*labels, "available")._value.get() == 6
