@@ -16,6 +16,7 @@ class ConsumerMetrics:
 
     processed: Counter
     failed: Counter
+    rejected: Counter
     claimed: Counter
     pending: Gauge
 
@@ -27,6 +28,9 @@ class ConsumerMetrics:
             ),
             failed=Counter(
                 f"{prefix}_entries_failed", "Stream entries whose handling failed (retried).", registry=registry
+            ),
+            rejected=Counter(
+                f"{prefix}_entries_rejected", "Malformed stream entries acknowledged unhandled.", registry=registry
             ),
             claimed=Counter(
                 f"{prefix}_entries_claimed", "Stream entries claimed from an idle or dead consumer.", registry=registry

@@ -113,22 +113,23 @@ class StreamConsumer:
                     raise
 
     async def read_once(self, *, block_ms: int | None = None) -> int:
-        """Read and handle new entries; the number acknowledged."""
+        """Read and handle new entries; the number read."""
         block = self._block_ms if block_ms is None else block_ms
         with deadline.scope(block / 1000 + 5):
             async with deadline.bounded():
                 answer: Any = await self._redis.xreadgroup(
                     self.group, self.name, {self._stream: ">"}, count=self._batch_size, block=block or None
                 )
-        done = 0
+        read = 0
         for _, entries in answer or []:
             for entry_id, fields in entries:
-                done += await self._process(entry_id, fields)
-        return done
+                read += 1
+                await self._process(entry_id, fields)
+        return read
 
     async def claim_once(self) -> int:
         """Claim and handle entries idle longer than the claim time; the
-        number acknowledged."""
+        number claimed."""
         cursor: bytes | str = "0-0"
         done = 0
         for _ in range(100):  # a bounded sweep; the next round goes on
@@ -147,7 +148,8 @@ class StreamConsumer:
                 if entry_id is None:  # deleted from the stream while pending
                     continue
                 self._metrics.claimed.inc()
-                done += await self._process(entry_id, fields)
+                done += 1
+                await self._process(entry_id, fields)
             if cursor in (b"0-0", "0-0"):
                 break
         return done
@@ -158,29 +160,38 @@ class StreamConsumer:
                 summary = await self._redis.xpending(self._stream, self.group)
         self._metrics.pending.set(int(summary["pending"]))
 
-    async def _process(self, entry_id: bytes | str, fields: dict[bytes, bytes]) -> int:
+    async def _process(self, entry_id: bytes | str, fields: dict[bytes, bytes]) -> None:
         try:
             entry = StreamEntry.parse(entry_id, fields)
         except (KeyError, ValueError, UnicodeDecodeError) as err:
-            # A malformed entry can never succeed: acknowledge it, loudly.
-            _log.error("malformed stream entry acknowledged", extra={"entry_id": str(entry_id), "error": repr(err)})
-            await self._ack(entry_id)
-            return 1
+            await self._reject(entry_id, err)
+            return
         try:
             with deadline.scope(_HANDLE_SECONDS):
                 await self._handler.handle(entry)
-        except (BoxofficeError, psycopg.Error, redis.exceptions.RedisError, OSError, ValueError) as err:
+        except (KeyError, ValueError, TypeError) as err:
+            await self._reject(entry_id, err)
+            return
+        except (BoxofficeError, psycopg.Error, redis.exceptions.RedisError, OSError) as err:
             self._metrics.failed.inc()
             _log.warning(
                 "stream entry failed; it stays pending",
                 extra={"group": self.group, "entry_id": entry.entry_id, "event_id": entry.event_id, "error": repr(err)},
             )
-            return 0
+            return
         if self._hooks.after_handle is not None:
             await self._hooks.after_handle(entry)
         await self._ack(entry_id)
         self._metrics.processed.inc()
-        return 1
+
+    async def _reject(self, entry_id: bytes | str, err: Exception) -> None:
+        """A malformed entry can never succeed: acknowledge it, loudly."""
+        self._metrics.rejected.inc()
+        _log.error(
+            "malformed stream entry acknowledged",
+            extra={"group": self.group, "entry_id": str(entry_id), "error": repr(err)},
+        )
+        await self._ack(entry_id)
 
     async def _ack(self, entry_id: bytes | str) -> None:
         with deadline.scope(5):

@@ -282,7 +282,12 @@ async def test_issuer_crash_after_ticket_before_ack_is_claimed_without_duplicate
     for i, hold in enumerate(holds):
         await insert_outbox(pool, hold, "BookingConfirmed", _confirmed(hold, event_id, seats=[100 + i]))
     await _drain(_relay(pool, redis_conn, stream))
-    dying = _issuer(pool, redis_conn, stream, "dying", hooks=ConsumerHooks(after_handle=_raise_crash()))
+
+    async def crash_on_ours(entry: StreamEntry) -> None:
+        if entry.aggregate_id in holds:
+            raise Crash
+
+    dying = _issuer(pool, redis_conn, stream, "dying", hooks=ConsumerHooks(after_handle=crash_on_ours))
     await dying.prepare()
     with pytest.raises(Crash):
         await dying.read_once()

@@ -1,0 +1,350 @@
+"""The issue's proof, against a real BookingService and PaymentService on
+loopback, real Postgres and Redis, the relay and the issuer: one key and 50
+concurrent confirms, a webhook twenty times, money after the hold was resold,
+and an audit that every sale has exactly one ticket and every ticket a sale."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from booking_svc import app as booking_app
+from booking_svc.metrics import BookingMetrics
+from booking_svc.store import PgBookingStore
+from boxoffice.errors import from_rpc_error
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
+from payment_svc.booking_client import GrpcBookingClient
+from payment_svc.cancellations import CANCELLATION_GROUP, CancellationRefunds
+from payment_svc.issuer import ISSUER_GROUP, TicketIssuer
+from payment_svc.metrics import ConsumerMetrics, IssuerMetrics, RelayMetrics
+from payment_svc.model import Payment
+from payment_svc.relay import OutboxRelay
+from payment_svc.sandbox import PM_DECLINED, PM_OK
+from payment_svc.streams import StreamConsumer
+from tests.booking.harness import Booking, create_event, general, hold_request, query, seated
+from tests.conftest import make_runtime
+from tests.payment.support import PaymentStack, age, open_pool, open_redis, payment_stack
+from tests.support import ManualClock, Stores, running
+
+
+@dataclass
+class Mesh:
+    booking: Booking
+    payment: PaymentStack
+    redis: aioredis.Redis
+    stream: str
+    relay: OutboxRelay
+    issuer: StreamConsumer
+    refunds: StreamConsumer
+
+    def token(self, customer: str, event_id: int) -> str:
+        return self.booking.token(customer, event_id)
+
+    async def issue_all(self) -> None:
+        """Relay every committed outbox row and consume the stream dry."""
+        while await self.relay.publish_once() > 0:
+            pass
+        for consumer in (self.issuer, self.refunds):
+            while await consumer.read_once(block_ms=0) > 0:
+                pass
+
+
+@contextlib.asynccontextmanager
+async def booking_of(stores: Stores) -> AsyncIterator[tuple[Booking, str]]:
+    """BookingService as ``boxoffice booking-svc`` composes it, on loopback,
+    with a clock the test moves."""
+    clock = ManualClock()
+    rt = make_runtime(stores, environ={"BOXOFFICE_DB_POOL_MAX": "20"}, clock=clock)
+    components = await booking_app.build(rt, "server")
+    server = components[0]
+    async with running([*rt.infrastructure(), *components]):
+        address = str(getattr(server, "address"))  # noqa: B009 - a GrpcServer, typed as Component
+        channel = grpc.aio.insecure_channel(address)
+        try:
+            booking = Booking(
+                rt,
+                bpb_grpc.BookingServiceStub(channel),
+                clock,
+                PgBookingStore(rt.pool()),
+                BookingMetrics.create(CollectorRegistry()),
+                stores.database_url,
+            )
+            yield booking, address
+        finally:
+            await channel.close()
+
+
+@contextlib.asynccontextmanager
+async def mesh_of(stores: Stores) -> AsyncIterator[Mesh]:
+    stream = f"ticket-issued-proof-{uuid.uuid4().hex[:12]}"
+    async with (
+        booking_of(stores) as (booking, address),
+        open_pool(stores, max_size=20) as pool,
+        open_redis(stores) as redis_conn,
+    ):
+        client = GrpcBookingClient(address)
+        async with payment_stack(pool, client, tokens=booking.rt.token_signer, clock=booking.clock) as payment:
+            registry = CollectorRegistry()
+            issuer_metrics = IssuerMetrics.create(registry)
+            relay = OutboxRelay(
+                pool=pool,
+                redis=redis_conn,
+                stream=stream,
+                groups=[ISSUER_GROUP, CANCELLATION_GROUP],
+                metrics=RelayMetrics.create(registry),
+            )
+            await relay.prepare()
+            issuer = StreamConsumer(
+                redis=redis_conn,
+                stream=stream,
+                group=ISSUER_GROUP,
+                name="issuer-1",
+                handler=TicketIssuer(pool, issuer_metrics),
+                metrics=issuer_metrics.consumer,
+            )
+            refunds = StreamConsumer(
+                redis=redis_conn,
+                stream=stream,
+                group=CANCELLATION_GROUP,
+                name="refunds-1",
+                handler=CancellationRefunds(payment.payments),
+                metrics=ConsumerMetrics.create(registry, "test_refunds"),
+            )
+            try:
+                yield Mesh(booking, payment, redis_conn, stream, relay, issuer, refunds)
+            finally:
+                await client.close()
+
+
+@pytest.fixture
+async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
+    async with mesh_of(stores) as opened:
+        yield opened
+
+
+async def _hold(mesh: Mesh, customer: str, event_id: int, **selection: Any) -> bpb.Hold:
+    reply = await mesh.booking.stub.HoldSeats(hold_request(mesh.token(customer, event_id), event_id, **selection))
+    hold: bpb.Hold = reply.hold
+    return hold
+
+
+async def _start(mesh: Mesh, customer: str, hold: bpb.Hold, method: str = PM_OK) -> pb.Payment:
+    reply = await mesh.payment.stub.StartPayment(
+        pb.StartPaymentRequest(
+            access_token=mesh.token(customer, hold.event_id), hold_id=hold.hold_id, payment_method=method
+        )
+    )
+    payment: pb.Payment = reply.payment
+    return payment
+
+
+async def _confirm(mesh: Mesh, payment_id: str, key: str | None = None) -> pb.Payment:
+    reply = await mesh.payment.stub.ConfirmPayment(
+        pb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=key or f"confirm-{payment_id}")
+    )
+    payment: pb.Payment = reply.payment
+    return payment
+
+
+async def _outbox(mesh: Mesh, hold_id: str) -> list[str]:
+    rows = await query(mesh.booking, "SELECT type FROM outbox WHERE aggregateid = %s ORDER BY seq", (hold_id,))
+    return [r[0] for r in rows]
+
+
+async def _tickets(mesh: Mesh, event_id: int) -> list[tuple[Any, ...]]:
+    return await query(
+        mesh.booking,
+        "SELECT hold_id::text, unit, seat_id, voided_at IS NULL FROM tickets WHERE event_id = %s ORDER BY 1, 2",
+        (event_id,),
+    )
+
+
+async def _audit(mesh: Mesh, event_id: int) -> None:
+    """Every sale has exactly one valid ticket per seat (or place); every
+    valid ticket is a sale."""
+    sold_seats = await query(
+        mesh.booking,
+        "SELECT hold_id::text, seat_id FROM seats WHERE event_id = %s AND status = 'SOLD' ORDER BY 1, 2",
+        (event_id,),
+    )
+    confirmed = await query(
+        mesh.booking,
+        "SELECT hold_id::text, quantity, section_id FROM holds WHERE event_id = %s AND state = 'CONFIRMED'",
+        (event_id,),
+    )
+    valid = [t for t in await _tickets(mesh, event_id) if t[3]]
+    assert sorted((t[0], t[2]) for t in valid if t[2] is not None) == sorted((h, s) for h, s in sold_seats)
+    per_hold: dict[str, int] = {}
+    for hold_id, *_ in valid:
+        per_hold[hold_id] = per_hold.get(hold_id, 0) + 1
+    assert per_hold == {h: q for h, q, _ in confirmed}
+    sections = await query(mesh.booking, "SELECT sum(sold) FROM sections WHERE event_id = %s", (event_id,))
+    assert int(sections[0][0] or 0) == len(valid)
+
+
+async def test_fifty_concurrent_confirms_with_one_key(mesh: Mesh) -> None:
+    event = await create_event(mesh.booking, [seated("A")], [("A", "1", 10)])
+    hold = await _hold(mesh, "ann", event.event_id, section="A", quantity=2)
+    payment = await _start(mesh, "ann", hold)
+    assert payment.state == pb.PAYMENT_STATE_CAPTURED
+    release = asyncio.Event()
+    executions = 0
+
+    async def window(p: Payment) -> None:
+        nonlocal executions
+        executions += 1
+        await release.wait()
+
+    mesh.payment.hooks.before_confirm_hold = window
+    request = pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"one-{payment.payment_id}")
+    calls: list[asyncio.Future[Any]] = [
+        asyncio.ensure_future(mesh.payment.stub.ConfirmPayment(request)) for _ in range(50)
+    ]
+    pending = set(calls)
+    while len(pending) > 1:  # every duplicate answers while the first is in the window
+        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    release.set()
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    answers = [r for r in results if not isinstance(r, BaseException)]
+    refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert len(answers) == 1
+    assert {(e.code, e.reason) for e in refused} == {(grpc.StatusCode.ABORTED, "IDEMPOTENCY_KEY_IN_FLIGHT")}
+    retried = await asyncio.gather(*(mesh.payment.stub.ConfirmPayment(request) for _ in refused))
+    first = answers[0].SerializeToString(deterministic=True)
+    assert all(r.SerializeToString(deterministic=True) == first for r in retried)
+    assert answers[0].payment.state == pb.PAYMENT_STATE_SUCCEEDED and executions == 1
+    # One payment, one sale, one outbox row, one ticket per seat.
+    payments = await query(mesh.booking, "SELECT count(*) FROM payments WHERE hold_id = %s", (hold.hold_id,))
+    assert payments[0][0] == 1
+    assert await _outbox(mesh, hold.hold_id) == ["BookingConfirmed"]
+    assert mesh.payment.provider.captures == 1
+    await mesh.issue_all()
+    await mesh.issue_all()  # nothing more
+    assert len(await _tickets(mesh, event.event_id)) == 2
+    await _audit(mesh, event.event_id)
+
+
+async def test_a_webhook_delivered_twenty_times(mesh: Mesh) -> None:
+    event = await create_event(mesh.booking, [general("GA", capacity=100)])
+    hold = await _hold(mesh, "ben", event.event_id, section="GA", quantity=3)
+    payment = await _start(mesh, "ben", hold)
+    (succeeded,) = [
+        e for e in mesh.payment.provider.events if e.payment_id == payment.payment_id and e.type == "charge.succeeded"
+    ]
+    body = succeeded.to_body()
+
+    async def deliver() -> Any:
+        return await mesh.payment.stub.HandleProviderWebhook(
+            pb.HandleProviderWebhookRequest(signature=mesh.payment.provider.sign(body), body=body)
+        )
+
+    results = await asyncio.gather(*(deliver() for _ in range(20)), return_exceptions=True)
+    answers = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert all(from_rpc_error(r).reason == "WEBHOOK_IN_FLIGHT" for r in refused if isinstance(r, grpc.RpcError))
+    assert len(answers) + len(refused) == 20 and sum(not a.duplicate for a in answers) == 1
+    for _ in refused:
+        assert (await deliver()).duplicate
+    final = await mesh.payment.stub.GetPayment(pb.GetPaymentRequest(payment_id=payment.payment_id))
+    assert final.payment.state == pb.PAYMENT_STATE_SUCCEEDED
+    assert await _outbox(mesh, hold.hold_id) == ["BookingConfirmed"]
+    await mesh.issue_all()
+    assert [t[1] for t in await _tickets(mesh, event.event_id)] == [1, 2, 3]
+    await _audit(mesh, event.event_id)
+
+
+async def test_payment_after_the_hold_expired_and_was_resold_is_refunded(mesh: Mesh) -> None:
+    event = await create_event(mesh.booking, [seated("A")], [("A", "1", 4)])
+    first = await _hold(mesh, "cat", event.event_id, section="A", quantity=1)
+    seat = first.seats[0].seat_id
+    payment = await _start(mesh, "cat", first)
+    assert payment.state == pb.PAYMENT_STATE_CAPTURED
+    # The customer vanishes past the hold's extended expiry; someone else
+    # takes the seat.
+    mesh.booking.clock.advance(timedelta(hours=2).total_seconds())
+    second = await _hold(mesh, "dan", event.event_id, seats=[seat])
+    assert [s.seat_id for s in second.seats] == [seat]
+    late = await _confirm(mesh, payment.payment_id)
+    assert late.state == pb.PAYMENT_STATE_REFUNDED and late.failure_reason == "HOLD_EXPIRED"
+    assert late.refunded.amount_minor == late.amount.amount_minor
+    assert mesh.payment.provider.charged_minor(f"hold_{first.hold_id}_attempt_1") == 0
+    kept = await mesh.booking.stub.GetHold(
+        bpb.GetHoldRequest(access_token=mesh.token("dan", event.event_id), hold_id=second.hold_id)
+    )
+    assert kept.hold.state == bpb.HOLD_STATE_HELD and [s.seat_id for s in kept.hold.seats] == [seat]
+    # The new holder pays and gets the seat's only ticket.
+    paid = await _confirm(mesh, (await _start(mesh, "dan", second)).payment_id)
+    assert paid.state == pb.PAYMENT_STATE_SUCCEEDED
+    await mesh.issue_all()
+    assert await _tickets(mesh, event.event_id) == [(second.hold_id, 1, seat, True)]
+    await _audit(mesh, event.event_id)
+
+
+async def test_every_sale_one_ticket_across_a_mixed_day(mesh: Mesh) -> None:
+    """Paid by confirm, by webhook only, by the reconciler only, declined,
+    expired, cancelled with a refund: the audit holds, and the cancelled
+    booking's money comes back once."""
+    event = await create_event(
+        mesh.booking,
+        [seated("A"), general("GA", capacity=50)],
+        [("A", "1", 20)],
+        refund_percent=50,
+        refundable_for=timedelta(days=5),
+    )
+    holds = [await _hold(mesh, f"c{i}", event.event_id, section="A", quantity=2) for i in range(6)]
+    holds.append(await _hold(mesh, "c6", event.event_id, section="GA", quantity=4))
+    payments = [await _start(mesh, f"c{i}", h, PM_DECLINED if i == 3 else PM_OK) for i, h in enumerate(holds)]
+    await _confirm(mesh, payments[0].payment_id)
+    await _confirm(mesh, payments[6].payment_id)
+    for event_ in list(mesh.payment.provider.events):
+        if event_.payment_id == payments[1].payment_id:  # paid by its webhook
+            body = event_.to_body()
+            await mesh.payment.stub.HandleProviderWebhook(
+                pb.HandleProviderWebhookRequest(signature=mesh.payment.provider.sign(body), body=body)
+            )
+    await age(mesh.payment.pool, payments[2].payment_id)  # no webhook, no confirm: reconciled
+    await mesh.payment.reconciler.reconcile_once()
+    await _confirm(mesh, payments[3].payment_id)  # declined
+    # payments[4]: captured, never confirmed, and its hold resold after expiry.
+    mesh.booking.clock.advance(timedelta(hours=2).total_seconds())
+    resold = await _hold(mesh, "late", event.event_id, seats=[s.seat_id for s in holds[4].seats])
+    assert (await _confirm(mesh, payments[4].payment_id)).state == pb.PAYMENT_STATE_REFUNDED
+    # payments[5]: paid, then the booking is cancelled.
+    await _confirm(mesh, payments[5].payment_id)
+    cancelled = await mesh.booking.stub.CancelBooking(
+        bpb.CancelBookingRequest(hold_id=holds[5].hold_id, customer_id="c5", reason="cannot come")
+    )
+    await mesh.issue_all()
+    await mesh.issue_all()
+    await _audit(mesh, event.event_id)
+    states = {
+        i: (await mesh.payment.stub.GetPayment(pb.GetPaymentRequest(payment_id=p.payment_id))).payment
+        for i, p in enumerate(payments)
+    }
+    assert [states[i].state for i in range(7)] == [
+        pb.PAYMENT_STATE_SUCCEEDED,
+        pb.PAYMENT_STATE_SUCCEEDED,
+        pb.PAYMENT_STATE_SUCCEEDED,
+        pb.PAYMENT_STATE_DECLINED,
+        pb.PAYMENT_STATE_REFUNDED,
+        pb.PAYMENT_STATE_PARTIALLY_REFUNDED,
+        pb.PAYMENT_STATE_SUCCEEDED,
+    ]
+    assert states[5].refunded.amount_minor == cancelled.refund_amount.amount_minor > 0
+    tickets = await _tickets(mesh, event.event_id)
+    assert {t[0] for t in tickets if not t[3]} == {holds[5].hold_id}  # the cancelled booking's, void
+    assert resold.hold_id not in {t[0] for t in tickets}  # held, not sold
+    refunds = await query(mesh.booking, "SELECT count(*) FROM refunds WHERE payment_id = %s", (states[5].payment_id,))
+    assert refunds[0][0] == 1
