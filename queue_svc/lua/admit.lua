@@ -1,0 +1,96 @@
+-- One admit tick of one event, atomically: refuse a deposed leader, drop
+-- expired sessions and unclaimed admissions, then admit from the head of
+-- the queue as many fans as both the free slots (max active - active) and
+-- the admission rate allow, and record the progress. Because the cap is
+-- read and applied inside this one script, two admitters can never exceed
+-- it together.
+--
+-- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
+--       6 progress
+-- ARGV: 1 now (ms), 2 leader epoch, 3 most expirations per set and tick,
+--       4 rate averaging window (ms)
+-- Reply: {code, admitted, expired, active, queue_length, admitted_through,
+--         admitted_total, highest_epoch}
+--   code 0 done, -1 unknown event, -5 stale epoch (nothing changed)
+local now = tonumber(ARGV[1])
+local epoch = tonumber(ARGV[2])
+local seen = tonumber(redis.call('HGET', KEYS[6], 'epoch') or '0')
+if epoch < seen then
+  return {-5, 0, 0, 0, 0, 0, 0, seen}
+end
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'rate', 'max', 'claim')
+if not cfg[1] then
+  return {-1, 0, 0, 0, 0, 0, 0, seen}
+end
+if epoch > seen then
+  redis.call('HSET', KEYS[6], 'epoch', epoch)
+  seen = epoch
+end
+
+local CHUNK = 1000
+local function expire(key)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[key], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+  for i = 1, #gone, CHUNK do
+    local last = math.min(i + CHUNK - 1, #gone)
+    redis.call('ZREM', KEYS[key], unpack(gone, i, last))
+    local outcomes = {}
+    for j = i, last do
+      outcomes[#outcomes + 1] = gone[j]
+      outcomes[#outcomes + 1] = 'E'
+    end
+    redis.call('HSET', KEYS[5], unpack(outcomes))
+  end
+  return #gone
+end
+local expired = expire(3) + expire(4)
+local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
+
+local prog = redis.call('HMGET', KEYS[6], 'last', 'carry', 'rate', 'through', 'admitted')
+local last = tonumber(prog[1] or '0')
+local carry = tonumber(prog[2] or '0')
+local average = tonumber(prog[3] or '0')
+local through = tonumber(prog[4] or '0')
+local total = tonumber(prog[5] or '0')
+local elapsed = 0
+if last > 0 and now > last then
+  elapsed = now - last
+end
+
+local admitted = 0
+if cfg[2] == '1' or now < tonumber(cfg[1]) then
+  carry = 0 -- nothing is banked while closed or paused
+else
+  local rate = tonumber(cfg[3])
+  -- The allowance grows at the rate and holds at most one second's worth.
+  local allowance = math.min(rate, carry + rate * elapsed / 1000)
+  local n = math.min(tonumber(cfg[4]) - active, math.floor(allowance))
+  if n > 0 then
+    local popped = redis.call('ZPOPMIN', KEYS[2], n)
+    if #popped > 0 then
+      local claim_by = now + tonumber(cfg[5])
+      for i = 1, #popped, 2 * CHUNK do
+        local members = {}
+        for j = i, math.min(i + 2 * CHUNK - 1, #popped), 2 do
+          members[#members + 1] = claim_by
+          members[#members + 1] = popped[j]
+        end
+        redis.call('ZADD', KEYS[3], unpack(members))
+      end
+      admitted = #popped / 2
+      through = math.max(through, tonumber(popped[#popped]))
+      total = redis.call('HINCRBY', KEYS[6], 'admitted', admitted)
+    end
+  end
+  carry = math.max(0, allowance - admitted)
+end
+
+-- Admissions per second, averaged exponentially over the window.
+local window = tonumber(ARGV[4])
+if elapsed > 0 then
+  average = average + (1 - math.exp(-elapsed / window)) * (admitted * 1000 / elapsed - average)
+else
+  average = average + admitted * 1000 / window
+end
+
+redis.call('HSET', KEYS[6], 'last', math.max(last, now), 'carry', carry, 'rate', average, 'through', through)
+return {0, admitted, expired, active + admitted, redis.call('ZCARD', KEYS[2]), through, total, seen}

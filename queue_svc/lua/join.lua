@@ -1,0 +1,84 @@
+-- JoinQueue in one round trip. Counts the call against the per-account and
+-- per-client limits of the current window; returns the existing place of a
+-- fan who is queued or admitted; else queues the fan: before opening at a
+-- uniformly random score of the pre-queue band (drawn by the caller), after
+-- it at the back (the event's sequence above the band).
+--
+-- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
+--       6 progress, 7 sequence, 8 this window's join counters
+-- ARGV: 1 customer, 2 now (ms), 3 random pre-queue score, 4 client ('' = none),
+--       5 joins per account per window, 6 joins per client per window
+--       (0 = no limit), 7 window (ms), 8 pre-queue band
+-- Reply: {code, score, ahead, newly_joined, opens_at, paused, admitted_total,
+--         rate (string), last_tick}
+--   code 1 waiting, 2 admitted; -1 unknown event, -2 not open yet,
+--   -3 account over its limit, -4 client over its limit
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused')
+if not cfg[1] then
+  return {-1}
+end
+local customer = ARGV[1]
+local now = tonumber(ARGV[2])
+local opens = tonumber(cfg[1])
+local paused = tonumber(cfg[3])
+local prog = redis.call('HMGET', KEYS[6], 'admitted', 'rate', 'last')
+local admitted_total = tonumber(prog[1] or '0')
+local rate = prog[2] or '0'
+local last_tick = tonumber(prog[3] or '0')
+
+local account_limit = tonumber(ARGV[5])
+local client_limit = tonumber(ARGV[6])
+local client = ARGV[4]
+if client == '' then
+  client_limit = 0
+end
+if account_limit > 0 or client_limit > 0 then
+  local fresh = redis.call('EXISTS', KEYS[8]) == 0
+  local over = 0
+  if account_limit > 0 and redis.call('HINCRBY', KEYS[8], 'a:' .. customer, 1) > account_limit then
+    over = -3
+  end
+  if client_limit > 0 and redis.call('HINCRBY', KEYS[8], 'c:' .. client, 1) > client_limit and over == 0 then
+    over = -4
+  end
+  if fresh then
+    redis.call('PEXPIRE', KEYS[8], 2 * tonumber(ARGV[7]))
+  end
+  if over ~= 0 then
+    return {over, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
+  end
+end
+
+local score = redis.call('ZSCORE', KEYS[2], customer)
+if score then
+  return {1, tonumber(score), redis.call('ZRANK', KEYS[2], customer), 0, opens, paused, admitted_total, rate, last_tick}
+end
+
+-- Admitted and still within the claim window or the session: admitted.
+-- Past it: expired (as the next admit tick would record), and joins anew.
+for key = 3, 4 do
+  local ends = redis.call('ZSCORE', KEYS[key], customer)
+  if ends then
+    if tonumber(ends) > now then
+      return {2, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
+    end
+    redis.call('ZREM', KEYS[key], customer)
+  end
+end
+
+if now < tonumber(cfg[2]) then
+  return {-2, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
+end
+
+-- Pre-queue until the opening, unless admission already began (the opening
+-- was moved later): then arrivals go to the back like everyone else.
+if now < opens and admitted_total == 0 then
+  score = tonumber(ARGV[3])
+  redis.call('HINCRBY', KEYS[6], 'pre', 1)
+else
+  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[7])
+end
+redis.call('ZADD', KEYS[2], score, customer)
+redis.call('HDEL', KEYS[5], customer)
+redis.call('HINCRBY', KEYS[6], 'joined', 1)
+return {1, score, redis.call('ZRANK', KEYS[2], customer), 1, opens, paused, admitted_total, rate, last_tick}

@@ -1,0 +1,16 @@
+-- An event's admission progress in one read: what every watcher of the
+-- event in one process is told, whatever their number.
+--
+-- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
+--       6 progress
+-- Reply: {exists, admitted_through, queue_length, active, admitted_total,
+--         joined_total, pre_joined, rate (string), last_tick, opens_at, paused}
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused')
+if not cfg[1] then
+  return {0}
+end
+local prog = redis.call('HMGET', KEYS[6], 'through', 'admitted', 'joined', 'pre', 'rate', 'last')
+return {1, tonumber(prog[1] or '0'), redis.call('ZCARD', KEYS[2]),
+        redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]),
+        tonumber(prog[2] or '0'), tonumber(prog[3] or '0'), tonumber(prog[4] or '0'),
+        prog[5] or '0', tonumber(prog[6] or '0'), tonumber(cfg[1]), tonumber(cfg[2])}

@@ -1,0 +1,226 @@
+"""The waiting room's domain values: event configuration, a fan's place,
+an event's admission progress, and the arithmetic on them. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+# Queue scores: arrivals before opening get a uniformly random score in
+# [0, PRE_QUEUE_BAND); arrivals after opening get PRE_QUEUE_BAND + n for the
+# n-th arrival, so every post-opening score is above every pre-queue score.
+# Scores stay below 2**53, where a Redis score (a double) is still exact.
+PRE_QUEUE_BAND = 2**50
+
+# Polling hints (seconds): close to the head ask often, far back rarely.
+POLL_MIN_SECONDS = 5.0
+POLL_MAX_SECONDS = 15.0
+
+
+class QueueState(enum.IntEnum):
+    """Where a fan stands; the numbers are those of the proto enum."""
+
+    WAITING = 1
+    ADMITTED = 2
+    EXPIRED = 3
+    LEFT = 4
+    COMPLETED = 5
+    NOT_IN_QUEUE = 6
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (QueueState.WAITING, QueueState.ADMITTED)
+
+
+class AdmissionState(enum.IntEnum):
+    """Whether an event's admitter lets fans in; proto enum numbers."""
+
+    PRE_QUEUE = 1
+    OPEN = 2
+    PAUSED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class EventQueueConfig:
+    """The configuration of one event's waiting room (times in ms)."""
+
+    event_id: int
+    opens_at_ms: int
+    pre_queue_window_ms: int
+    admission_rate_per_second: int
+    max_active_shoppers: int
+    session_length_ms: int
+    token_ttl_ms: int
+    claim_grace_ms: int
+    paused: bool
+    # Incremented by every stored change; the Redis mirror keeps the newest.
+    version: int = 0
+
+    @property
+    def pre_queue_opens_at_ms(self) -> int:
+        return self.opens_at_ms - self.pre_queue_window_ms
+
+
+# Defaults applied to fields a create or update leaves unset (zero).
+DEFAULT_PRE_QUEUE_WINDOW_MS = 30 * 60 * 1000
+DEFAULT_ADMISSION_RATE_PER_SECOND = 50
+DEFAULT_MAX_ACTIVE_SHOPPERS = 1000
+DEFAULT_SESSION_LENGTH_MS = 15 * 60 * 1000
+DEFAULT_TOKEN_TTL_MS = 10 * 60 * 1000
+DEFAULT_CLAIM_GRACE_MS = 2 * 60 * 1000
+
+
+def admission_state(*, now_ms: int, opens_at_ms: int, paused: bool) -> AdmissionState:
+    """The admitter admits only when not paused and the event is open."""
+    if paused:
+        return AdmissionState.PAUSED
+    if now_ms < opens_at_ms:
+        return AdmissionState.PRE_QUEUE
+    return AdmissionState.OPEN
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One snapshot of an event's admission, read in one Redis call."""
+
+    event_id: int
+    admitted_through_score: int
+    queue_length: int
+    active_shoppers: int
+    admitted_total: int
+    joined_total: int
+    # Fans who joined with a pre-queue (random) score.
+    pre_queue_joined: int
+    # Admissions per second, averaged over the recent window at last_tick_ms.
+    rate_at_last_tick: float
+    last_tick_ms: int
+    opens_at_ms: int
+    paused: bool
+    observed_at_ms: int
+
+    @property
+    def admission_state(self) -> AdmissionState:
+        return admission_state(now_ms=self.observed_at_ms, opens_at_ms=self.opens_at_ms, paused=self.paused)
+
+    @property
+    def rate_per_second(self) -> float:
+        return measured_rate(self.rate_at_last_tick, self.last_tick_ms, self.observed_at_ms)
+
+
+# The admit script averages admissions per second over this window.
+RATE_WINDOW_MS = 10_000
+
+
+def measured_rate(rate_at_last_tick: float, last_tick_ms: int, now_ms: int) -> float:
+    """The averaged admission rate, decayed for the time since the last
+    tick: a stopped or paused admitter's rate falls towards zero."""
+    if rate_at_last_tick <= 0 or last_tick_ms <= 0:
+        return 0.0
+    idle_ms = max(0, now_ms - last_tick_ms)
+    if idle_ms <= 2_000:  # ticks are frequent; do not decay between two of them
+        return rate_at_last_tick
+    return rate_at_last_tick * math.exp(-(idle_ms - 2_000) / RATE_WINDOW_MS)
+
+
+def eta_seconds(ahead: int, rate_per_second: float) -> float | None:
+    """Seconds until admission at the measured rate; None while unknown."""
+    if rate_per_second < 0.01:
+        return None
+    return (ahead + 1) / rate_per_second
+
+
+def poll_after_seconds(ahead: int, eta: float | None) -> float:
+    """5 s near the head, up to 15 s far back."""
+    if eta is not None:
+        seconds = eta / 4
+    else:
+        seconds = POLL_MIN_SECONDS + ahead / 1000
+    return min(POLL_MAX_SECONDS, max(POLL_MIN_SECONDS, seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBase:
+    """An exact reading of a waiting fan's place, from which later places
+    are estimated without asking Redis again."""
+
+    score: int
+    ahead: int
+    admitted_total: int
+    pre_queue_joined: int
+
+
+def estimate_ahead(base: WatchBase, progress: Progress) -> int:
+    """Fans ahead now, from an exact reading and the event's progress.
+
+    Every fan admitted since the reading was ahead (admission pops in score
+    order). Before opening, a later pre-queue arrival lands ahead with
+    probability score / PRE_QUEUE_BAND (scores are uniform), so the expected
+    number of them is added. Fans who left are not known and not subtracted:
+    the estimate errs on the long side.
+    """
+    ahead = base.ahead - max(0, progress.admitted_total - base.admitted_total)
+    if base.score < PRE_QUEUE_BAND:
+        newcomers = max(0, progress.pre_queue_joined - base.pre_queue_joined)
+        ahead += round(newcomers * (base.score / PRE_QUEUE_BAND))
+    return max(0, min(ahead, progress.queue_length - 1))
+
+
+def passed(base_score: int, progress: Progress) -> bool:
+    """Whether admission has reached a fan with this score (admitted, or
+    gone from the queue some other way)."""
+    return progress.admitted_total > 0 and progress.admitted_through_score >= base_score
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A fan's place as the store reads it, before tokens and estimates."""
+
+    state: QueueState
+    score: int
+    ahead: int
+    # ADMITTED: when the unclaimed admission or the claimed session ends (ms).
+    expires_at_ms: int
+    # Whether this read claimed the admission (first read after admission).
+    claimed_now: bool
+    # Whether the operation made its change (claimed, left, ended).
+    changed: bool
+    opens_at_ms: int
+    paused: bool
+    token_ttl_ms: int
+    rate_at_last_tick: float
+    last_tick_ms: int
+    admitted_total: int
+    pre_queue_joined: int
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """What the API answers about a fan: a Place with ETA, polling hint and
+    (when admitted) the access token."""
+
+    event_id: int
+    customer_id: str
+    state: QueueState
+    ahead: int
+    score: int
+    eta_seconds: float | None
+    poll_after_seconds: float | None
+    admission_state: AdmissionState
+    access_token: str = ""
+    access_token_expires_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one admit tick did for one event."""
+
+    event_id: int
+    stale_epoch: bool
+    admitted: int
+    expired: int
+    active_shoppers: int
+    queue_length: int
+    admitted_through_score: int
+    admitted_total: int
+    highest_epoch: int

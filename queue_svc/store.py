@@ -1,0 +1,287 @@
+"""The waiting room in Redis, behind a small interface.
+
+Per event, under the hash tag ``{ev:<id>}``:
+
+- ``cfg``  hash: the mirrored configuration the scripts read
+- ``q``    sorted set: waiting fans (member customer id, score queue score)
+- ``adm``  sorted set: admitted fans who have not claimed a token yet
+  (score: the claim deadline, ms)
+- ``act``  sorted set: shopping fans (score: the session's end, ms)
+- ``out``  hash: how a fan's last visit ended (E expired, L left, C completed)
+- ``prog`` hash: leader epoch, admitted-through score, totals, rate
+- ``seq``  the arrival sequence after opening
+- ``rl:<window>`` hash: join counters of one rate-limit window
+
+A waiting fan costs one sorted-set member and nothing else. Every change is
+one Lua script (``lua/*.lua``), keys through KEYS and the clock through ARGV.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+from boxoffice.redis_store import event_key
+from queue_svc.batcher import Arg, Script, ScriptBatcher
+from queue_svc.model import PRE_QUEUE_BAND, RATE_WINDOW_MS, EventQueueConfig, Place, Progress, QueueState, TickResult
+
+# Expirations an admit tick processes per sorted set at most (bounds the
+# time one tick holds Redis; the rest go in the next tick).
+MAX_EXPIRED_PER_TICK = 10_000
+
+
+class JoinStatus(enum.Enum):
+    WAITING = "waiting"
+    ADMITTED = "admitted"
+    UNKNOWN_EVENT = "unknown_event"
+    NOT_OPEN = "not_open"
+    ACCOUNT_LIMITED = "account_limited"
+    CLIENT_LIMITED = "client_limited"
+
+
+_JOIN_CODES = {
+    1: JoinStatus.WAITING,
+    2: JoinStatus.ADMITTED,
+    -1: JoinStatus.UNKNOWN_EVENT,
+    -2: JoinStatus.NOT_OPEN,
+    -3: JoinStatus.ACCOUNT_LIMITED,
+    -4: JoinStatus.CLIENT_LIMITED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JoinReply:
+    status: JoinStatus
+    score: int = 0
+    ahead: int = 0
+    newly_joined: bool = False
+    opens_at_ms: int = 0
+    paused: bool = False
+    admitted_total: int = 0
+    rate_at_last_tick: float = 0.0
+    last_tick_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JoinLimits:
+    """Joins allowed per account / per client in each window (0: none)."""
+
+    per_account: int
+    per_client: int
+    window_ms: int
+
+
+class FanOp(enum.Enum):
+    LOOK = "look"
+    CLAIM = "claim"
+    LEAVE = "leave"
+    END = "end"
+
+
+class QueueStore(Protocol):
+    """The waiting room's storage."""
+
+    async def join(
+        self, event_id: int, customer_id: str, client_id: str, *, now_ms: int, random_score: int, limits: JoinLimits
+    ) -> JoinReply:
+        """Queue a fan (or return their place) in one round trip."""
+
+    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
+        """Read or change one fan's place; None for an unknown event."""
+
+    async def admit(self, event_id: int, *, now_ms: int, epoch: int) -> TickResult | None:
+        """One admit tick; None for an unknown event."""
+
+    async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
+        """The event's admission progress; None for an unknown event."""
+
+    async def put_config(self, config: EventQueueConfig) -> bool:
+        """Mirror a stored configuration (ignored when not newer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventKeys:
+    """The Redis keys of one event, in the order the scripts take them."""
+
+    config: str
+    queue: str
+    admitted: str
+    active: str
+    outcomes: str
+    progress: str
+    sequence: str
+
+    @classmethod
+    def of(cls, event_id: int) -> EventKeys:
+        return cls(
+            config=event_key(event_id, "cfg"),
+            queue=event_key(event_id, "q"),
+            admitted=event_key(event_id, "adm"),
+            active=event_key(event_id, "act"),
+            outcomes=event_key(event_id, "out"),
+            progress=event_key(event_id, "prog"),
+            sequence=event_key(event_id, "seq"),
+        )
+
+    @property
+    def common(self) -> tuple[str, str, str, str, str, str]:
+        return (self.config, self.queue, self.admitted, self.active, self.outcomes, self.progress)
+
+    def limits(self, window: int) -> str:
+        return f"{self.config.removesuffix('cfg')}rl:{window}"
+
+
+def load_script(name: str) -> Script:
+    source = resources.files("queue_svc").joinpath("lua", f"{name}.lua").read_text()
+    return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest())
+
+
+def _int(value: Any) -> int:
+    return int(value) if value is not None else 0
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bytes):
+        value = value.decode()
+    return float(value or 0)
+
+
+class RedisQueueStore:
+    """The QueueStore on Redis; all calls go through a ScriptBatcher."""
+
+    def __init__(self, batcher: ScriptBatcher) -> None:
+        self._batcher = batcher
+        self._join = load_script("join")
+        self._fan = load_script("fan")
+        self._admit = load_script("admit")
+        self._progress = load_script("progress")
+        self._config_put = load_script("config_put")
+        self._keys: dict[int, EventKeys] = {}
+
+    def keys(self, event_id: int) -> EventKeys:
+        keys = self._keys.get(event_id)
+        if keys is None:
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+            keys = self._keys[event_id] = EventKeys.of(event_id)
+        return keys
+
+    async def join(
+        self, event_id: int, customer_id: str, client_id: str, *, now_ms: int, random_score: int, limits: JoinLimits
+    ) -> JoinReply:
+        keys = self.keys(event_id)
+        window = now_ms // limits.window_ms
+        args: list[Arg] = [
+            customer_id,
+            now_ms,
+            random_score,
+            client_id,
+            limits.per_account,
+            limits.per_client,
+            limits.window_ms,
+            PRE_QUEUE_BAND,
+        ]
+        reply = await self._batcher.call(self._join, (*keys.common, keys.sequence, keys.limits(window)), args)
+        status = _JOIN_CODES[int(reply[0])]
+        if status is JoinStatus.UNKNOWN_EVENT:
+            return JoinReply(status)
+        return JoinReply(
+            status=status,
+            score=int(reply[1]),
+            ahead=int(reply[2]),
+            newly_joined=bool(reply[3]),
+            opens_at_ms=int(reply[4]),
+            paused=bool(reply[5]),
+            admitted_total=int(reply[6]),
+            rate_at_last_tick=_float(reply[7]),
+            last_tick_ms=int(reply[8]),
+        )
+
+    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
+        reply = await self._batcher.call(self._fan, self.keys(event_id).common, (customer_id, now_ms, op.value))
+        state = int(reply[0])
+        if state < 0:
+            return None
+        return Place(
+            state=QueueState(state),
+            score=int(reply[1]),
+            ahead=int(reply[2]),
+            expires_at_ms=int(reply[3]),
+            claimed_now=bool(reply[4]) and op is FanOp.CLAIM,
+            changed=bool(reply[4]),
+            opens_at_ms=int(reply[5]),
+            paused=bool(reply[6]),
+            token_ttl_ms=int(reply[7]),
+            rate_at_last_tick=_float(reply[8]),
+            last_tick_ms=int(reply[9]),
+            admitted_total=int(reply[10]),
+            pre_queue_joined=int(reply[11]),
+        )
+
+    async def admit(self, event_id: int, *, now_ms: int, epoch: int) -> TickResult | None:
+        reply = await self._batcher.call(
+            self._admit, self.keys(event_id).common, (now_ms, epoch, MAX_EXPIRED_PER_TICK, RATE_WINDOW_MS)
+        )
+        code = int(reply[0])
+        if code == -1:
+            return None
+        return TickResult(
+            event_id=event_id,
+            stale_epoch=code == -5,
+            admitted=int(reply[1]),
+            expired=int(reply[2]),
+            active_shoppers=int(reply[3]),
+            queue_length=int(reply[4]),
+            admitted_through_score=int(reply[5]),
+            admitted_total=int(reply[6]),
+            highest_epoch=int(reply[7]),
+        )
+
+    async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
+        reply = await self._batcher.call(self._progress, self.keys(event_id).common, ())
+        if not int(reply[0]):
+            return None
+        return Progress(
+            event_id=event_id,
+            admitted_through_score=_int(reply[1]),
+            queue_length=_int(reply[2]),
+            active_shoppers=_int(reply[3]),
+            admitted_total=_int(reply[4]),
+            joined_total=_int(reply[5]),
+            pre_queue_joined=_int(reply[6]),
+            rate_at_last_tick=_float(reply[7]),
+            last_tick_ms=_int(reply[8]),
+            opens_at_ms=_int(reply[9]),
+            paused=bool(reply[10]),
+            observed_at_ms=now_ms,
+        )
+
+    async def put_config(self, config: EventQueueConfig) -> bool:
+        args: list[Arg] = [
+            config.version,
+            "opens",
+            config.opens_at_ms,
+            "pre",
+            config.pre_queue_opens_at_ms,
+            "rate",
+            config.admission_rate_per_second,
+            "max",
+            config.max_active_shoppers,
+            "session",
+            config.session_length_ms,
+            "claim",
+            config.claim_grace_ms,
+            "ttl",
+            config.token_ttl_ms,
+            "paused",
+            int(config.paused),
+        ]
+        reply = await self._batcher.call(self._config_put, (self.keys(config.event_id).config,), args)
+        return bool(reply)
+
+
+def _compliance(batcher: ScriptBatcher) -> QueueStore:
+    return RedisQueueStore(batcher)
