@@ -1,0 +1,101 @@
+"""The queue's Prometheus metrics, registered on the process's registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from boxoffice.metrics import LATENCY_BUCKETS
+
+JOIN_RESULTS = ("joined", "rejoined", "admitted", "rate_limited", "not_open", "unknown_event")
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """What a QueueService process counts."""
+
+    joins: Counter
+    watchers_open: Gauge
+    sessions_ended: Counter
+    tokens_issued: Counter
+    progress_reads: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ServerMetrics:
+        metrics = cls(
+            joins=Counter("boxoffice_queue_joins", "JoinQueue calls by result.", ("result",), registry=registry),
+            watchers_open=Gauge(
+                "boxoffice_queue_watchers_open",
+                "Open watch streams in this process, by stream kind.",
+                ("stream",),
+                registry=registry,
+            ),
+            sessions_ended=Counter(
+                "boxoffice_queue_sessions_ended",
+                "Shopping sessions ended by the fan, by reason.",
+                ("reason",),
+                registry=registry,
+            ),
+            tokens_issued=Counter("boxoffice_queue_tokens_issued", "Access tokens issued.", registry=registry),
+            progress_reads=Counter(
+                "boxoffice_queue_progress_reads",
+                "Reads of an event's progress made for this process's watchers.",
+                registry=registry,
+            ),
+        )
+        for result in JOIN_RESULTS:
+            metrics.joins.labels(result)
+        for stream in ("position", "progress"):
+            metrics.watchers_open.labels(stream)
+        return metrics
+
+
+@dataclass(frozen=True)
+class AdmitterMetrics:
+    """What the admitter measures, per event where it matters."""
+
+    queue_length: Gauge
+    active_shoppers: Gauge
+    admitted: Counter
+    expired: Counter
+    tick_seconds: Histogram
+    stale_ticks: Counter
+    leading: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> AdmitterMetrics:
+        return cls(
+            queue_length=Gauge(
+                "boxoffice_queue_length", "Fans waiting in the queue.", ("event_id",), registry=registry
+            ),
+            active_shoppers=Gauge(
+                "boxoffice_queue_active_shoppers",
+                "Fans admitted and shopping (claimed or not yet).",
+                ("event_id",),
+                registry=registry,
+            ),
+            admitted=Counter(
+                "boxoffice_queue_admitted", "Fans admitted by this admitter.", ("event_id",), registry=registry
+            ),
+            expired=Counter(
+                "boxoffice_queue_expired",
+                "Sessions and unclaimed admissions dropped by this admitter.",
+                ("event_id",),
+                registry=registry,
+            ),
+            tick_seconds=Histogram(
+                "boxoffice_queue_admit_tick_seconds",
+                "Time of one admit tick of one event, round trip included.",
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            stale_ticks=Counter(
+                "boxoffice_queue_admit_stale_epoch",
+                "Admit ticks refused because a newer leader has written.",
+                registry=registry,
+            ),
+            leading=Gauge(
+                "boxoffice_queue_admitter_leading", "1 while this process leads the admitters.", registry=registry
+            ),
+        )

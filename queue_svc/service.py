@@ -1,0 +1,369 @@
+"""The waiting room's use cases, independent of gRPC: join, read, watch,
+leave, end a session, and the event administration."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+from boxoffice import deadline
+from boxoffice.clock import Clock
+from boxoffice.errors import (
+    BoxofficeError,
+    FailedPrecondition,
+    NotFound,
+    ResourceExhausted,
+)
+from boxoffice.tokens import TokenSigner
+from queue_svc.config import QueueSettings
+from queue_svc.events import EventQueueRepository
+from queue_svc.metrics import ServerMetrics
+from queue_svc.model import (
+    PRE_QUEUE_BAND,
+    AdmissionState,
+    EventQueueConfig,
+    Place,
+    Position,
+    Progress,
+    QueueState,
+    WatchBase,
+    admission_state,
+    estimate_ahead,
+    eta_seconds,
+    measured_rate,
+    passed,
+    poll_after_seconds,
+)
+from queue_svc.progress import ProgressHub
+from queue_svc.store import FanOp, JoinLimits, JoinReply, JoinStatus, QueueStore
+
+_log = logging.getLogger("queue_svc.service")
+
+
+def uniform_pre_queue_score() -> int:
+    """A uniformly random score of the pre-queue band (from the OS's CSPRNG)."""
+    return secrets.randbelow(PRE_QUEUE_BAND)
+
+
+def unknown_event(event_id: int) -> NotFound:
+    return NotFound(
+        f"event {event_id} has no waiting room", reason="EVENT_NOT_FOUND", metadata={"event_id": str(event_id)}
+    )
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+class QueueHandler:
+    """Everything QueueService does, behind the servicer's parsing."""
+
+    def __init__(
+        self,
+        *,
+        store: QueueStore,
+        events: EventQueueRepository,
+        hub: ProgressHub,
+        signer: TokenSigner,
+        clock: Clock,
+        settings: QueueSettings,
+        metrics: ServerMetrics,
+        random_score: Callable[[], int] = uniform_pre_queue_score,
+    ) -> None:
+        self._store = store
+        self._events = events
+        self._hub = hub
+        self._signer = signer
+        self._clock = clock
+        self._settings = settings
+        self._metrics = metrics
+        self._random_score = random_score
+        self._limits = JoinLimits(
+            per_account=settings.join_limit_per_account,
+            per_client=settings.join_limit_per_client,
+            window_ms=int(settings.join_limit_window_seconds * 1000),
+        )
+        joins = metrics.joins
+        self._joined = joins.labels("joined")
+        self._rejoined = joins.labels("rejoined")
+        self._join_admitted = joins.labels("admitted")
+
+    def _now_ms(self) -> int:
+        return int(self._clock.now() * 1000)
+
+    async def _mirror(self, event_id: int) -> bool:
+        """Re-mirror a stored configuration that Redis lacks (a flushed or
+        failed-over Redis); False when the event has no waiting room."""
+        config = await self._events.get(event_id)
+        if config is None:
+            return False
+        await self._store.put_config(config)
+        return True
+
+    async def _mirror_quietly(self, config: EventQueueConfig) -> None:
+        try:
+            await self._store.put_config(config)
+        except BoxofficeError as err:
+            # Stored durably; the admitter re-mirrors every few seconds.
+            _log.warning("configuration not mirrored", extra={"event_id": config.event_id, "reason": err.reason})
+
+    # -- fans ---------------------------------------------------------------
+
+    async def join(self, event_id: int, customer_id: str, client_id: str) -> tuple[Position, bool]:
+        """The fan's place, queued now (True) or already (False)."""
+        reply = await self._join_once(event_id, customer_id, client_id)
+        if reply.status is JoinStatus.UNKNOWN_EVENT and await self._mirror(event_id):
+            reply = await self._join_once(event_id, customer_id, client_id)
+        status = reply.status
+        if status is JoinStatus.WAITING:
+            (self._joined if reply.newly_joined else self._rejoined).inc()
+            now = self._now_ms()
+            rate = measured_rate(reply.rate_at_last_tick, reply.last_tick_ms, now)
+            eta = eta_seconds(reply.ahead, rate)
+            position = Position(
+                event_id=event_id,
+                customer_id=customer_id,
+                state=QueueState.WAITING,
+                ahead=reply.ahead,
+                score=reply.score,
+                eta_seconds=eta,
+                poll_after_seconds=poll_after_seconds(reply.ahead, eta),
+                admission_state=admission_state(now_ms=now, opens_at_ms=reply.opens_at_ms, paused=reply.paused),
+            )
+            return position, reply.newly_joined
+        if status is JoinStatus.ADMITTED:
+            self._join_admitted.inc()
+            position = Position(
+                event_id=event_id,
+                customer_id=customer_id,
+                state=QueueState.ADMITTED,
+                ahead=0,
+                score=0,
+                eta_seconds=None,
+                poll_after_seconds=None,
+                admission_state=admission_state(
+                    now_ms=self._now_ms(), opens_at_ms=reply.opens_at_ms, paused=reply.paused
+                ),
+            )
+            return position, False
+        raise self._join_refused(event_id, reply)
+
+    async def _join_once(self, event_id: int, customer_id: str, client_id: str) -> JoinReply:
+        return await self._store.join(
+            event_id,
+            customer_id,
+            client_id,
+            now_ms=self._now_ms(),
+            random_score=self._random_score(),
+            limits=self._limits,
+        )
+
+    def _join_refused(self, event_id: int, reply: JoinReply) -> BoxofficeError:
+        joins = self._metrics.joins
+        if reply.status is JoinStatus.UNKNOWN_EVENT:
+            joins.labels("unknown_event").inc()
+            return unknown_event(event_id)
+        if reply.status is JoinStatus.NOT_OPEN:
+            joins.labels("not_open").inc()
+            return FailedPrecondition(
+                f"the waiting room of event {event_id} is not open yet",
+                reason="QUEUE_NOT_OPEN",
+                metadata={"event_id": str(event_id), "opens_at": _iso(reply.opens_at_ms)},
+            )
+        joins.labels("rate_limited").inc()
+        limit = "account" if reply.status is JoinStatus.ACCOUNT_LIMITED else "client"
+        window = self._settings.join_limit_window_seconds
+        return ResourceExhausted(
+            f"too many joins from this {limit}; retry later",
+            reason="RATE_LIMITED",
+            metadata={"limit": limit, "retry_after_seconds": f"{window:g}"},
+        )
+
+    async def _fan(self, event_id: int, customer_id: str, op: FanOp) -> Place:
+        now = self._now_ms()
+        place = await self._store.fan(event_id, customer_id, now_ms=now, op=op)
+        if place is None and await self._mirror(event_id):
+            place = await self._store.fan(event_id, customer_id, now_ms=now, op=op)
+        if place is None:
+            raise unknown_event(event_id)
+        return place
+
+    def _position(self, event_id: int, customer_id: str, place: Place, *, with_token: bool) -> Position:
+        now = self._now_ms()
+        admission = admission_state(now_ms=now, opens_at_ms=place.opens_at_ms, paused=place.paused)
+        if place.state is QueueState.WAITING:
+            rate = measured_rate(place.rate_at_last_tick, place.last_tick_ms, now)
+            eta = eta_seconds(place.ahead, rate)
+            return Position(
+                event_id=event_id,
+                customer_id=customer_id,
+                state=place.state,
+                ahead=place.ahead,
+                score=place.score,
+                eta_seconds=eta,
+                poll_after_seconds=poll_after_seconds(place.ahead, eta),
+                admission_state=admission,
+            )
+        token = ""
+        token_expires_at = 0
+        if place.state is QueueState.ADMITTED and with_token:
+            # The token never outlives the session it opens.
+            ttl_ms = min(place.token_ttl_ms, place.expires_at_ms - now)
+            token, claims = self._signer.issue(
+                event_id=event_id, customer_id=customer_id, ttl_seconds=max(1, ttl_ms // 1000)
+            )
+            token_expires_at = claims.expires_at
+            self._metrics.tokens_issued.inc()
+        return Position(
+            event_id=event_id,
+            customer_id=customer_id,
+            state=place.state,
+            ahead=0,
+            score=0,
+            eta_seconds=None,
+            poll_after_seconds=None,
+            admission_state=admission,
+            access_token=token,
+            access_token_expires_at=token_expires_at,
+        )
+
+    async def position(self, event_id: int, customer_id: str) -> Position:
+        """The fan's place; once admitted, with a token (the first read
+        claims the admission and starts the session)."""
+        place = await self._fan(event_id, customer_id, FanOp.CLAIM)
+        return self._position(event_id, customer_id, place, with_token=True)
+
+    async def leave(self, event_id: int, customer_id: str) -> Position:
+        """A waiting fan leaves; others get their state back unchanged."""
+        place = await self._fan(event_id, customer_id, FanOp.LEAVE)
+        return self._position(event_id, customer_id, place, with_token=False)
+
+    async def end_session(self, event_id: int, customer_id: str, reason: str) -> Position:
+        """An admitted fan's session ends and frees the slot; ending an
+        ended session again answers the same."""
+        place = await self._fan(event_id, customer_id, FanOp.END)
+        if place.state is not QueueState.COMPLETED:
+            raise FailedPrecondition(
+                f"customer is not admitted to event {event_id}",
+                reason="NOT_ADMITTED",
+                metadata={"event_id": str(event_id), "state": place.state.name},
+            )
+        if place.changed:
+            self._metrics.sessions_ended.labels(reason).inc()
+        return self._position(event_id, customer_id, place, with_token=False)
+
+    async def watch_position(self, event_id: int, customer_id: str) -> AsyncIterator[Position]:
+        """The fan's place now, then whenever it changes, until admitted
+        (with a token) or another final state. Progress comes from the
+        process's shared feed; Redis is asked again only when admission
+        reaches the fan."""
+        call_seconds = self._settings.stream_call_seconds
+        with deadline.scope(call_seconds):
+            place = await self._fan(event_id, customer_id, FanOp.CLAIM)
+        position = self._position(event_id, customer_id, place, with_token=True)
+        yield position
+        if position.state is not QueueState.WAITING:
+            return
+        base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
+        sent = (position.ahead, position.admission_state)
+        gauge = self._metrics.watchers_open.labels("position")
+        gauge.inc()
+        try:
+            async with self._hub.subscribe(event_id) as feed:
+                progress: Progress | None = None
+                while True:
+                    progress = await feed.next(progress)
+                    if passed(base.score, progress):
+                        with deadline.scope(call_seconds):
+                            place = await self._fan(event_id, customer_id, FanOp.CLAIM)
+                        position = self._position(event_id, customer_id, place, with_token=True)
+                        if position.state is not QueueState.WAITING:
+                            yield position
+                            return
+                        # Queued again behind (left and re-joined): follow the new place.
+                        base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
+                    else:
+                        position = self._estimate(event_id, customer_id, base, progress)
+                    if (position.ahead, position.admission_state) != sent:
+                        sent = (position.ahead, position.admission_state)
+                        yield position
+        finally:
+            gauge.dec()
+
+    def _estimate(self, event_id: int, customer_id: str, base: WatchBase, progress: Progress) -> Position:
+        ahead = estimate_ahead(base, progress)
+        eta = eta_seconds(ahead, progress.rate_per_second)
+        return Position(
+            event_id=event_id,
+            customer_id=customer_id,
+            state=QueueState.WAITING,
+            ahead=ahead,
+            score=base.score,
+            eta_seconds=eta,
+            poll_after_seconds=poll_after_seconds(ahead, eta),
+            admission_state=progress.admission_state,
+        )
+
+    # -- events -------------------------------------------------------------
+
+    async def stats(self, event_id: int) -> Progress:
+        progress = await self._store.progress(event_id, now_ms=self._now_ms())
+        if progress is None and await self._mirror(event_id):
+            progress = await self._store.progress(event_id, now_ms=self._now_ms())
+        if progress is None:
+            raise unknown_event(event_id)
+        return progress
+
+    async def watch_progress(self, event_id: int) -> AsyncIterator[Progress]:
+        """The event's progress now, then whenever it changes."""
+        with deadline.scope(self._settings.stream_call_seconds):
+            progress = await self.stats(event_id)
+        yield progress
+        sent = _progress_key(progress)
+        gauge = self._metrics.watchers_open.labels("progress")
+        gauge.inc()
+        try:
+            async with self._hub.subscribe(event_id) as feed:
+                latest: Progress | None = None
+                while True:
+                    latest = await feed.next(latest)
+                    key = _progress_key(latest)
+                    if key != sent:
+                        sent = key
+                        yield latest
+        finally:
+            gauge.dec()
+
+    async def create_event(self, config: EventQueueConfig) -> EventQueueConfig:
+        stored = await self._events.create(config)
+        await self._mirror_quietly(stored)
+        return stored
+
+    async def update_event(self, config: EventQueueConfig) -> EventQueueConfig:
+        stored = await self._events.update(config)
+        await self._mirror_quietly(stored)
+        return stored
+
+    async def get_event(self, event_id: int) -> EventQueueConfig:
+        stored = await self._events.get(event_id)
+        if stored is None:
+            raise unknown_event(event_id)
+        return stored
+
+    async def set_paused(self, event_id: int, paused: bool) -> EventQueueConfig:
+        stored = await self._events.set_paused(event_id, paused)
+        await self._mirror_quietly(stored)
+        return stored
+
+
+def _progress_key(progress: Progress) -> tuple[int, int, int, int, AdmissionState, float]:
+    return (
+        progress.admitted_through_score,
+        progress.queue_length,
+        progress.active_shoppers,
+        progress.admitted_total,
+        progress.admission_state,
+        round(progress.rate_per_second, 1),
+    )
