@@ -1,0 +1,204 @@
+"""The admitter as the process runs it: a Loop that ticks while leading,
+re-mirrors configuration, refuses to act on a stale epoch, and hands over
+between two processes with the Postgres leadership."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry
+
+from boxoffice.lifecycle import Loop
+from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
+from queue_svc import app
+from queue_svc.config import QueueSettings
+from queue_svc.events import PgEventQueueRepository
+from queue_svc.model import QueueState
+from queue_svc.store import FanOp, JoinLimits
+from tests.conftest import make_runtime
+from tests.queue.queue_support import (
+    AlwaysLeader,
+    QueueUnderTest,
+    event_config,
+    keys_of,
+    new_event_id,
+    queue_service,
+    redis_store,
+)
+from tests.support import ManualClock, Stores, running
+
+_NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
+FAST_TICKS = {"BOXOFFICE_QUEUE_TICK_SECONDS": "0.05", "BOXOFFICE_QUEUE_EVENT_REFRESH_SECONDS": "0.2"}
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], timeout_seconds: float = 20.0) -> None:
+    """Wait for a condition (a bound for a hung test, not a timing claim)."""
+    async with asyncio.timeout(timeout_seconds):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.05)
+
+
+async def _admitted(q: QueueUnderTest, event_id: int) -> int:
+    stats = await q.stub.GetQueueStats(pb.GetQueueStatsRequest(event_id=event_id))
+    return int(stats.progress.admitted_total)
+
+
+async def test_the_admitter_loop_admits_while_leading(stores: Stores) -> None:
+    event_id = new_event_id()
+    async with queue_service(stores) as q:
+        opens_ms = int(q.rt.clock.now() * 1000) - 1000
+        await q.create_event(event_id, opens_at_ms=opens_ms, admission_rate_per_second=100, max_active_shoppers=5)
+        for i in range(8):
+            await q.stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id=f"fan-{i}"))
+        rt = make_runtime(stores, environ=FAST_TICKS)
+        components, _ = app.build_admitter(rt, QueueSettings.from_env(rt.env), AlwaysLeader(3))
+        async with running([*rt.infrastructure(), *components]):
+            await _eventually(lambda: _admitted_is(q, event_id, 5))
+            assert rt.registry.get_sample_value("boxoffice_queue_admitter_leading") == 1
+            stats = await q.stub.GetQueueStats(pb.GetQueueStatsRequest(event_id=event_id))
+            assert stats.progress.active_shoppers == 5 and stats.progress.queue_length == 3
+            labels = {"event_id": str(event_id)}
+            assert rt.registry.get_sample_value("boxoffice_queue_admitted_total", labels) == 5
+            assert rt.registry.get_sample_value("boxoffice_queue_active_shoppers", labels) == 5
+            assert rt.registry.get_sample_value("boxoffice_queue_length", labels) == 3
+            assert (rt.registry.get_sample_value("boxoffice_queue_admit_tick_seconds_count") or 0) > 0
+        assert rt.registry.get_sample_value("boxoffice_queue_admitter_leading") == 0
+
+
+async def _admitted_is(q: QueueUnderTest, event_id: int, count: int) -> bool:
+    return await _admitted(q, event_id) == count
+
+
+async def test_refresh_re_mirrors_a_lost_configuration(stores: Stores) -> None:
+    event_id = new_event_id()
+    async with queue_service(stores) as q:
+        await q.create_event(event_id, opens_at_ms=int(q.rt.clock.now() * 1000))
+        await q.redis.delete(keys_of(event_id).config)
+        _, admitter = app.build_admitter(q.rt, QueueSettings.from_env(q.rt.env), AlwaysLeader(1))
+        await admitter.refresh()
+        assert await q.redis.hget(keys_of(event_id).config, "ver") == b"1"
+
+
+async def test_a_deposed_leader_changes_nothing(stores: Stores) -> None:
+    clock = ManualClock()
+    event_id = new_event_id()
+    rt = make_runtime(stores, clock=clock)
+    async with running(rt.infrastructure()):
+        store, _ = redis_store(rt.redis())
+        now_ms = int(clock.now() * 1000)
+        await store.put_config(event_config(event_id, opens_at_ms=now_ms - 1000, admission_rate_per_second=10))
+        for i in range(30):
+            await store.join(event_id, f"fan-{i}", "", now_ms=now_ms, random_score=0, limits=_NO_LIMITS)
+        settings = QueueSettings.from_env(rt.env)
+        _, new_leader = app.build_admitter(rt, settings, AlwaysLeader(8))
+        old_rt = make_runtime(stores, clock=clock)
+        _, old_leader = app.build_admitter(old_rt, settings, AlwaysLeader(7))
+        await new_leader.tick_event(event_id, 8)
+        clock.advance(1.0)
+        fresh = await new_leader.tick_event(event_id, 8)
+        assert fresh is not None and fresh.admitted == 10
+        clock.advance(1.0)
+        stale = await old_leader.tick_event(event_id, 7)
+        assert stale is not None and stale.stale_epoch and stale.admitted == 0 and stale.highest_epoch == 8
+        assert old_rt.registry.get_sample_value("boxoffice_queue_admit_stale_epoch_total") == 1
+        progress = await store.progress(event_id, now_ms=int(clock.now() * 1000))
+        assert progress is not None and progress.admitted_total == 10 and progress.queue_length == 20
+
+
+class _LeadThenLose:
+    """A Leadership double that leads until told to lose, then stops."""
+
+    def __init__(self) -> None:
+        self.lose = asyncio.Event()
+        self.leading = asyncio.Event()
+
+    async def run(self, lead: Callable[[int], Awaitable[None]]) -> None:
+        task = asyncio.ensure_future(lead(4))
+        self.leading.set()
+        await self.lose.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.Event().wait()  # campaign on, never winning
+
+
+async def test_losing_leadership_stops_the_ticks(stores: Stores) -> None:
+    rt = make_runtime(stores, environ=FAST_TICKS)
+    leadership = _LeadThenLose()
+    components, _ = app.build_admitter(rt, QueueSettings.from_env(rt.env), leadership)
+    async with running([*rt.infrastructure(), *components]):
+        await leadership.leading.wait()
+        await _eventually(lambda: _gauge_is(rt.registry, 1))
+        leadership.lose.set()
+        await _eventually(lambda: _gauge_is(rt.registry, 0))
+        loop = components[-1]
+        assert isinstance(loop, Loop) and not loop.failed.is_set()
+
+
+async def _gauge_is(registry: CollectorRegistry, value: float) -> bool:
+    return registry.get_sample_value("boxoffice_queue_admitter_leading") == value
+
+
+async def test_two_admitter_processes_hand_over_with_postgres_leadership(stores: Stores) -> None:
+    """Both run; one leads and admits; when it stops, the other takes over
+    and admission goes on."""
+    environ = {
+        **FAST_TICKS,
+        "BOXOFFICE_LEADER_BACKEND": "postgres",
+        "BOXOFFICE_LEADER_RETRY_SECONDS": "0.1",
+        "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+        "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+    }
+    event_id = new_event_id()
+    async with queue_service(stores) as q:
+        await q.create_event(
+            event_id,
+            opens_at_ms=int(q.rt.clock.now() * 1000) - 1000,
+            admission_rate_per_second=1,
+            max_active_shoppers=100,
+        )
+        for i in range(40):
+            await q.stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id=f"fan-{i}"))
+        first = make_runtime(stores, environ={**environ, "POD_NAME": "admitter-a"})
+        second = make_runtime(stores, environ={**environ, "POD_NAME": "admitter-b"})
+        first_components = [*await app.build(first, "admitter")]
+        second_components = [*await app.build(second, "admitter")]
+        async with contextlib.AsyncExitStack() as both:
+            leader = contextlib.AsyncExitStack()
+            await leader.enter_async_context(running([*first.infrastructure(), *first_components]))
+            await _eventually(lambda: _gauge_is(first.registry, 1))
+            await both.enter_async_context(running([*second.infrastructure(), *second_components]))
+            await _eventually(lambda: _admitted_more_than(q, event_id, 1))
+            assert second.registry.get_sample_value("boxoffice_queue_admitter_leading") == 0
+            await leader.aclose()  # the leader stops (a rolling update, a lost node)
+            before = await _admitted(q, event_id)
+            await _eventually(lambda: _gauge_is(second.registry, 1))
+            await _eventually(lambda: _admitted_more_than(q, event_id, before))
+
+
+async def _admitted_more_than(q: QueueUnderTest, event_id: int, count: int) -> bool:
+    return await _admitted(q, event_id) > count
+
+
+async def test_seed_demo_creates_the_demo_waiting_room_once(stores: Stores) -> None:
+    rt = make_runtime(stores)
+    rt.pool()
+    rt.redis()
+    async with running(rt.infrastructure()):
+        await app.seed_demo(rt)
+        assert await app.seed_demo(rt) == []
+        stored = await PgEventQueueRepository(rt.pool()).get(app.DEMO_EVENT_ID)
+        assert stored is not None and not stored.paused
+        store, _ = redis_store(rt.redis())
+        place = await store.fan(app.DEMO_EVENT_ID, "nobody", now_ms=int(rt.clock.now() * 1000), op=FanOp.LOOK)
+        assert place is not None and place.state is QueueState.NOT_IN_QUEUE
+
+
+async def test_the_server_role_builds_its_components(stores: Stores) -> None:
+    rt = make_runtime(stores)
+    components = await app.build(rt, "server")
+    assert [c.name for c in components] == ["queue-redis-batcher", "queue-progress-hub", "queue"]

@@ -1,0 +1,182 @@
+"""Concurrency: 5,000 simultaneous joins over gRPC, and I3 (never more
+than max_active shoppers) with two admitters racing, plus the control that
+shows the race is real when the cap check is not atomic with the pop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+import redis.asyncio as aioredis
+
+from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
+from queue_svc import app
+from queue_svc.config import QueueSettings
+from queue_svc.store import FanOp, JoinLimits, RedisQueueStore
+from tests.conftest import make_runtime
+from tests.queue.queue_support import (
+    AlwaysLeader,
+    event_config,
+    keys_of,
+    members,
+    new_event_id,
+    queue_service,
+    redis_store,
+)
+from tests.support import ManualClock, Stores, running
+
+JOINS = 5000
+MAX_ACTIVE = 40
+NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
+
+
+async def test_5000_concurrent_joins_get_5000_distinct_places_and_keep_them(stores: Stores) -> None:
+    clock = ManualClock()
+    event_id = new_event_id()
+    async with queue_service(stores, clock=clock) as q:
+        await q.create_event(event_id, opens_at_ms=int(clock.now() * 1000) - 1000)
+        requests = [pb.JoinQueueRequest(event_id=event_id, customer_id=f"fan-{i}") for i in range(JOINS)]
+        first = await asyncio.gather(*(q.stub.JoinQueue(r) for r in requests))
+        assert all(reply.newly_joined for reply in first)
+        scores = {reply.position.customer_id: reply.position.score for reply in first}
+        assert len(set(scores.values())) == JOINS
+        assert sorted(reply.position.ahead for reply in first) == list(range(JOINS))
+
+        random.shuffle(requests)
+        again = await asyncio.gather(*(q.stub.JoinQueue(r) for r in requests))
+        assert not any(reply.newly_joined for reply in again)
+        assert {reply.position.customer_id: reply.position.score for reply in again} == scores
+        assert await q.redis.zcard(keys_of(event_id).queue) == JOINS
+        stats = await q.stub.GetQueueStats(pb.GetQueueStatsRequest(event_id=event_id))
+        assert stats.joined_total == JOINS and stats.progress.queue_length == JOINS
+
+
+async def _active(client: aioredis.Redis, event_id: int) -> int:
+    keys = keys_of(event_id)
+    async with client.pipeline(transaction=True) as pipe:  # one atomic read of both sets
+        pipe.zcard(keys.admitted)
+        pipe.zcard(keys.active)
+        unclaimed, claimed = await pipe.execute()
+    return int(unclaimed) + int(claimed)
+
+
+class _Race:
+    """Two admitters ticking one event while fans claim, end sessions and
+    time moves (so slots free up and refill); a monitor records the most
+    shoppers ever seen at once."""
+
+    def __init__(self, client: aioredis.Redis, store: RedisQueueStore, event_id: int, clock: ManualClock) -> None:
+        self.client = client
+        self.store = store
+        self.event_id = event_id
+        self.clock = clock
+        self.most_seen = 0
+        self.done = asyncio.Event()
+
+    async def monitor(self) -> None:
+        while not self.done.is_set():
+            self.most_seen = max(self.most_seen, await _active(self.client, self.event_id))
+            await asyncio.sleep(0)
+
+    async def churn(self) -> None:
+        rng = random.Random(7)
+        while not self.done.is_set():
+            admitted = await members(self.client, keys_of(self.event_id).admitted, 0, 5)
+            now_ms = int(self.clock.now() * 1000)
+            for member in admitted:
+                op = FanOp.CLAIM if rng.random() < 0.5 else FanOp.END
+                await self.store.fan(self.event_id, member, now_ms=now_ms, op=op)
+            await asyncio.sleep(0.001)
+
+    async def run(self, admitters: list[Callable[[], Awaitable[int]]], ticks: int) -> int:
+        """Each admitter ticks ``ticks`` times; the fans admitted in all."""
+        background = [asyncio.create_task(self.monitor()), asyncio.create_task(self.churn())]
+        admitted = 0
+
+        async def drive(tick: Callable[[], Awaitable[int]]) -> None:
+            nonlocal admitted
+            for _ in range(ticks):
+                self.clock.advance(0.02)
+                admitted += await tick()
+                self.most_seen = max(self.most_seen, await _active(self.client, self.event_id))
+
+        try:
+            await asyncio.gather(*(drive(tick) for tick in admitters))
+        finally:
+            self.done.set()
+            await asyncio.gather(*background)
+        return admitted
+
+
+async def _queue_fans(store: RedisQueueStore, event_id: int, now_ms: int, count: int) -> None:
+    await asyncio.gather(
+        *(store.join(event_id, f"fan-{i}", "", now_ms=now_ms, random_score=0, limits=NO_LIMITS) for i in range(count))
+    )
+
+
+async def test_two_admitters_racing_never_exceed_max_active(stores: Stores) -> None:
+    clock = ManualClock()
+    event_id = new_event_id()
+    rts = [make_runtime(stores, clock=clock) for _ in range(2)]
+    settings = QueueSettings.from_env(rts[0].env)
+    built = [app.build_admitter(rt, settings, AlwaysLeader(1)) for rt in rts]
+    async with running([*rts[0].infrastructure(), *rts[1].infrastructure()]):
+        store, _ = redis_store(rts[0].redis())
+        opens_ms = int(clock.now() * 1000) - 1000
+        config = event_config(
+            event_id,
+            opens_at_ms=opens_ms,
+            admission_rate_per_second=2000,
+            max_active_shoppers=MAX_ACTIVE,
+            claim_grace_ms=500,
+            session_length_ms=1_000,
+        )
+        await store.put_config(config)
+        await _queue_fans(store, event_id, opens_ms, 3000)
+
+        async def tick_with(index: int) -> int:
+            result = await built[index][1].tick_event(event_id, epoch=1)  # both believe they lead
+            assert result is not None and not result.stale_epoch
+            assert result.active_shoppers <= MAX_ACTIVE
+            return result.admitted
+
+        race = _Race(rts[1].redis(), store, event_id, clock)
+        admitted = await race.run([lambda: tick_with(0), lambda: tick_with(1)], ticks=300)
+    assert admitted > 3 * MAX_ACTIVE  # slots were freed and refilled many times
+    assert race.most_seen == MAX_ACTIVE  # full, and never more
+
+
+async def test_control_a_cap_check_outside_the_pop_is_exceeded(stores: Stores, redis_client: aioredis.Redis) -> None:
+    """The same race against an admitter that reads the free slots in one
+    call and pops in another: with the window between them held open (both
+    admitters read before either writes), the monitor catches the cap being
+    exceeded. This is what the single admit script rules out."""
+    clock = ManualClock()
+    event_id = new_event_id()
+    store, _ = redis_store(redis_client)
+    opens_ms = int(clock.now() * 1000) - 1000
+    await store.put_config(
+        event_config(event_id, opens_at_ms=opens_ms, max_active_shoppers=MAX_ACTIVE, claim_grace_ms=5_000)
+    )
+    await _queue_fans(store, event_id, opens_ms, 3000)
+    keys = keys_of(event_id)
+    window = asyncio.Barrier(2)
+
+    async def naive_tick() -> int:
+        free = MAX_ACTIVE - await _active(redis_client, event_id)
+        with contextlib.suppress(asyncio.BrokenBarrierError):
+            await asyncio.wait_for(window.wait(), 0.5)  # the test-only hook: hold the window open
+        if free <= 0:
+            return 0
+        popped = cast(list[tuple[bytes, float]], await redis_client.zpopmin(keys.queue, free))
+        if popped:
+            claim_by = int(clock.now() * 1000) + 5_000
+            await redis_client.zadd(keys.admitted, {member: claim_by for member, _ in popped})
+        return len(popped)
+
+    race = _Race(redis_client, store, event_id, clock)
+    await race.run([naive_tick, naive_tick], ticks=20)
+    assert race.most_seen > MAX_ACTIVE
