@@ -129,30 +129,42 @@ class EventQueueConfig(_message.Message):
     event_id: _builtins.int
     """The event this waiting room guards; positive."""
     admission_rate_per_second: _builtins.int
-    """How many fans the admitter lets in per second at most."""
+    """How many fans the admitter lets in per second at most; 1 to 100,000,
+    50 when 0.
+    """
     max_active_shoppers: _builtins.int
-    """How many fans may shop at the same time at most."""
+    """How many fans may shop at the same time at most; 1 to 10,000,000, 1,000
+    when 0.
+    """
     paused: _builtins.bool
     """Whether admission is paused."""
     @_builtins.property
     def opens_at(self) -> _timestamp_pb2.Timestamp:
-        """When the on-sale opens. Arrivals before it are shuffled uniformly."""
+        """When the on-sale opens; required. Arrivals before it are shuffled uniformly."""
 
     @_builtins.property
     def pre_queue_window(self) -> _duration_pb2.Duration:
-        """How long before opens_at the pre-queue accepts arrivals."""
+        """How long before opens_at the pre-queue accepts arrivals; 0 to 7 days,
+        30 minutes when unset.
+        """
 
     @_builtins.property
     def session_length(self) -> _duration_pb2.Duration:
-        """How long an admitted fan may shop before their slot is freed."""
+        """How long an admitted fan may shop before their slot is freed, counted
+        from the first token; 10 s to 24 h, 15 minutes when unset.
+        """
 
     @_builtins.property
     def token_ttl(self) -> _duration_pb2.Duration:
-        """How long an access token stays valid after it is issued."""
+        """How long an access token stays valid after it is issued (never past the
+        session's end); 10 s to 24 h, 10 minutes when unset.
+        """
 
     @_builtins.property
     def claim_grace(self) -> _duration_pb2.Duration:
-        """How long an admitted fan has to claim their token before the slot is freed."""
+        """How long an admitted fan has to claim their token before the slot is
+        freed; 5 s to 1 h, 2 minutes when unset.
+        """
 
     def __init__(
         self,
@@ -282,7 +294,10 @@ class JoinQueueResponse(_message.Message):
     POSITION_FIELD_NUMBER: _builtins.int
     NEWLY_JOINED_FIELD_NUMBER: _builtins.int
     newly_joined: _builtins.bool
-    """Whether this call queued the customer (false when they already were)."""
+    """Whether this call queued the customer (false when they already were).
+    An admitted customer's position carries no token: GetQueuePosition or
+    WatchQueuePosition hands it out.
+    """
     @_builtins.property
     def position(self) -> Global___QueuePosition:
         """The customer's place; the same on every repeated join."""

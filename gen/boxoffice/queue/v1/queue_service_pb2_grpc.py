@@ -108,7 +108,10 @@ class QueueServiceServicer:
     def JoinQueue(self, request, context):
         """JoinQueue places a customer in an event's queue. It is idempotent: a
         customer who is already queued (or admitted) gets their existing place back
-        and never moves back in line.
+        and never moves back in line. Errors: NOT_FOUND (EVENT_NOT_FOUND) for an
+        event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
+        the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
+        is "account" or "client") when joins come too often.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -126,8 +129,10 @@ class QueueServiceServicer:
     def WatchQueuePosition(self, request, context):
         """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
         ends after the customer is admitted (the last message carries the token)
-        or reaches another terminal state. A dropped stream loses nothing: the
-        client watches again or polls.
+        or reaches another terminal state. A message is sent when the number
+        ahead or the admission state changes. A dropped stream loses nothing: the
+        client watches again or polls. When the server shuts down the stream ends
+        with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -137,7 +142,9 @@ class QueueServiceServicer:
         """WatchAdmissionProgress streams an event's admission progress: every fan
         whose queue score is at or below admitted_through_score has been admitted.
         An edge that serves many browsers watches this one stream per event and
-        answers its users' polls itself.
+        answers its users' polls itself. A snapshot is sent at once, then whenever
+        the progress changes; on server shutdown the stream ends with UNAVAILABLE
+        (reason DRAINING).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -145,7 +152,8 @@ class QueueServiceServicer:
 
     def LeaveQueue(self, request, context):
         """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-        that join; joining again queues the customer at the back.
+        that join; joining again queues the customer at the back. A customer who
+        is not waiting keeps their state, which the answer carries.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -154,6 +162,8 @@ class QueueServiceServicer:
     def EndShoppingSession(self, request, context):
         """EndShoppingSession ends an admitted customer's shopping session, because
         they completed a purchase or abandoned it, and frees their active slot.
+        Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
+        the customer's state in metadata) for a customer who is not admitted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -39,7 +39,10 @@ class QueueServiceStub:
     JoinQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.JoinQueueRequest, _queue_service_pb2.JoinQueueResponse]
     """JoinQueue places a customer in an event's queue. It is idempotent: a
     customer who is already queued (or admitted) gets their existing place back
-    and never moves back in line.
+    and never moves back in line. Errors: NOT_FOUND (EVENT_NOT_FOUND) for an
+    event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
+    the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
+    is "account" or "client") when joins come too often.
     """
     GetQueuePosition: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueuePositionRequest, _queue_service_pb2.GetQueuePositionResponse]
     """GetQueuePosition returns the customer's state, an approximate number of
@@ -49,22 +52,29 @@ class QueueServiceStub:
     WatchQueuePosition: _grpc.UnaryStreamMultiCallable[_queue_service_pb2.WatchQueuePositionRequest, _queue_service_pb2.WatchQueuePositionResponse]
     """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
     ends after the customer is admitted (the last message carries the token)
-    or reaches another terminal state. A dropped stream loses nothing: the
-    client watches again or polls.
+    or reaches another terminal state. A message is sent when the number
+    ahead or the admission state changes. A dropped stream loses nothing: the
+    client watches again or polls. When the server shuts down the stream ends
+    with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
     """
     WatchAdmissionProgress: _grpc.UnaryStreamMultiCallable[_queue_service_pb2.WatchAdmissionProgressRequest, _queue_service_pb2.WatchAdmissionProgressResponse]
     """WatchAdmissionProgress streams an event's admission progress: every fan
     whose queue score is at or below admitted_through_score has been admitted.
     An edge that serves many browsers watches this one stream per event and
-    answers its users' polls itself.
+    answers its users' polls itself. A snapshot is sent at once, then whenever
+    the progress changes; on server shutdown the stream ends with UNAVAILABLE
+    (reason DRAINING).
     """
     LeaveQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.LeaveQueueRequest, _queue_service_pb2.LeaveQueueResponse]
     """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-    that join; joining again queues the customer at the back.
+    that join; joining again queues the customer at the back. A customer who
+    is not waiting keeps their state, which the answer carries.
     """
     EndShoppingSession: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.EndShoppingSessionRequest, _queue_service_pb2.EndShoppingSessionResponse]
     """EndShoppingSession ends an admitted customer's shopping session, because
     they completed a purchase or abandoned it, and frees their active slot.
+    Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
+    the customer's state in metadata) for a customer who is not admitted.
     """
     CreateEventQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]
     """CreateEventQueue creates the waiting room of an event."""
@@ -92,7 +102,10 @@ class QueueServiceAsyncStub(QueueServiceStub):
     JoinQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.JoinQueueRequest, _queue_service_pb2.JoinQueueResponse]  # type: ignore[assignment]
     """JoinQueue places a customer in an event's queue. It is idempotent: a
     customer who is already queued (or admitted) gets their existing place back
-    and never moves back in line.
+    and never moves back in line. Errors: NOT_FOUND (EVENT_NOT_FOUND) for an
+    event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
+    the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
+    is "account" or "client") when joins come too often.
     """
     GetQueuePosition: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueuePositionRequest, _queue_service_pb2.GetQueuePositionResponse]  # type: ignore[assignment]
     """GetQueuePosition returns the customer's state, an approximate number of
@@ -102,22 +115,29 @@ class QueueServiceAsyncStub(QueueServiceStub):
     WatchQueuePosition: _aio.UnaryStreamMultiCallable[_queue_service_pb2.WatchQueuePositionRequest, _queue_service_pb2.WatchQueuePositionResponse]  # type: ignore[assignment]
     """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
     ends after the customer is admitted (the last message carries the token)
-    or reaches another terminal state. A dropped stream loses nothing: the
-    client watches again or polls.
+    or reaches another terminal state. A message is sent when the number
+    ahead or the admission state changes. A dropped stream loses nothing: the
+    client watches again or polls. When the server shuts down the stream ends
+    with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
     """
     WatchAdmissionProgress: _aio.UnaryStreamMultiCallable[_queue_service_pb2.WatchAdmissionProgressRequest, _queue_service_pb2.WatchAdmissionProgressResponse]  # type: ignore[assignment]
     """WatchAdmissionProgress streams an event's admission progress: every fan
     whose queue score is at or below admitted_through_score has been admitted.
     An edge that serves many browsers watches this one stream per event and
-    answers its users' polls itself.
+    answers its users' polls itself. A snapshot is sent at once, then whenever
+    the progress changes; on server shutdown the stream ends with UNAVAILABLE
+    (reason DRAINING).
     """
     LeaveQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.LeaveQueueRequest, _queue_service_pb2.LeaveQueueResponse]  # type: ignore[assignment]
     """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-    that join; joining again queues the customer at the back.
+    that join; joining again queues the customer at the back. A customer who
+    is not waiting keeps their state, which the answer carries.
     """
     EndShoppingSession: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.EndShoppingSessionRequest, _queue_service_pb2.EndShoppingSessionResponse]  # type: ignore[assignment]
     """EndShoppingSession ends an admitted customer's shopping session, because
     they completed a purchase or abandoned it, and frees their active slot.
+    Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
+    the customer's state in metadata) for a customer who is not admitted.
     """
     CreateEventQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]  # type: ignore[assignment]
     """CreateEventQueue creates the waiting room of an event."""
@@ -148,7 +168,10 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_queue_service_pb2.JoinQueueResponse, _abc.Awaitable[_queue_service_pb2.JoinQueueResponse]]:
         """JoinQueue places a customer in an event's queue. It is idempotent: a
         customer who is already queued (or admitted) gets their existing place back
-        and never moves back in line.
+        and never moves back in line. Errors: NOT_FOUND (EVENT_NOT_FOUND) for an
+        event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
+        the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
+        is "account" or "client") when joins come too often.
         """
 
     @_abc_1.abstractmethod
@@ -170,8 +193,10 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_queue_service_pb2.WatchQueuePositionResponse], _abc.AsyncIterator[_queue_service_pb2.WatchQueuePositionResponse]]:
         """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
         ends after the customer is admitted (the last message carries the token)
-        or reaches another terminal state. A dropped stream loses nothing: the
-        client watches again or polls.
+        or reaches another terminal state. A message is sent when the number
+        ahead or the admission state changes. A dropped stream loses nothing: the
+        client watches again or polls. When the server shuts down the stream ends
+        with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
         """
 
     @_abc_1.abstractmethod
@@ -183,7 +208,9 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """WatchAdmissionProgress streams an event's admission progress: every fan
         whose queue score is at or below admitted_through_score has been admitted.
         An edge that serves many browsers watches this one stream per event and
-        answers its users' polls itself.
+        answers its users' polls itself. A snapshot is sent at once, then whenever
+        the progress changes; on server shutdown the stream ends with UNAVAILABLE
+        (reason DRAINING).
         """
 
     @_abc_1.abstractmethod
@@ -193,7 +220,8 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_service_pb2.LeaveQueueResponse, _abc.Awaitable[_queue_service_pb2.LeaveQueueResponse]]:
         """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-        that join; joining again queues the customer at the back.
+        that join; joining again queues the customer at the back. A customer who
+        is not waiting keeps their state, which the answer carries.
         """
 
     @_abc_1.abstractmethod
@@ -204,6 +232,8 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_queue_service_pb2.EndShoppingSessionResponse, _abc.Awaitable[_queue_service_pb2.EndShoppingSessionResponse]]:
         """EndShoppingSession ends an admitted customer's shopping session, because
         they completed a purchase or abandoned it, and frees their active slot.
+        Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
+        the customer's state in metadata) for a customer who is not admitted.
         """
 
     @_abc_1.abstractmethod
