@@ -20,6 +20,7 @@ from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
 from boxoffice.lifecycle import Component, run
 from boxoffice.metrics import MetricsEndpoint
 from boxoffice.runtime import Runtime, ServiceModule
+from boxoffice.server import GrpcServer
 
 _log = logging.getLogger("boxoffice.cli")
 
@@ -165,6 +166,13 @@ async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, stor
     rt = _runtime(env, server, store, stores)
     await _migrate(stores.database_url, [module])
     built = await module.build(rt, role)
+    if not any(isinstance(component, GrpcServer) for component in built):
+        # A background role serves gRPC health (for probes) and nothing else;
+        # on an ephemeral port unless BOXOFFICE_GRPC_PORT says otherwise, so
+        # that it never shares a service's port on one machine.
+        if env.raw("BOXOFFICE_GRPC_PORT") is None:
+            rt.grpc_ports[module.COMPONENT] = 0
+        built.append(rt.grpc_server(module.COMPONENT, []))
     metrics = MetricsEndpoint(rt.registry, env.string("BOXOFFICE_METRICS_HOST", server.grpc_host), server.metrics_port)
     try:
         await run([*rt.infrastructure(), *built], grace_seconds=server.shutdown_grace_seconds, on_started=metrics.start)
