@@ -1,0 +1,332 @@
+"""The Kubernetes manifests, read as YAML and checked against the code: no
+cluster runs here, so what can be known without one is checked here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxoffice import cli
+from tests.k8s.support import (
+    K8S,
+    ROOT,
+    by_name,
+    config_map_data,
+    documents,
+    env_names_read,
+    metric_names_exported,
+    metrics_in,
+    objects,
+    of_kind,
+    pod_specs,
+    yaml_files,
+)
+
+SERVERS = ("queue-svc", "booking-svc", "payment-svc")
+WORKERS = ("admitter", "sweeper", "relay", "issuer")
+GRPC_PORT, METRICS_PORT = 50051, 9464
+DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
+
+
+def _commands() -> set[str]:
+    return {*cli._commands(cli._modules()), "up", "migrate"}
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_every_yaml_file_parses_and_every_object_is_named() -> None:
+    assert yaml_files()
+    for path in yaml_files():
+        for doc in documents(path):
+            assert "apiVersion" in doc and "kind" in doc, path
+            if doc["kind"] not in ("Kustomization", "Component"):
+                assert doc["metadata"]["name"], path
+
+
+def _kustomization_paths(folder: Path) -> list[Path]:
+    """Every file a kustomization (or component) names, recursively."""
+    (kustomization,) = documents(folder / "kustomization.yaml")
+    named: list[Path] = []
+    for entry in [*kustomization.get("resources", []), *kustomization.get("components", [])]:
+        target = folder / entry
+        named.append(target)
+        if target.is_dir():
+            named.extend(_kustomization_paths(target))
+    for generator in kustomization.get("configMapGenerator", []):
+        for item in generator.get("files", []):
+            named.append(folder / item.split("=", 1)[-1])
+    return named
+
+
+def test_kustomizations_name_files_that_exist_and_every_manifest_is_used() -> None:
+    named = _kustomization_paths(K8S)
+    missing = [str(p.relative_to(K8S)) for p in named if not p.exists()]
+    assert missing == []
+    used = {p.resolve() for p in named if p.is_file()}
+    kustomizations = {p.resolve() for p in K8S.rglob("kustomization.yaml")}
+    unused = [str(p.relative_to(K8S)) for p in yaml_files() if p.resolve() not in used | kustomizations]
+    assert unused == []
+
+
+def test_a_deployment_for_every_process() -> None:
+    deployments = by_name("Deployment")
+    assert set(deployments) == {*SERVERS, *WORKERS}
+    assert {c["args"][0] for name, spec in pod_specs() for c in spec["containers"]} == {*SERVERS, *WORKERS, "migrate"}
+
+
+def test_containers_run_real_cli_commands() -> None:
+    commands = _commands()
+    for name, spec in pod_specs():
+        for container in _containers(spec):
+            argv = [*container.get("command", []), *container.get("args", [])]
+            assert len(argv) == 1 and argv[0] in commands, (name, argv)
+            assert container["image"] == "boxoffice", name  # renamed by the kustomization's images
+
+
+@pytest.mark.parametrize("name", [*SERVERS, *WORKERS])
+def test_deployment_probes_ports_and_shutdown(name: str) -> None:
+    spec = by_name("Deployment")[name]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": GRPC_PORT, "metrics": METRICS_PORT}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == GRPC_PORT, (name, probe)
+    # SIGTERM comes after the preStop sleep; the process then drains for
+    # BOXOFFICE_SHUTDOWN_GRACE_SECONDS; all of it inside the grace period.
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    grace = float(config_map_data()["BOXOFFICE_SHUTDOWN_GRACE_SECONDS"])
+    assert spec["terminationGracePeriodSeconds"] >= float(pre_stop[1]) + grace + 1
+
+
+def test_processes_listen_where_the_probes_and_scrapes_look() -> None:
+    data = config_map_data()
+    assert data["BOXOFFICE_GRPC_HOST"] == "0.0.0.0"
+    assert int(data["BOXOFFICE_GRPC_PORT"]) == GRPC_PORT
+    assert int(data["BOXOFFICE_METRICS_PORT"]) == METRICS_PORT
+
+
+@pytest.mark.parametrize("workload", [name for name, _ in pod_specs()])
+def test_pods_are_locked_down_with_requests_and_limits(workload: str) -> None:
+    spec = dict(pod_specs())[workload]
+    pod = spec["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0
+    assert pod["seccompProfile"]["type"] == "RuntimeDefault"
+    for container in _containers(spec):
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert not security.get("privileged", False)
+        for bound in ("requests", "limits"):
+            assert set(container["resources"][bound]) >= {"cpu", "memory"}, (workload, bound)
+        # The root filesystem is read-only: /tmp is the one writable place.
+        mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        assert "emptyDir" in volumes[mounts["/tmp"]]
+    if workload != "admitter":
+        assert spec.get("automountServiceAccountToken") is False, workload
+
+
+def _labels_ok(labels: dict[str, Any]) -> None:
+    assert all(isinstance(v, str) for v in labels.values()), labels
+    assert labels["app.kubernetes.io/part-of"] == "boxoffice"
+    assert {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"} <= set(labels)
+
+
+def test_selectors_are_subsets_of_template_labels_without_versions() -> None:
+    for kind in ("Deployment", "Job"):
+        for obj in of_kind(kind):
+            template = obj["spec"]["template"]["metadata"]["labels"]
+            _labels_ok(obj["metadata"]["labels"])
+            _labels_ok(template)
+            if kind == "Deployment":
+                selector = obj["spec"]["selector"]["matchLabels"]
+                assert selector.items() <= template.items(), obj["metadata"]["name"]
+                assert not any("version" in key for key in selector), obj["metadata"]["name"]
+    deployments = of_kind("Deployment")
+    for kind in ("Service", "PodDisruptionBudget"):
+        for obj in of_kind(kind):
+            selector = obj["spec"]["selector"] if kind == "Service" else obj["spec"]["selector"]["matchLabels"]
+            assert not any("version" in key for key in selector)
+            matches = [
+                d for d in deployments if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+            ]
+            assert len(matches) == 1, (kind, obj["metadata"]["name"])
+
+
+def test_env_var_names_are_ones_the_code_reads() -> None:
+    read = env_names_read()
+    assert {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS", "BOXOFFICE_LEADER_BACKEND"} <= read
+    unknown = {key for key in config_map_data() if key not in read}
+    for name, spec in pod_specs():
+        for container in _containers(spec):
+            unknown |= {e["name"] for e in container.get("env", []) if e["name"] not in read}
+            for source in container.get("envFrom", []):
+                assert source["configMapRef"]["name"] == "boxoffice-config", name
+    dockerfile_env = set(re.findall(r"\b(BOXOFFICE_[A-Z0-9_]+)=", (ROOT / "Dockerfile").read_text()))
+    unknown |= dockerfile_env - read
+    assert unknown == set()
+
+
+def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> None:
+    needs = {
+        "queue-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS"},
+        "booking-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS"},
+        "payment-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS", "BOXOFFICE_WEBHOOK_SECRETS"},
+    }
+    for name, spec in pod_specs():
+        (container,) = spec["containers"]
+        from_secret = {
+            e["name"]
+            for e in container.get("env", [])
+            if "secretKeyRef" in e.get("valueFrom", {})
+            and e["valueFrom"]["secretKeyRef"] == {"name": "boxoffice-secrets", "key": e["name"]}
+        }
+        # Without both URLs a process would start embedded stores instead.
+        assert needs.get(name, {"DATABASE_URL", "REDIS_URL"}) <= from_secret, name
+    for key in config_map_data():
+        assert not re.search(r"URL|KEY|SECRET|PASSWORD", key), f"{key} belongs in the Secret"
+
+
+def test_admitter_is_leader_elected_on_a_lease_it_may_use() -> None:
+    deployment = by_name("Deployment")["admitter"]
+    assert deployment["spec"]["replicas"] == 2
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["BOXOFFICE_LEADER_BACKEND"]["value"] == "kubernetes"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+    account = spec["serviceAccountName"]
+    assert account in by_name("ServiceAccount")
+    assert spec.get("automountServiceAccountToken", True) is True
+    granted: set[str] = set()
+    for binding in of_kind("RoleBinding"):
+        if {"kind": "ServiceAccount", "name": account} not in binding["subjects"]:
+            continue
+        role = by_name(binding["roleRef"]["kind"])[binding["roleRef"]["name"]]
+        for rule in role["rules"]:
+            if "coordination.k8s.io" in rule["apiGroups"] and "leases" in rule["resources"]:
+                # The Lease the code names (create cannot be limited by name).
+                assert rule.get("resourceNames", ["boxoffice-admitter"]) == ["boxoffice-admitter"]
+                granted |= set(rule["verbs"])
+    assert granted >= {"get", "create", "update"}
+    assert not any(h["spec"]["scaleTargetRef"]["name"] == "admitter" for h in of_kind("HorizontalPodAutoscaler"))
+
+
+def test_stateless_services_scale_and_every_deployment_has_a_budget() -> None:
+    deployments = by_name("Deployment")
+    scaled = {h["spec"]["scaleTargetRef"]["name"]: h for h in of_kind("HorizontalPodAutoscaler")}
+    assert set(scaled) == set(SERVERS)
+    for name, hpa in scaled.items():
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment" and name in deployments
+        assert 1 < hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    budgets = of_kind("PodDisruptionBudget")
+    for name, deployment in deployments.items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert budget["spec"]["maxUnavailable"] == 1, name
+
+
+def test_services_reach_the_grpc_port_of_the_servers() -> None:
+    services = by_name("Service")
+    assert set(services) == set(SERVERS)
+    for name, service in services.items():
+        (port,) = service["spec"]["ports"]
+        assert port["targetPort"] == "grpc" and port["name"] == "grpc", name
+    booking_addr = config_map_data()["BOXOFFICE_BOOKING_ADDR"]
+    host, _, port_text = booking_addr.rpartition(":")
+    assert host in services and int(port_text) == services[host]["spec"]["ports"][0]["port"]
+
+
+def test_the_migration_job_migrates() -> None:
+    (job,) = of_kind("Job")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["migrate"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
+
+
+def test_prometheus_scrapes_every_process() -> None:
+    (monitor,) = of_kind("PodMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    for deployment in of_kind("Deployment"):
+        assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def _dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def test_dashboard_parses_and_queries_metrics_the_code_exports() -> None:
+    queries = _dashboard_queries()
+    used = set().union(*(metrics_in(q) for q in queries))
+    assert used - metric_names_exported() == set()
+    assert {
+        "grpc_server_handled_total",
+        "grpc_server_handling_seconds_bucket",
+        "boxoffice_queue_length",
+        "boxoffice_queue_active_shoppers",
+        "boxoffice_queue_admitted_total",
+        "boxoffice_booking_holds_total",
+        "boxoffice_payment_state_entered_total",
+        "boxoffice_outbox_lag_seconds",
+        "boxoffice_leader_is_leader",
+    } <= used
+    assert any("grpc_code" in q and "grpc_server_handled_total" in q for q in queries)
+    assert {"0.50", "0.90", "0.99"} <= set(re.findall(r"histogram_quantile\((0\.\d+)", " ".join(queries)))
+
+
+def test_alert_rules_cover_the_failures_that_matter() -> None:
+    (rule,) = of_kind("PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert {
+        "BoxofficeGrpcErrorRatioHigh",
+        "BoxofficeGrpcLatencyHigh",
+        "BoxofficeAdmitterNotLeading",
+        "BoxofficeAdmitterNotAdmitting",
+        "BoxofficeOutboxLagHigh",
+        "BoxofficeSweeperStalled",
+    } <= set(alerts)
+    for name, alert in alerts.items():
+        assert metrics_in(alert["expr"]) and metrics_in(alert["expr"]) <= metric_names_exported(), name
+        assert alert["labels"]["severity"] in ("critical", "warning", "info"), name
+        assert alert["annotations"]["summary"], name
+
+
+def test_dockerfile_installs_the_project_as_a_non_root_user() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)", text, flags=re.MULTILINE)
+    assert stages and all(image == "python:3.11-slim" for image in stages)
+    users = re.findall(r"^USER (\S+)", text, flags=re.MULTILINE)
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert "pip install ." in text
+    assert re.search(r'^ENTRYPOINT \["boxoffice"\]', text, flags=re.MULTILINE)
+    copied = set(re.findall(r"^COPY (?!--from)(\S+)", text, flags=re.MULTILINE))
+    project = (ROOT / "pyproject.toml").read_text()
+    includes = re.search(r"include = \[(.*?)\]", project)
+    assert includes is not None
+    packages = {p.strip().strip('"').rstrip("*") for p in includes.group(1).split(",")}
+    assert packages <= copied
+    assert "pyproject.toml" in copied
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert {f"!{p}/" for p in packages} <= set(ignored)
+
+
+def test_object_names_are_unique_per_kind() -> None:
+    seen: set[tuple[str, str]] = set()
+    for obj in objects():
+        key = (obj["kind"], obj["metadata"]["name"])
+        assert key not in seen, key
+        seen.add(key)
