@@ -156,8 +156,14 @@ class OutboxRelay:
     async def trim(self) -> int:
         """Drop stream entries every group has acknowledged."""
         async with deadline.bounded():
-            groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self._stream)
-            if not groups:
+            try:
+                groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self._stream)
+            except redis.exceptions.ResponseError:
+                groups = []  # no stream yet
+            if len(groups) < len(self._groups):
+                # A Redis that lost its data lost the groups too: make them
+                # again before anything is trimmed.
+                await self.prepare()
                 return 0
             oldest_needed: tuple[int, int] | None = None
             for group in groups:

@@ -1,0 +1,208 @@
+"""End to end, through the real gRPC APIs only: join -> admitted -> hold ->
+pay -> ticket. Every role of every service runs as `boxoffice up` composes
+them (queue server and admitter, booking server and sweeper, payment server
+with the sandbox provider delivering signed webhooks, the outbox relay, the
+ticket issuer), each service on its own loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+from google.protobuf import timestamp_pb2
+
+from boxoffice.lifecycle import Component
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
+from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.conftest import make_runtime
+from tests.support import Stores, all_migrations, running
+
+T = TypeVar("T")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ts(value: datetime) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+@dataclass
+class Mesh:
+    queue: Any
+    booking: Any
+    payment: Any
+
+
+@pytest.fixture
+async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
+    from booking_svc import app as booking_app
+    from payment_svc import app as payment_app
+    from queue_svc import app as queue_app
+
+    assert all_migrations()  # the session's database has every service's schema
+    booking_port = _free_port()
+    rt = make_runtime(
+        stores,
+        environ={
+            "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
+            "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
+            "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+            "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+            "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+            "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
+            "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
+            "BOXOFFICE_TICKET_STREAM": f"ticket-issued-e2e-{uuid.uuid4().hex[:12]}",
+            "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
+            "BOXOFFICE_DB_POOL_MAX": "20",
+        },
+    )
+    rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+    components: list[Component] = []
+    for module in (queue_app, booking_app, payment_app):
+        for role in module.ROLES.values():
+            components.extend(await module.build(rt, role))
+    async with running([*rt.infrastructure(), *components]):
+        addresses = {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009
+        channels = [grpc.aio.insecure_channel(addresses[name]) for name in ("queue", "booking", "payment")]
+        try:
+            yield Mesh(
+                qpb_grpc.QueueServiceStub(channels[0]),
+                bpb_grpc.BookingServiceStub(channels[1]),
+                ppb_grpc.PaymentServiceStub(channels[2]),
+            )
+        finally:
+            for channel in channels:
+                await channel.close()
+
+
+async def _eventually(probe: Callable[[], Awaitable[T | None]], what: str, seconds: float = 20.0) -> T:
+    """Poll until ``probe`` answers something (no timing is asserted: the
+    bound only keeps a broken build from hanging)."""
+    for _ in range(int(seconds / 0.05)):
+        found = await probe()
+        if found is not None:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def _admitted(mesh: Mesh, event_id: int, customer: str) -> str:
+    joined = await mesh.queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=customer))
+    assert joined.position.state in (qpb.QUEUE_STATE_WAITING, qpb.QUEUE_STATE_ADMITTED)
+
+    async def token() -> str | None:
+        reply = await mesh.queue.GetQueuePosition(qpb.GetQueuePositionRequest(event_id=event_id, customer_id=customer))
+        position = reply.position
+        return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
+
+    return await _eventually(token, f"{customer} admitted")
+
+
+async def _tickets(mesh: Mesh, token: str, event_id: int, hold_id: str, count: int) -> list[ppb.Ticket]:
+    async def listed() -> list[ppb.Ticket] | None:
+        reply = await mesh.payment.ListTickets(
+            ppb.ListTicketsRequest(access_token=token, event_id=event_id, hold_id=hold_id)
+        )
+        tickets = list(reply.tickets)
+        return tickets if len(tickets) >= count else None
+
+    return await _eventually(listed, f"{count} tickets for {hold_id}")
+
+
+async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
+    event_id = int(uuid.uuid4().int % 10**12) + 10**6
+    now = datetime.now(UTC)
+    await mesh.booking.CreateEvent(
+        bpb.CreateEventRequest(
+            event_id=event_id,
+            display_name="End to end",
+            kind=bpb.EVENT_KIND_CONCERT,
+            starts_at=_ts(now + timedelta(days=30)),
+            sections=[
+                bpb.SectionSpec(
+                    section_id="A",
+                    display_name="Stalls",
+                    kind=bpb.SECTION_KIND_SEATED,
+                    price=bpb.Money(currency_code="EUR", amount_minor=4500),
+                )
+            ],
+        )
+    )
+    await mesh.booking.LoadInventory(
+        bpb.LoadInventoryRequest(
+            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=8)]
+        )
+    )
+    await mesh.queue.CreateEventQueue(
+        qpb.CreateEventQueueRequest(
+            config=qpb.EventQueueConfig(
+                event_id=event_id,
+                opens_at=_ts(now - timedelta(seconds=1)),
+                admission_rate_per_second=100,
+                max_active_shoppers=10,
+            )
+        )
+    )
+
+    # A fan pays and confirms.
+    token = await _admitted(mesh, event_id, "fan-1")
+    held = await mesh.booking.HoldSeats(
+        bpb.HoldSeatsRequest(
+            access_token=token,
+            event_id=event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
+        )
+    )
+    hold = held.hold
+    assert hold.state == bpb.HOLD_STATE_HELD and hold.amount.amount_minor == 9000
+    started = await mesh.payment.StartPayment(
+        ppb.StartPaymentRequest(access_token=token, hold_id=hold.hold_id, payment_method="pm_card_ok")
+    )
+    assert started.payment.state == ppb.PAYMENT_STATE_CAPTURED
+    confirmed = await mesh.payment.ConfirmPayment(
+        ppb.ConfirmPaymentRequest(payment_id=started.payment.payment_id, idempotency_key=f"e2e-{hold.hold_id}")
+    )
+    assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
+    tickets = await _tickets(mesh, token, event_id, hold.hold_id, 2)
+    assert sorted(t.seat_id for t in tickets) == sorted(s.seat_id for s in hold.seats)
+    assert all(t.state == ppb.TICKET_STATE_VALID and t.code.startswith("TKT-") for t in tickets)
+    after = await mesh.booking.GetHold(bpb.GetHoldRequest(access_token=token, hold_id=hold.hold_id))
+    assert after.hold.state == bpb.HOLD_STATE_CONFIRMED
+    await mesh.queue.EndShoppingSession(
+        qpb.EndShoppingSessionRequest(event_id=event_id, customer_id="fan-1", reason=qpb.SESSION_END_REASON_COMPLETED)
+    )
+
+    # Another fan pays and never confirms: the provider's signed webhook does.
+    other = await _admitted(mesh, event_id, "fan-2")
+    held2 = await mesh.booking.HoldSeats(
+        bpb.HoldSeatsRequest(
+            access_token=other,
+            event_id=event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=1),
+        )
+    )
+    await mesh.payment.StartPayment(
+        ppb.StartPaymentRequest(access_token=other, hold_id=held2.hold.hold_id, payment_method="pm_card_ok")
+    )
+    (ticket,) = await _tickets(mesh, other, event_id, held2.hold.hold_id, 1)
+    assert ticket.seat_id == held2.hold.seats[0].seat_id
+    # Each customer sees only their own tickets.
+    mine = await mesh.payment.ListTickets(ppb.ListTicketsRequest(access_token=other, event_id=event_id))
+    assert [t.hold_id for t in mine.tickets] == [held2.hold.hold_id]
