@@ -21,7 +21,7 @@ from typing import Protocol
 from boxoffice.runtime import Runtime
 from queue_svc.leader_config import LeaderConfig, LeaderTimings, check_name
 from queue_svc.leader_elector import ElectionLock, Elector, LeaderMetrics
-from queue_svc.leader_kubernetes import LeaseLock, api_configuration, default_namespace
+from queue_svc.leader_kubernetes import LeaseLock, api_configuration, default_namespace, lease_name
 from queue_svc.leader_postgres import PostgresLock
 
 
@@ -42,7 +42,7 @@ def create_leadership(rt: Runtime, name: str) -> Leadership:
         lock = LeaseLock(
             configuration=api_configuration(config.kube_api_url),
             namespace=default_namespace(config.namespace),
-            lease_name=f"boxoffice-{name}",
+            lease_name=lease_name(name),
             identity=config.identity,
             lease_seconds=config.timings.lease_seconds,
         )

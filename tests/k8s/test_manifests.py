@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from boxoffice import cli
+from queue_svc import app as queue_app
+from queue_svc.leader_kubernetes import lease_name
 from tests.k8s.support import (
     K8S,
     ROOT,
@@ -208,6 +210,7 @@ def test_admitter_is_leader_elected_on_a_lease_it_may_use() -> None:
     account = spec["serviceAccountName"]
     assert account in by_name("ServiceAccount")
     assert spec.get("automountServiceAccountToken", True) is True
+    lease = lease_name(queue_app.LEADER_ROLE)  # the Lease the admitter campaigns on
     granted: set[str] = set()
     for binding in of_kind("RoleBinding"):
         if {"kind": "ServiceAccount", "name": account} not in binding["subjects"]:
@@ -215,8 +218,8 @@ def test_admitter_is_leader_elected_on_a_lease_it_may_use() -> None:
         role = by_name(binding["roleRef"]["kind"])[binding["roleRef"]["name"]]
         for rule in role["rules"]:
             if "coordination.k8s.io" in rule["apiGroups"] and "leases" in rule["resources"]:
-                # The Lease the code names (create cannot be limited by name).
-                assert rule.get("resourceNames", ["boxoffice-admitter"]) == ["boxoffice-admitter"]
+                # Only that Lease (create cannot be limited by name).
+                assert rule.get("resourceNames", [lease]) == [lease]
                 granted |= set(rule["verbs"])
     assert granted >= {"get", "create", "update"}
     assert not any(h["spec"]["scaleTargetRef"]["name"] == "admitter" for h in of_kind("HorizontalPodAutoscaler"))
