@@ -3,29 +3,37 @@
 One Python process makes about four times as many Redis calls a second
 pipelined as one by one. Every script call joins the batch being gathered;
 the batch goes out as one pipeline of EVALSHA commands as soon as the event
-loop is free, or as soon as one of the pipelines in flight returns. A caller
-waits for its own reply only as long as its deadline allows.
+loop is free, or as soon as one of the pipelines in flight returns (under
+load, batches grow while Redis answers the previous one, and a busy
+process lingers half a millisecond before sending). A caller waits for its
+own reply only as long as its deadline allows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.asyncio.connection import Connection
+from redis.exceptions import RedisError, ResponseError
 
 from boxoffice import deadline
 from boxoffice.errors import Internal, Unavailable
+from queue_svc.redis_pipe import Arg, PipeClosed, PipelinedConnection, ReplyError
 
 _log = logging.getLogger("queue_svc.batcher")
 
-Arg = str | int | float | bytes
+__all__ = ["Arg", "Script", "ScriptBatcher"]
+
+# A batch sent less than this long ago means the process is busy: the next
+# one lingers (linger_seconds) to gather more calls. An idle process sends at
+# once.
+_BUSY_SECONDS = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +52,29 @@ class _Call:
     args: Sequence[Arg]
     future: asyncio.Future[Any]
 
+    def command(self) -> list[Arg]:
+        return ["EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args]
 
-def _unavailable(err: Exception) -> Unavailable:
+
+def _unavailable(err: BaseException) -> Unavailable:
     return Unavailable(f"redis unavailable: {type(err).__name__}", reason="REDIS_UNAVAILABLE")
+
+
+def _pipe_for(client: aioredis.Redis, timeout_seconds: float) -> PipelinedConnection | None:
+    """A pipelining connection with the client's settings, when it connects
+    over plain TCP (TLS and Unix sockets go through redis-py)."""
+    pool = client.connection_pool
+    if pool.connection_class is not Connection:
+        return None
+    kwargs = pool.connection_kwargs
+    return PipelinedConnection(
+        host=str(kwargs.get("host", "localhost")),
+        port=int(kwargs.get("port", 6379)),
+        db=int(kwargs.get("db", 0) or 0),
+        username=kwargs.get("username"),
+        password=kwargs.get("password"),
+        timeout_seconds=float(kwargs.get("socket_timeout") or timeout_seconds),
+    )
 
 
 class ScriptBatcher:
@@ -55,18 +83,29 @@ class ScriptBatcher:
     A component: ``stop`` waits for the pipelines in flight.
     """
 
-    def __init__(self, client: aioredis.Redis, *, max_batch: int = 512, max_in_flight: int = 2) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        max_batch: int = 1000,
+        max_in_flight: int = 1,
+        linger_seconds: float = 0.0005,
+        timeout_seconds: float = 5.0,
+    ) -> None:
         self.name = "queue-redis-batcher"
         self._client = client
+        self._pipe = _pipe_for(client, timeout_seconds)
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
+        self._linger = linger_seconds
         self._pending: list[_Call] = []
         self._in_flight = 0
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
-        # Pipelines sent and scripts carried, for the benchmarks.
+        # Pipelines sent and scripts carried, for tests and benchmarks.
         self.pipelines_sent = 0
         self.calls_sent = 0
+        self._last_flush = 0.0
 
     async def start(self) -> None:
         return None
@@ -74,6 +113,8 @@ class ScriptBatcher:
     async def stop(self, grace_seconds: float) -> None:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=max(grace_seconds, 0.1))
+        if self._pipe is not None:
+            await self._pipe.close()
 
     async def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """The script's reply; UNAVAILABLE when Redis is unreachable,
@@ -83,22 +124,52 @@ class ScriptBatcher:
         self._pending.append(_Call(script, keys, args, future))
         if not self._scheduled and self._in_flight < self._max_in_flight:
             self._scheduled = True
-            loop.call_soon(self._flush)
+            if self._linger and loop.time() - self._last_flush < _BUSY_SECONDS:
+                # Busy: wait a little so that the next pipeline carries more.
+                loop.call_later(self._linger, self._flush)
+            else:
+                loop.call_soon(self._flush)
         async with deadline.bounded():
             return await future
 
     def _flush(self) -> None:
         self._scheduled = False
+        self._last_flush = asyncio.get_running_loop().time()
         while self._pending and self._in_flight < self._max_in_flight:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
             self._in_flight += 1
+            # The common case writes at once and resolves from the reply
+            # callback; connecting, redis-py and NOSCRIPT take a task.
+            replies = None if self._pipe is None else self._pipe.send_nowait([call.command() for call in batch])
+            if replies is not None:
+                self.pipelines_sent += 1
+                self.calls_sent += len(batch)
+                replies.add_done_callback(functools.partial(self._replied, batch))
+            else:
+                task = asyncio.get_running_loop().create_task(self._send(batch))
+                self._tasks.add(task)
+                task.add_done_callback(self._sent)
+
+    def _replied(self, batch: list[_Call], replies: asyncio.Future[list[Any]]) -> None:
+        error = replies.exception()
+        if error is not None:
+            for call in batch:
+                _fail(call, _unavailable(error))
+        elif any(_no_script(reply) for reply in replies.result()):
             task = asyncio.get_running_loop().create_task(self._send(batch))
             self._tasks.add(task)
             task.add_done_callback(self._sent)
+            return  # the task releases the slot
+        else:
+            _resolve(batch, replies.result())
+        self._release()
 
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._release()
+
+    def _release(self) -> None:
         self._in_flight -= 1
         if self._pending and not self._scheduled:
             self._scheduled = True
@@ -106,52 +177,47 @@ class ScriptBatcher:
 
     async def _send(self, batch: list[_Call]) -> None:
         try:
-            replies = await self._pipeline(batch)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as err:
-            for call in batch:
-                _fail(call, _unavailable(err))
-            return
+            replies = await self._execute([call.command() for call in batch])
+            missing = [call for call, reply in zip(batch, replies, strict=True) if _no_script(reply)]
+            if missing:
+                # A restarted or failed-over Redis has lost its script cache.
+                scripts = {call.script.sha: call.script for call in missing}.values()
+                await self._execute([["SCRIPT", "LOAD", script.source] for script in scripts])
+                retried = iter(await self._execute([call.command() for call in missing]))
+                replies = [next(retried) if _no_script(reply) else reply for reply in replies]
         except asyncio.CancelledError:
             for call in batch:
                 _fail(call, Unavailable("redis call cancelled", reason="REDIS_UNAVAILABLE"))
             raise
-        except Exception:
-            _log.exception("redis pipeline failed")
+        except (PipeClosed, RedisError, OSError, TimeoutError) as err:
             for call in batch:
-                _fail(call, Internal("redis pipeline failed", reason="REDIS_ERROR"))
+                _fail(call, _unavailable(err))
             return
-        missing: list[_Call] = []
-        for call, reply in zip(batch, replies, strict=True):
-            if isinstance(reply, NoScriptError):
-                missing.append(call)
-            elif isinstance(reply, RedisError):
-                _log.error("redis script failed", extra={"script": call.script.name, "error": str(reply)})
-                _fail(call, Internal("redis script failed", reason="REDIS_ERROR"))
-            elif not call.future.done():
-                call.future.set_result(reply)
-        if missing:
-            # A restarted or failed-over Redis has lost its script cache.
-            try:
-                for script in {call.script.sha: call.script for call in missing}.values():
-                    await self._client.script_load(script.source)
-                replies = await self._pipeline(missing)
-            except (RedisError, OSError) as err:
-                for call in missing:
-                    _fail(call, _unavailable(err))
-                return
-            for call, reply in zip(missing, replies, strict=True):
-                if isinstance(reply, RedisError):
-                    _fail(call, Internal("redis script failed", reason="REDIS_ERROR"))
-                elif not call.future.done():
-                    call.future.set_result(reply)
+        _resolve(batch, replies)
 
-    async def _pipeline(self, batch: list[_Call]) -> list[Any]:
-        pipe = self._client.pipeline(transaction=False)
-        for call in batch:
-            pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+    async def _execute(self, commands: list[list[Arg]]) -> list[Any]:
         self.pipelines_sent += 1
-        self.calls_sent += len(batch)
-        return await pipe.execute(raise_on_error=False)
+        self.calls_sent += len(commands)
+        if self._pipe is not None:
+            return await self._pipe.execute(commands)
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = await pipe.execute(raise_on_error=False)
+        return [ReplyError(str(reply)) if isinstance(reply, ResponseError) else reply for reply in replies]
+
+
+def _resolve(batch: list[_Call], replies: list[Any]) -> None:
+    for call, reply in zip(batch, replies, strict=True):
+        if isinstance(reply, ReplyError):
+            _log.error("redis script failed", extra={"script": call.script.name, "error": str(reply)})
+            _fail(call, Internal("redis script failed", reason="REDIS_ERROR"))
+        elif not call.future.done():
+            call.future.set_result(reply)
+
+
+def _no_script(reply: Any) -> bool:
+    return isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT")
 
 
 def _fail(call: _Call, err: Exception) -> None:
