@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import Counter, Histogram
 
 from boxoffice import deadline
 from boxoffice.config import ServerConfig
@@ -72,6 +73,9 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: GrpcServerMetrics, default_deadline_seconds: float) -> None:
         self._metrics = metrics
         self._default_deadline = default_deadline_seconds
+        # Wrapped handlers by method, built once: the hot path of every call
+        # reuses them (and their resolved metric children).
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self,
@@ -81,7 +85,16 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        service, method = _split_method(handler_call_details.method)
+        full_method = handler_call_details.method
+        cached = self._wrapped.get(full_method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, full_method)
+        self._wrapped[full_method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: grpc.RpcMethodHandler[Any, Any], full_method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        service, method = _split_method(full_method)
         if service.startswith("grpc."):
             return handler  # health and reflection stay out of the figures
         labels = (_grpc_type(handler), service, method)
@@ -102,11 +115,11 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     def _wrap_unary(
         self, inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]], labels: tuple[str, str, str]
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
-        metrics = self._metrics
         default_deadline = self._default_deadline
+        started, handled, handling_seconds = self._children(labels)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            metrics.started.labels(*labels).inc()
+            started.inc()
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
@@ -132,23 +145,39 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
                 await context.abort(grpc.StatusCode.INTERNAL, "internal error")
             finally:
-                metrics.handled.labels(*labels, code.name).inc()
-                metrics.handling_seconds.labels(*labels).observe(time.perf_counter() - began)
+                handled(code).inc()
+                handling_seconds.observe(time.perf_counter() - began)
 
         return behavior
+
+    def _children(
+        self, labels: tuple[str, str, str]
+    ) -> tuple[Counter, Callable[[grpc.StatusCode], Counter], Histogram]:
+        """The metric children of one method, resolved once (``handled`` per
+        code on first use)."""
+        metrics = self._metrics
+        by_code: dict[grpc.StatusCode, Counter] = {}
+
+        def handled(code: grpc.StatusCode) -> Counter:
+            child = by_code.get(code)
+            if child is None:
+                child = by_code[code] = metrics.handled.labels(*labels, code.name)
+            return child
+
+        return metrics.started.labels(*labels), handled, metrics.handling_seconds.labels(*labels)
 
     def _wrap_stream(
         self,
         inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]],
         labels: tuple[str, str, str],
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
-        metrics = self._metrics
+        started, handled, handling_seconds = self._children(labels)
+        sent = self._metrics.msg_sent.labels(*labels)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            metrics.started.labels(*labels).inc()
+            started.inc()
             began = time.perf_counter()
             code = grpc.StatusCode.OK
-            sent = metrics.msg_sent.labels(*labels)
             try:
                 async for message in inner(request, context):
                     sent.inc()
@@ -167,8 +196,8 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
                 await context.abort(grpc.StatusCode.INTERNAL, "internal error")
             finally:
-                metrics.handled.labels(*labels, code.name).inc()
-                metrics.handling_seconds.labels(*labels).observe(time.perf_counter() - began)
+                handled(code).inc()
+                handling_seconds.observe(time.perf_counter() - began)
 
         return behavior
 
