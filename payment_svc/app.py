@@ -113,6 +113,7 @@ async def build(rt: Runtime, role: str) -> list[Component]:
             batch_size=config.consumer_batch_size,
             block_ms=config.consumer_block_ms,
             claim_idle_ms=config.claim_idle_ms,
+            concurrency=config.consumer_concurrency,
         )
         return [Loop("ticket-issuer", consumer.run)]
     raise ValueError(f"unknown payment role {role!r}")
@@ -165,6 +166,7 @@ def _server(rt: Runtime, config: PaymentConfig) -> list[Component]:
         batch_size=config.consumer_batch_size,
         block_ms=config.consumer_block_ms,
         claim_idle_ms=config.claim_idle_ms,
+        concurrency=config.consumer_concurrency,
     )
     sink = GrpcWebhookSink(lambda: server.address)
     components: list[Component] = [server]

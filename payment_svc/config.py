@@ -75,6 +75,8 @@ class PaymentConfig:
     stream: str
     consumer_batch_size: int
     consumer_block_ms: int
+    # Entries of different orders a consumer handles at once.
+    consumer_concurrency: int
     # A pending stream entry idle this long is claimed from its consumer.
     claim_idle_ms: int
     sandbox: SandboxConfig
@@ -102,6 +104,7 @@ class PaymentConfig:
             stream=env.string("BOXOFFICE_TICKET_STREAM", STREAM),
             consumer_batch_size=env.integer("BOXOFFICE_CONSUMER_BATCH_SIZE", 100, minimum=1, maximum=10_000),
             consumer_block_ms=env.integer("BOXOFFICE_CONSUMER_BLOCK_MS", 1000, minimum=1, maximum=60_000),
+            consumer_concurrency=env.integer("BOXOFFICE_CONSUMER_CONCURRENCY", 16, minimum=1, maximum=1000),
             claim_idle_ms=env.integer("BOXOFFICE_CONSUMER_CLAIM_IDLE_MS", 30_000, minimum=1),
             sandbox=SandboxConfig.from_env(env, signing_secret=secrets[0]),
         )

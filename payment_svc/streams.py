@@ -91,6 +91,7 @@ class StreamConsumer:
         batch_size: int = 100,
         block_ms: int = 1000,
         claim_idle_ms: int = 30_000,
+        concurrency: int = 16,
         hooks: ConsumerHooks | None = None,
     ) -> None:
         self._redis = redis
@@ -102,6 +103,7 @@ class StreamConsumer:
         self._batch_size = batch_size
         self._block_ms = block_ms
         self._claim_idle_ms = claim_idle_ms
+        self._concurrency = asyncio.Semaphore(max(1, concurrency))
         self._hooks = hooks or ConsumerHooks()
 
     async def prepare(self) -> None:
@@ -122,9 +124,8 @@ class StreamConsumer:
                 )
         read = 0
         for _, entries in answer or []:
-            for entry_id, fields in entries:
-                read += 1
-                await self._process(entry_id, fields)
+            read += len(entries)
+            await self._process(entries)
         return read
 
     async def claim_once(self) -> int:
@@ -144,12 +145,11 @@ class StreamConsumer:
                         count=self._batch_size,
                     )
             cursor = answer[0]
-            for entry_id, fields in answer[1]:
-                if entry_id is None:  # deleted from the stream while pending
-                    continue
-                self._metrics.claimed.inc()
-                done += 1
-                await self._process(entry_id, fields)
+            # An entry deleted from the stream while pending comes back empty.
+            claimed = [(entry_id, fields) for entry_id, fields in answer[1] if entry_id is not None]
+            self._metrics.claimed.inc(len(claimed))
+            done += len(claimed)
+            await self._process(claimed)
             if cursor in (b"0-0", "0-0"):
                 break
         return done
@@ -160,43 +160,69 @@ class StreamConsumer:
                 summary = await self._redis.xpending(self._stream, self.group)
         self._metrics.pending.set(int(summary["pending"]))
 
-    async def _process(self, entry_id: bytes | str, fields: dict[bytes, bytes]) -> None:
+    async def _process(self, raw: list[tuple[Any, Any]]) -> None:
+        """Handle a batch: entries of one order (aggregate) one after the
+        other, in stream order, stopping at the first that fails; different
+        orders concurrently. Acknowledge what was handled, in one call."""
+        lanes: dict[str, list[StreamEntry]] = {}
+        done: list[bytes | str] = []
+        for entry_id, fields in raw:
+            try:
+                entry = StreamEntry.parse(entry_id, fields)
+            except (KeyError, ValueError, UnicodeDecodeError) as err:
+                self._reject(entry_id, err)
+                done.append(entry_id)
+                continue
+            lanes.setdefault(entry.aggregate_id, []).append(entry)
+
+        async def lane(entries: list[StreamEntry]) -> None:
+            for entry in entries:
+                async with self._concurrency:
+                    handled = await self._handle(entry)
+                if not handled:
+                    return  # the rest of this order waits for the retry
+                if self._hooks.after_handle is not None:
+                    await self._hooks.after_handle(entry)
+                done.append(entry.entry_id)
+
+        tasks = [asyncio.ensure_future(lane(entries)) for entries in lanes.values()]
         try:
-            entry = StreamEntry.parse(entry_id, fields)
-        except (KeyError, ValueError, UnicodeDecodeError) as err:
-            await self._reject(entry_id, err)
-            return
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        if done:
+            with deadline.scope(5):
+                async with deadline.bounded():
+                    await self._redis.xack(self._stream, self.group, *done)
+            self._metrics.processed.inc(len(done))
+
+    async def _handle(self, entry: StreamEntry) -> bool:
+        """Whether the entry is done with (handled, or malformed)."""
         try:
             with deadline.scope(_HANDLE_SECONDS):
                 await self._handler.handle(entry)
         except (KeyError, ValueError, TypeError) as err:
-            await self._reject(entry_id, err)
-            return
+            self._reject(entry.entry_id, err)
+            return True
         except (BoxofficeError, psycopg.Error, redis.exceptions.RedisError, OSError) as err:
             self._metrics.failed.inc()
             _log.warning(
                 "stream entry failed; it stays pending",
                 extra={"group": self.group, "entry_id": entry.entry_id, "event_id": entry.event_id, "error": repr(err)},
             )
-            return
-        if self._hooks.after_handle is not None:
-            await self._hooks.after_handle(entry)
-        await self._ack(entry_id)
-        self._metrics.processed.inc()
+            return False
+        return True
 
-    async def _reject(self, entry_id: bytes | str, err: Exception) -> None:
-        """A malformed entry can never succeed: acknowledge it, loudly."""
+    def _reject(self, entry_id: bytes | str, err: Exception) -> None:
+        """A malformed entry can never succeed: it is acknowledged, loudly."""
         self._metrics.rejected.inc()
         _log.error(
             "malformed stream entry acknowledged",
             extra={"group": self.group, "entry_id": str(entry_id), "error": repr(err)},
         )
-        await self._ack(entry_id)
-
-    async def _ack(self, entry_id: bytes | str) -> None:
-        with deadline.scope(5):
-            async with deadline.bounded():
-                await self._redis.xack(self._stream, self.group, entry_id)
 
     async def run(self) -> None:
         """Consume until cancelled; claims what others left every so often."""

@@ -1,0 +1,229 @@
+"""PaymentService throughput: confirms per second, each figure next to a
+baseline measured in the same run (on a shared 2-core machine only ratios
+within one run mean much).
+
+1. ConfirmPayment of a captured payment (idempotency key claimed and
+   stored, BookingService.ConfirmHold over gRPC, payment row moved) vs
+   BookingService.ConfirmHold called straight (the booking part alone) and
+   vs the bare grpc.aio echo.
+2. ConfirmPayment replayed with a used key (the stored answer) vs echo.
+3. StartPayment (GetHold, ExtendHold, payment row, sandbox charge) vs echo.
+
+Run: ``python -m bench.payment_bench [--seconds 5] [--concurrency 32] [--orders 4000]``
+Postgres: ``BOXOFFICE_BENCH_DATABASE_URL`` (default the local server as
+postgres; the bench creates and drops its own database); Redis:
+``BOXOFFICE_BENCH_REDIS_URL`` (default database 12 of the local server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import grpc
+import psycopg
+
+from bench.common import LoadFigures, Row, closed_loop, echo_call, echo_server, report, server_process
+from booking_svc import app as booking_app
+from booking_svc.model import EventKind, EventSpec, Money, RefundPolicy, SectionKind, SectionSpec
+from booking_svc.store import PgBookingStore
+from boxoffice import db
+from boxoffice.clock import SystemClock
+from boxoffice.config import Env, TokenConfig
+from boxoffice.tokens import TokenSigner
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from payment_svc import app as payment_app
+
+EVENT_ID = 1
+
+
+@contextlib.contextmanager
+def bench_database(admin_url: str) -> Iterator[str]:
+    """A fresh database for the run, dropped afterwards."""
+    name = f"boxoffice_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    parts = urlsplit(admin_url)
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+async def prepare_database(url: str) -> None:
+    await db.migrate(url, [*booking_app.migrations(), *payment_app.migrations()])
+    pool = db.create_pool(url, min_size=1, max_size=2, name="bench-seed")
+    await pool.open()
+    try:
+        await PgBookingStore(pool).create_event(
+            EventSpec(
+                event_id=EVENT_ID,
+                display_name="payment bench",
+                kind=EventKind.CONCERT,
+                starts_at=datetime.now(UTC) + timedelta(days=30),
+                hold_ttl_seconds=3600,
+                max_seats_per_customer=4,
+                refund_policy=RefundPolicy(None, 0),
+                sections=(
+                    SectionSpec("GA", "standing", SectionKind.GENERAL_ADMISSION, 5_000_000, 0, Money("EUR", 5000)),
+                ),
+            )
+        )
+    finally:
+        await pool.close()
+
+
+async def _parallel(calls: Sequence[Callable[[], Awaitable[Any]]], concurrency: int = 64) -> list[Any]:
+    """Run setup calls with bounded concurrency, keeping their order."""
+    results: list[Any] = [None] * len(calls)
+    cursor = 0
+
+    async def worker() -> None:
+        nonlocal cursor
+        while cursor < len(calls):
+            index = cursor
+            cursor += 1
+            results[index] = await calls[index]()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return results
+
+
+async def main(seconds: float, concurrency: int, orders: int) -> None:
+    admin = os.environ.get("BOXOFFICE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    redis_url = os.environ.get("BOXOFFICE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+    tokens = TokenConfig.from_env(Env(os.environ))
+    signer = TokenSigner(tokens.keys, tokens.active_kid, SystemClock())
+
+    def token(customer: int) -> str:
+        return signer.issue(event_id=EVENT_ID, customer_id=f"bench-{customer}", ttl_seconds=3600)[0]
+
+    with bench_database(admin) as url:
+        await prepare_database(url)
+        with echo_server() as echo_proc:
+            async with grpc.aio.insecure_channel(echo_proc.address) as channel:
+                echo = echo_call(channel)
+                echo_figures = await closed_loop(lambda n: echo(b"x" * 200), concurrency=concurrency, seconds=seconds)
+
+        env = {"DATABASE_URL": url, "REDIS_URL": redis_url}
+        with server_process(["-m", "bench.booking_server"], env=env) as booking_proc:
+            payment_env = {**env, "BOXOFFICE_BOOKING_ADDR": booking_proc.address}
+            with server_process(["-m", "bench.payment_server"], env=payment_env) as payment_proc:
+                async with (
+                    grpc.aio.insecure_channel(booking_proc.address) as booking_channel,
+                    grpc.aio.insecure_channel(payment_proc.address) as payment_channel,
+                ):
+                    booking: Any = bpb_grpc.BookingServiceStub(booking_channel)
+                    payment: Any = ppb_grpc.PaymentServiceStub(payment_channel)
+                    figures = await _measure(booking, payment, token, seconds, concurrency, orders)
+
+    start, confirm, replay, confirm_hold = figures
+    report(
+        f"PaymentService, one server process each (payment, booking), {concurrency} concurrent calls, {seconds:g} s each",
+        [
+            Row("bare grpc.aio echo req/s (baseline)", echo_figures.rps, "/s"),
+            Row("BookingService.ConfirmHold straight, req/s", confirm_hold.rps, "/s", echo_figures.rps, "reported"),
+            Row("ConfirmPayment (first) confirms/s", confirm.rps, "/s", confirm_hold.rps, ">= 0.5 of ConfirmHold"),
+            Row("ConfirmPayment p50 latency", confirm.p50_ms, "ms", confirm_hold.p50_ms, better="lower"),
+            Row("ConfirmPayment p99 latency", confirm.p99_ms, "ms", confirm_hold.p99_ms, better="lower"),
+            Row("ConfirmPayment replayed (stored answer) req/s", replay.rps, "/s", echo_figures.rps, ">= 0.3 of echo"),
+            Row("StartPayment req/s", start.rps, "/s", echo_figures.rps, "reported"),
+            Row(
+                "errors (start / confirm / replay / ConfirmHold)",
+                start.errors + confirm.errors + replay.errors + confirm_hold.errors,
+                "",
+            ),
+        ],
+    )
+
+
+async def _measure(
+    booking: Any, payment: Any, token: Callable[[int], str], seconds: float, concurrency: int, orders: int
+) -> tuple[LoadFigures, LoadFigures, LoadFigures, LoadFigures]:
+    # Holds made ahead: one set paid through PaymentService, one confirmed
+    # straight at BookingService.
+    async def hold(customer: int) -> bpb.Hold:
+        reply = await booking.HoldSeats(
+            bpb.HoldSeatsRequest(
+                access_token=token(customer),
+                event_id=EVENT_ID,
+                best_available=bpb.BestAvailableSelection(section_id="GA", quantity=1),
+            ),
+            timeout=30,
+        )
+        held: bpb.Hold = reply.hold
+        return held
+
+    def holding(customer: int) -> Callable[[], Awaitable[bpb.Hold]]:
+        return lambda: hold(customer)
+
+    paid_holds = await _parallel([holding(c) for c in range(orders)])
+    straight_holds = await _parallel([holding(orders + c) for c in range(orders)])
+    payments: list[str] = []
+
+    async def start_one(n: int) -> None:
+        hold_ = paid_holds[n - 1]
+        reply = await payment.StartPayment(
+            ppb.StartPaymentRequest(access_token=token(n - 1), hold_id=hold_.hold_id, payment_method="pm_card_ok"),
+            timeout=30,
+        )
+        payments.append(reply.payment.payment_id)
+
+    start = await closed_loop(start_one, concurrency=concurrency, seconds=seconds)
+    confirmed: list[str] = []
+
+    async def confirm_one(n: int) -> None:
+        payment_id = payments[n - 1]
+        await payment.ConfirmPayment(
+            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=30
+        )
+        confirmed.append(payment_id)
+
+    confirm = await closed_loop(confirm_one, concurrency=concurrency, seconds=seconds)
+
+    async def replay_one(n: int) -> None:
+        payment_id = confirmed[n % len(confirmed)]
+        await payment.ConfirmPayment(
+            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=30
+        )
+
+    replay = await closed_loop(replay_one, concurrency=concurrency, seconds=seconds)
+
+    async def confirm_hold_one(n: int) -> None:
+        hold_ = straight_holds[n - 1]
+        await booking.ConfirmHold(
+            bpb.ConfirmHoldRequest(
+                hold_id=hold_.hold_id,
+                idempotency_key=f"straight-{hold_.hold_id}",
+                payment_id=str(uuid.uuid4()),
+                amount_paid=hold_.amount,
+            ),
+            timeout=30,
+        )
+
+    confirm_hold = await closed_loop(confirm_hold_one, concurrency=concurrency, seconds=seconds)
+    for name, figures in (("StartPayment", start), ("ConfirmPayment", confirm), ("ConfirmHold", confirm_hold)):
+        if figures.errors:
+            print(f"  note: {name} had {figures.errors} errors (more --orders than the run used?)")
+    return start, confirm, replay, confirm_hold
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--orders", type=int, default=4000, help="holds made ahead for each measured phase")
+    args = parser.parse_args()
+    asyncio.run(main(args.seconds, args.concurrency, args.orders))
