@@ -135,6 +135,10 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
         if section_kind is SectionKind.SEATED:
             if spec.capacity != 0:
                 raise validate.invalid(f"{field}.capacity", "a seated section takes its capacity from LoadInventory")
+            if spec.overbook_limit != 0:
+                raise validate.invalid(
+                    f"{field}.overbook_limit", "only general-admission sections (fare classes) may overbook"
+                )
         else:
             validate.int_range(f"{field}.capacity", spec.capacity, minimum=1, maximum=1_000_000)
         validate.int_range(f"{field}.overbook_limit", spec.overbook_limit, minimum=0, maximum=100_000)

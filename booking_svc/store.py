@@ -5,7 +5,8 @@ HoldSeats is one statement (the ``booking_hold_seats`` function of migration
 counter row is locked only for microseconds, never across a round trip to
 this process. The other mutations are short transactions through
 :func:`boxoffice.db.transaction` that take their locks in the order that
-function documents (hold rows, seats by ascending id, sections), so that no
+function documents (hold rows, seats by ascending id, section counter
+stripes in ascending order), so that no
 two transactions wait on each other in a cycle; a deadlock is retried once
 all the same.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -62,6 +63,10 @@ from boxoffice.errors import (
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 T = TypeVar("T")
+
+# A seated section counts in this many stripes (seat_id % STRIPES); a
+# general-admission section in one (migration 0004).
+STRIPES = 16
 
 HOLD_COLUMNS = (
     "hold_id, event_id, customer_id, section_id, quantity, state, amount_minor, currency, expires_at, "
@@ -222,6 +227,41 @@ def _hold_error(err: psycopg.Error, event_id: int, selection: Selection) -> Boxo
     return None
 
 
+async def _apply_counters(conn: AsyncConnection[TupleRow], deltas: dict[tuple[int, str, int], tuple[int, int]]) -> None:
+    """Add (held, sold) to each (event, section, stripe), locking the stripes
+    in ascending order first, as the hold function does."""
+    keys = sorted(k for k, v in deltas.items() if v != (0, 0))
+    if not keys:
+        return
+    columns = (
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [k[2] for k in keys],
+        [deltas[k][0] for k in keys],
+        [deltas[k][1] for k in keys],
+    )
+    if len(keys) > 1:
+        await conn.execute(
+            """
+            SELECT 1 FROM section_stripes st
+              JOIN unnest(%s::bigint[], %s::text[], %s::smallint[]) AS d(event_id, section_id, stripe)
+                ON st.event_id = d.event_id AND st.section_id = d.section_id AND st.stripe = d.stripe
+             ORDER BY st.event_id, st.section_id, st.stripe
+               FOR UPDATE OF st
+            """,
+            columns[:3],
+        )
+    await conn.execute(
+        """
+        UPDATE section_stripes st SET held = st.held + d.held, sold = st.sold + d.sold
+          FROM unnest(%s::bigint[], %s::text[], %s::smallint[], %s::int[], %s::int[])
+               AS d(event_id, section_id, stripe, held, sold)
+         WHERE st.event_id = d.event_id AND st.section_id = d.section_id AND st.stripe = d.stripe
+        """,
+        columns,
+    )
+
+
 def _is_deadlock(err: BaseException) -> bool:
     return isinstance(err, psycopg.errors.DeadlockDetected) or isinstance(
         err.__cause__, psycopg.errors.DeadlockDetected
@@ -328,6 +368,21 @@ class PgBookingStore:
                         for s in spec.sections
                     ],
                 )
+            await conn.execute(
+                """
+                INSERT INTO section_stripes (event_id, section_id, stripe, capacity)
+                SELECT %s, n.section_id, g.stripe, CASE WHEN n.kind = 'SEATED' THEN 0 ELSE n.places END
+                  FROM unnest(%s::text[], %s::text[], %s::int[]) AS n(section_id, kind, places)
+                 CROSS JOIN LATERAL generate_series(0, CASE WHEN n.kind = 'SEATED' THEN %s - 1 ELSE 0 END) AS g(stripe)
+                """,
+                (
+                    spec.event_id,
+                    [s.section_id for s in spec.sections],
+                    [s.kind.value for s in spec.sections],
+                    [s.capacity + s.overbook_limit for s in spec.sections],
+                    STRIPES,
+                ),
+            )
             return await self._read_event(conn, spec.event_id)
 
     async def get_event(self, event_id: int) -> Event:
@@ -350,8 +405,11 @@ class PgBookingStore:
             )
         cur = await conn.execute(
             """
-            SELECT section_id, display_name, kind, capacity, overbook_limit, price_minor, currency, sold, held
-              FROM sections WHERE event_id = %s ORDER BY section_id
+            SELECT sc.section_id, sc.display_name, sc.kind, sc.capacity, sc.overbook_limit, sc.price_minor,
+                   sc.currency, t.sold, t.held
+              FROM sections sc
+              JOIN section_totals t ON t.event_id = sc.event_id AND t.section_id = sc.section_id
+             WHERE sc.event_id = %s ORDER BY sc.section_id
             """,
             (event_id,),
         )
@@ -459,6 +517,20 @@ class PgBookingStore:
             added: dict[str, int] = defaultdict(int)
             for spec in rows:
                 added[spec.section_id] += spec.seat_count
+            # The new seats' stripes grow (stripes locked in the order holds
+            # lock them).
+            await conn.execute(
+                "SELECT 1 FROM section_stripes WHERE event_id = %s ORDER BY section_id, stripe FOR UPDATE", (event_id,)
+            )
+            await conn.execute(
+                """
+                UPDATE section_stripes st SET capacity = st.capacity + c.n
+                  FROM (SELECT section_id, (seat_id %% %s)::smallint AS stripe, count(*)::integer AS n
+                          FROM seats WHERE event_id = %s AND seat_id >= %s GROUP BY 1, 2) c
+                 WHERE st.event_id = %s AND st.section_id = c.section_id AND st.stripe = c.stripe
+                """,
+                (STRIPES, event_id, first_ids[0], event_id),
+            )
             for section_id in sorted(added):
                 await conn.execute(
                     "UPDATE sections SET capacity = capacity + %s WHERE event_id = %s AND section_id = %s",
@@ -614,51 +686,61 @@ class PgBookingStore:
                 "the hold belongs to another customer", reason="NOT_HOLD_OWNER", metadata={"hold_id": str(hold.hold_id)}
             )
 
-    async def _seats_of(
-        self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, status: str, new_status: str
-    ) -> list[int]:
+    async def _seats_of(self, conn: AsyncConnection[TupleRow], hold: Hold, status: str, new_status: str) -> list[int]:
         """Move the hold's seats that are still its own from ``status`` to
-        ``new_status``, locking them by ascending id; their ids."""
+        ``new_status``, locking them by ascending id; their ids. Seats are
+        found by primary key: the hold knows its seat ids."""
         cur = await conn.execute(
             """
             WITH mine AS MATERIALIZED (
-                SELECT s.event_id, s.seat_id FROM seats s
-                  JOIN hold_seats hs ON hs.event_id = s.event_id AND hs.seat_id = s.seat_id
-                 WHERE hs.hold_id = %(hold)s AND s.hold_id = %(hold)s AND s.status = %(status)s
+                SELECT s.seat_id FROM seats s
+                 WHERE s.event_id = %(event)s AND s.seat_id = ANY (%(ids)s)
+                   AND s.hold_id = %(hold)s AND s.status = %(status)s
                  ORDER BY s.seat_id
-                   FOR UPDATE OF s
+                   FOR UPDATE
             )
             UPDATE seats s
                SET status = %(new)s,
                    hold_id = CASE WHEN %(new)s = 'AVAILABLE' THEN NULL ELSE s.hold_id END,
                    hold_expires_at = NULL
               FROM mine
-             WHERE s.event_id = mine.event_id AND s.seat_id = mine.seat_id
+             WHERE s.event_id = %(event)s AND s.seat_id = mine.seat_id
                AND s.hold_id = %(hold)s AND s.status = %(status)s
             RETURNING s.seat_id
             """,
-            {"hold": hold_id, "status": status, "new": new_status},
+            {
+                "event": hold.event_id,
+                "ids": [seat.seat_id for seat in hold.seats],
+                "hold": hold.hold_id,
+                "status": status,
+                "new": new_status,
+            },
         )
         return sorted(int(r[0]) for r in await cur.fetchall())
 
     async def _move_counters(
-        self, conn: AsyncConnection[TupleRow], hold: Hold, *, held: int = 0, sold: int = 0
+        self, conn: AsyncConnection[TupleRow], hold: Hold, seat_ids: Sequence[int], *, held: int, sold: int
     ) -> None:
-        if held == 0 and sold == 0:
-            return
-        await conn.execute(
-            "UPDATE sections SET held = held + %s, sold = sold + %s WHERE event_id = %s AND section_id = %s",
-            (held, sold, hold.event_id, hold.section_id),
-        )
+        """Move the counters of ``seat_ids`` of a seated hold (or of all the
+        places of a general-admission hold) by ``held`` and ``sold`` each."""
+        if hold.seats:
+            per_stripe = Counter(seat_id % STRIPES for seat_id in seat_ids)
+        else:
+            per_stripe = Counter({0: hold.quantity})
+        deltas = {
+            (hold.event_id, hold.section_id, stripe): (n * held, n * sold) for stripe, n in per_stripe.items() if n
+        }
+        await _apply_counters(conn, deltas)
 
     async def _free_held(self, conn: AsyncConnection[TupleRow], hold: Hold) -> int:
         """Give back what a HELD hold still has: its seats that no one
         reclaimed (seated), or its places (general admission)."""
         if hold.seats:
-            freed = len(await self._seats_of(conn, hold.hold_id, "HELD", "AVAILABLE"))
+            freed_ids = await self._seats_of(conn, hold, "HELD", "AVAILABLE")
+            freed = len(freed_ids)
         else:
-            freed = hold.quantity
-        await self._move_counters(conn, hold, held=-freed)
+            freed_ids, freed = [], hold.quantity
+        await self._move_counters(conn, hold, freed_ids, held=-1, sold=0)
         return freed
 
     async def release_hold(self, *, hold_id: uuid.UUID, customer_id: str, now: datetime) -> Hold:
@@ -709,16 +791,21 @@ class PgBookingStore:
                     await conn.execute(
                         """
                         WITH mine AS MATERIALIZED (
-                            SELECT s.event_id, s.seat_id FROM seats s
-                              JOIN hold_seats hs ON hs.event_id = s.event_id AND hs.seat_id = s.seat_id
-                             WHERE hs.hold_id = %(hold)s AND s.hold_id = %(hold)s AND s.status = 'HELD'
+                            SELECT s.seat_id FROM seats s
+                             WHERE s.event_id = %(event)s AND s.seat_id = ANY (%(ids)s)
+                               AND s.hold_id = %(hold)s AND s.status = 'HELD'
                              ORDER BY s.seat_id
-                               FOR UPDATE OF s
+                               FOR UPDATE
                         )
                         UPDATE seats s SET hold_expires_at = %(expires)s
-                          FROM mine WHERE s.event_id = mine.event_id AND s.seat_id = mine.seat_id
+                          FROM mine WHERE s.event_id = %(event)s AND s.seat_id = mine.seat_id
                         """,
-                        {"hold": hold_id, "expires": expires},
+                        {
+                            "event": hold.event_id,
+                            "ids": [seat.seat_id for seat in hold.seats],
+                            "hold": hold_id,
+                            "expires": expires,
+                        },
                     )
                 return await self._read_hold(conn, hold_id)
 
@@ -813,9 +900,9 @@ class PgBookingStore:
         # (no one reclaimed any, and the sweeper has not ended it): the
         # customer paid and nobody else lost anything. Otherwise it is over:
         # whatever it still has goes back on sale and the payment refunds.
-        sold = hold.quantity
+        sold_ids: list[int] = []
         if hold.seats:
-            sold_ids = await self._seats_of(conn, hold_id, "HELD", "SOLD")
+            sold_ids = await self._seats_of(conn, hold, "HELD", "SOLD")
             if len(sold_ids) < hold.quantity:
                 await conn.execute(
                     """
@@ -827,13 +914,12 @@ class PgBookingStore:
                 await conn.execute(
                     "UPDATE holds SET state = 'EXPIRED', ended_at = %s WHERE hold_id = %s", (now, hold_id)
                 )
-                await self._move_counters(conn, hold, held=-len(sold_ids))
+                await self._move_counters(conn, hold, sold_ids, held=-1, sold=0)
                 raise FailedPrecondition(
                     "the hold expired and its seats went to another customer",
                     reason="HOLD_EXPIRED",
                     metadata={"hold_id": str(hold_id), "state": HoldState.EXPIRED.value},
                 )
-            sold = len(sold_ids)
         await conn.execute(
             "UPDATE holds SET state = 'CONFIRMED', confirmed_at = %s, payment_id = %s WHERE hold_id = %s",
             (now, payment_id, hold_id),
@@ -850,7 +936,7 @@ class PgBookingStore:
             "currency": hold.amount.currency,
         }
         await self._outbox(conn, hold_id, "BookingConfirmed", payload)
-        await self._move_counters(conn, hold, held=-sold, sold=sold)
+        await self._move_counters(conn, hold, sold_ids, held=-1, sold=1)
         return await self._read_hold(conn, hold_id)
 
     async def _outbox(
@@ -882,9 +968,9 @@ class PgBookingStore:
                 policy_row = await cur.fetchone()
                 policy = RefundPolicy(None, 0) if policy_row is None else RefundPolicy(policy_row[0], policy_row[1])
                 refund = policy.refund_for(hold.amount.amount_minor, now)
-                returned = hold.quantity
+                returned: list[int] = []
                 if hold.seats:
-                    returned = len(await self._seats_of(conn, hold_id, "SOLD", "AVAILABLE"))
+                    returned = await self._seats_of(conn, hold, "SOLD", "AVAILABLE")
                 await conn.execute(
                     """
                     UPDATE holds SET state = 'CANCELLED', ended_at = %s, refund_amount_minor = %s, cancel_reason = %s
@@ -906,7 +992,7 @@ class PgBookingStore:
                         "reason": reason,
                     },
                 )
-                await self._move_counters(conn, hold, sold=-returned)
+                await self._move_counters(conn, hold, returned, held=0, sold=-1)
                 return await self._read_hold(conn, hold_id), refund
 
         return await _retry_deadlock_once(work)
@@ -938,36 +1024,40 @@ class PgBookingStore:
                 await conn.execute(
                     "UPDATE holds SET state = 'EXPIRED', ended_at = %s WHERE hold_id = ANY (%s)", (now, ids)
                 )
-                freed: dict[tuple[int, str], int] = defaultdict(int)
+                freed: dict[tuple[int, str, int], int] = defaultdict(int)
                 for _, event_id, section_id, quantity, kind in lapsed:
                     if kind == SectionKind.GENERAL_ADMISSION.value:
-                        freed[(event_id, section_id)] += quantity
+                        freed[(event_id, section_id, 0)] += quantity
+                # The seats still theirs, by primary key, one event at a
+                # time, each event's in ascending id order.
                 cur = await conn.execute(
-                    """
-                    WITH mine AS MATERIALIZED (
-                        SELECT s.event_id, s.seat_id FROM seats s
-                          JOIN hold_seats hs ON hs.event_id = s.event_id AND hs.seat_id = s.seat_id
-                         WHERE hs.hold_id = ANY (%(ids)s) AND s.hold_id = hs.hold_id AND s.status = 'HELD'
-                         ORDER BY s.event_id, s.seat_id
-                           FOR UPDATE OF s
-                    )
-                    UPDATE seats s SET status = 'AVAILABLE', hold_id = NULL, hold_expires_at = NULL
-                      FROM mine
-                     WHERE s.event_id = mine.event_id AND s.seat_id = mine.seat_id
-                       AND s.status = 'HELD' AND s.hold_id = ANY (%(ids)s)
-                    RETURNING s.event_id, s.section_id
-                    """,
-                    {"ids": ids},
+                    "SELECT event_id, array_agg(seat_id ORDER BY seat_id) FROM hold_seats "
+                    "WHERE hold_id = ANY (%s) GROUP BY event_id ORDER BY event_id",
+                    (ids,),
                 )
                 seats = 0
-                for event_id, section_id in await cur.fetchall():
-                    freed[(event_id, section_id)] += 1
-                    seats += 1
-                for (event_id, section_id), count in sorted(freed.items()):
-                    await conn.execute(
-                        "UPDATE sections SET held = held - %s WHERE event_id = %s AND section_id = %s",
-                        (count, event_id, section_id),
+                for event_id, event_seats in await cur.fetchall():
+                    cur = await conn.execute(
+                        """
+                        WITH mine AS MATERIALIZED (
+                            SELECT s.seat_id FROM seats s
+                             WHERE s.event_id = %(event)s AND s.seat_id = ANY (%(seats)s)
+                               AND s.hold_id = ANY (%(ids)s) AND s.status = 'HELD'
+                             ORDER BY s.seat_id
+                               FOR UPDATE
+                        )
+                        UPDATE seats s SET status = 'AVAILABLE', hold_id = NULL, hold_expires_at = NULL
+                          FROM mine
+                         WHERE s.event_id = %(event)s AND s.seat_id = mine.seat_id
+                           AND s.status = 'HELD' AND s.hold_id = ANY (%(ids)s)
+                        RETURNING s.section_id, s.seat_id
+                        """,
+                        {"event": event_id, "seats": event_seats, "ids": ids},
                     )
+                    for section_id, seat_id in await cur.fetchall():
+                        freed[(event_id, section_id, seat_id % STRIPES)] += 1
+                        seats += 1
+                await _apply_counters(conn, {key: (-n, 0) for key, n in freed.items()})
                 return SweepResult(len(lapsed), seats)
 
         return await _retry_deadlock_once(work)
@@ -980,7 +1070,7 @@ class PgBookingStore:
 
     async def section_counters(self) -> list[SectionCounters]:
         rows = await self._statement(
-            "SELECT event_id, section_id, capacity, overbook_limit, sold, held FROM sections ORDER BY 1, 2", ()
+            "SELECT event_id, section_id, capacity, overbook_limit, sold, held FROM section_totals ORDER BY 1, 2", ()
         )
         return [SectionCounters(*r) for r in rows]
 

@@ -187,7 +187,9 @@ async def snapshot(booking: Booking, event_id: int) -> dict[str, Any]:
     """Everything an event's rows say, to compare before and after a call."""
     return {
         "sections": await query(
-            booking, "SELECT section_id, sold, held, capacity FROM sections WHERE event_id = %s ORDER BY 1", (event_id,)
+            booking,
+            "SELECT section_id, sold, held, capacity FROM section_totals WHERE event_id = %s ORDER BY 1",
+            (event_id,),
         ),
         "seats": await query(
             booking,
@@ -212,7 +214,7 @@ async def audit(booking: Booking, event_id: int) -> None:
     now = datetime.fromtimestamp(booking.clock.now(), UTC)
     sections = await query(
         booking,
-        "SELECT section_id, kind, capacity, overbook_limit, sold, held FROM sections WHERE event_id = %s",
+        "SELECT section_id, kind, capacity, overbook_limit, sold, held FROM section_totals WHERE event_id = %s",
         (event_id,),
     )
     for section_id, kind, capacity, overbook, sold, held in sections:
@@ -233,6 +235,25 @@ async def audit(booking: Booking, event_id: int) -> None:
                 (event_id, section_id),
             )
         assert (sold, held) == tuple(counted[0]), f"section {section_id}: counters {(sold, held)} rows {counted[0]}"
+    # Each stripe of a seated section counts its own seats.
+    stripes = await query(
+        booking,
+        """
+        SELECT st.section_id, st.stripe, st.capacity, st.sold, st.held, COALESCE(c.seats, 0), COALESCE(c.sold, 0),
+               COALESCE(c.held, 0)
+          FROM section_stripes st
+          JOIN sections sc ON sc.event_id = st.event_id AND sc.section_id = st.section_id AND sc.kind = 'SEATED'
+          LEFT JOIN (SELECT section_id, seat_id %% 16 AS stripe, count(*) AS seats,
+                            count(*) FILTER (WHERE status = 'SOLD') AS sold,
+                            count(*) FILTER (WHERE status = 'HELD') AS held
+                       FROM seats WHERE event_id = %s GROUP BY 1, 2) c
+            ON c.section_id = st.section_id AND c.stripe = st.stripe
+         WHERE st.event_id = %s
+        """,
+        (event_id, event_id),
+    )
+    for section_id, stripe, capacity, sold, held, seats, rows_sold, rows_held in stripes:
+        assert (capacity, sold, held) == (seats, rows_sold, rows_held), f"stripe {section_id}/{stripe}"
     # A taken seat points at a live hold that lists it.
     orphans = await query(
         booking,

@@ -67,6 +67,11 @@ async def test_create_event_defaults_and_validation(stores: Stores) -> None:
                 )
             ],
             [pb.SectionSpec(section_id="S", capacity=10, price=pb.Money(currency_code="EUR"))],
+            [
+                pb.SectionSpec(
+                    section_id="S", kind=pb.SECTION_KIND_SEATED, overbook_limit=2, price=pb.Money(currency_code="EUR")
+                )
+            ],
         ]
         for sections in bad_sections:
             _, err = await call(booking.stub.CreateEvent(event_request(fresh, sections)))

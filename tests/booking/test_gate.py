@@ -55,8 +55,8 @@ async def test_gate_fails_open_when_redis_is_down() -> None:
 
 async def test_with_the_gate_one_customer_still_wins_the_seat(stores: Stores) -> None:
     async with booking_server(stores, environ=GATE, race_pause_seconds=0.05) as booking:
-        winners, holders = await race_for_one_seat(booking)
-        assert (winners, holders) == (1, 1)
+        winners, holders, reasons = await race_for_one_seat(booking)
+        assert (winners, holders, reasons) == (1, 1, {"SEAT_UNAVAILABLE": 49})
         assert booking.metrics.gate.labels("rejected")._value.get() > 0
 
 

@@ -73,7 +73,7 @@ async def test_a_lapsed_hold_is_reclaimed_lazily_by_the_next_hold(stores: Stores
             )
         ).hold
         assert got.state == pb.HOLD_STATE_EXPIRED
-        rows = await query(booking, "SELECT held FROM sections WHERE event_id = %s", (event.event_id,))
+        rows = await query(booking, "SELECT held FROM section_totals WHERE event_id = %s", (event.event_id,))
         assert rows[0][0] == 3  # seat 0 (lapsed, unswept) + the two of the new hold
         await audit(booking, event.event_id)
         # Money for the first hold arrives late: one of its seats is gone.
@@ -118,7 +118,9 @@ async def test_the_sweeper_expires_lapsed_holds_and_frees_seats_and_counters(sto
         # (Other tests' lapsed holds count too: the sweeper is not per event.)
         assert sum(r.holds for r in results) >= 20 and sum(r.seats for r in results) >= 40
         rows = await query(
-            booking, "SELECT section_id, sold, held FROM sections WHERE event_id = %s ORDER BY 1", (event.event_id,)
+            booking,
+            "SELECT section_id, sold, held FROM section_totals WHERE event_id = %s ORDER BY 1",
+            (event.event_id,),
         )
         assert [tuple(r) for r in rows] == [("A", 0, 0), ("G", 0, 2)]
         rows = await query(
@@ -154,7 +156,7 @@ async def test_general_admission_reclaims_lapsed_places_when_full(stores: Stores
         await booking.stub.HoldSeats(
             hold_request(booking.token("b", event.event_id), event.event_id, section="G", quantity=3)
         )
-        rows = await query(booking, "SELECT held FROM sections WHERE event_id = %s", (event.event_id,))
+        rows = await query(booking, "SELECT held FROM section_totals WHERE event_id = %s", (event.event_id,))
         assert rows[0][0] == 3
         await audit(booking, event.event_id)
 
@@ -178,7 +180,7 @@ async def test_confirm_is_one_transaction_and_idempotent_by_key(stores: Stores) 
             booking, "SELECT status, count(*) FROM seats WHERE event_id = %s GROUP BY 1 ORDER BY 1", (event.event_id,)
         )
         assert [tuple(r) for r in rows] == [("AVAILABLE", 2), ("SOLD", 2)]
-        rows = await query(booking, "SELECT sold, held FROM sections WHERE event_id = %s", (event.event_id,))
+        rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event.event_id,))
         assert tuple(rows[0]) == (2, 0)
         outbox = await query(
             booking,
@@ -350,7 +352,7 @@ async def test_cancel_returns_seats_and_asks_for_the_policy_refund(stores: Store
             "currency": "EUR",
             "reason": "ill",
         }
-        rows = await query(booking, "SELECT sold, held FROM sections WHERE event_id = %s", (event.event_id,))
+        rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event.event_id,))
         assert tuple(rows[0]) == (0, 0)
         # The seats are on sale again.
         await booking.stub.HoldSeats(hold_request(booking.token("d", event.event_id), event.event_id, seats[:2]))

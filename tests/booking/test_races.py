@@ -33,31 +33,28 @@ from tests.support import Stores
 RACE_PAUSE_SECONDS = 0.05
 
 
-async def race_for_one_seat(booking: Booking, clients: int = 50) -> tuple[int, int]:
-    """``clients`` customers hold the same seat at once; (winners, seats
-    the database says are held by more than one hold)."""
-    event = await create_event(booking, [seated("A")], [("A", "A", 60)], max_seats_per_customer=4)
+async def race_for_one_seat(booking: Booking, clients: int = 50) -> tuple[int, int, Counter[str]]:
+    """``clients`` customers hold the same seat at once; (winners, holds
+    the database says have the seat, the losers' error reasons)."""
+    event = await create_event(booking, [seated("A")], [("A", "A", 160)], max_seats_per_customer=4)
     seat = (await seat_ids(booking, event.event_id, "A"))[0]
     requests = [hold_request(booking.token(f"fan-{i}", event.event_id), event.event_id, [seat]) for i in range(clients)]
     answers = await asyncio.gather(*(call(booking.stub.HoldSeats(r)) for r in requests))
     winners = sum(1 for reply, _ in answers if reply is not None)
-    for _, err in answers:
-        if err is not None:
-            assert isinstance(err, FailedPrecondition) and err.reason == "SEAT_UNAVAILABLE", err
-            assert err.metadata["seat_ids"] == str(seat)
+    reasons = Counter(err.reason for _, err in answers if err is not None)
     rows = await query(
         booking,
         "SELECT count(*) FROM hold_seats hs JOIN holds h USING (hold_id) WHERE h.state = 'HELD' AND hs.seat_id = %s "
         "AND hs.event_id = %s",
         (seat, event.event_id),
     )
-    return winners, int(rows[0][0])
+    return winners, int(rows[0][0]), reasons
 
 
 async def test_fifty_clients_race_for_one_seat_exactly_one_wins(stores: Stores) -> None:
     async with booking_server(stores, race_pause_seconds=RACE_PAUSE_SECONDS) as booking:
-        winners, holders = await race_for_one_seat(booking)
-        assert (winners, holders) == (1, 1)
+        winners, holders, reasons = await race_for_one_seat(booking)
+        assert (winners, holders, reasons) == (1, 1, {"SEAT_UNAVAILABLE": 49})
 
 
 async def test_control_check_then_update_lets_several_win(stores: Stores) -> None:
@@ -68,7 +65,9 @@ async def test_control_check_then_update_lets_several_win(stores: Stores) -> Non
         return CheckThenUpdateStore(pool, pause_seconds=RACE_PAUSE_SECONDS)
 
     async with booking_server(stores, store_factory=unsafe) as booking:
-        winners, holders = await race_for_one_seat(booking)
+        winners, holders, _ = await race_for_one_seat(booking)
+        # (The stripe's CHECK, the last net, stops it at 10: the seat's
+        # stripe counts 10 seats. The losers past that get INTERNAL.)
         assert winners > 1 and holders > 1
 
 
@@ -170,7 +169,7 @@ async def test_overbooking_stops_exactly_at_capacity_plus_limit(stores: Stores) 
         for _, err in answers:
             if err is not None:
                 assert isinstance(err, ResourceExhausted) and err.reason == "SOLD_OUT"
-        rows = await query(booking, "SELECT sold, held FROM sections WHERE event_id = %s", (event.event_id,))
+        rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event.event_id,))
         assert tuple(rows[0]) == (0, 183)
         await audit(booking, event.event_id)
 

@@ -60,13 +60,16 @@ class CheckThenUpdateStore(PgBookingStore):
                 (hold_id, event_id, customer_id, section_id, len(ids), now, now),
             )
             await conn.execute(
-                "INSERT INTO hold_seats (hold_id, event_id, seat_id) SELECT %s, %s, unnest(%s::bigint[])",
+                "INSERT INTO hold_seats (hold_id, event_id, seat_id, row_label, seat_number, label) "
+                "SELECT %s, event_id, seat_id, row_label, seat_number, label FROM seats "
+                "WHERE event_id = %s AND seat_id = ANY (%s)",
                 (hold_id, event_id, ids),
             )
-            await conn.execute(
-                "UPDATE sections SET held = held + %s WHERE event_id = %s AND section_id = %s",
-                (len(ids), event_id, section_id),
-            )
+            for seat_id in ids:
+                await conn.execute(
+                    "UPDATE section_stripes SET held = held + 1 WHERE event_id = %s AND section_id = %s AND stripe = %s",
+                    (event_id, section_id, seat_id % 16),
+                )
         hold = await self.get_hold(hold_id)
         assert hold is not None
         return hold, False
