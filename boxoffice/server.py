@@ -56,6 +56,17 @@ def _split_method(full_method: str) -> tuple[str, str]:
     return service, method
 
 
+def go_code_name(code: grpc.StatusCode) -> str:
+    """A status code as Go's ``codes.Code.String()`` spells it ("OK",
+    "InvalidArgument", "Canceled"), the ``grpc_code`` label value of
+    go-grpc-prometheus that stock dashboards and alerts match on."""
+    if code is grpc.StatusCode.CANCELLED:
+        return "Canceled"
+    if code is grpc.StatusCode.OK:
+        return "OK"
+    return "".join(part.capitalize() for part in code.name.split("_"))
+
+
 def _grpc_type(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
     if handler.request_streaming and handler.response_streaming:
         return "bidi_stream"
@@ -161,7 +172,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         def handled(code: grpc.StatusCode) -> Counter:
             child = by_code.get(code)
             if child is None:
-                child = by_code[code] = metrics.handled.labels(*labels, code.name)
+                child = by_code[code] = metrics.handled.labels(*labels, go_code_name(code))
             return child
 
         return metrics.started.labels(*labels), handled, metrics.handling_seconds.labels(*labels)

@@ -103,7 +103,7 @@ async def test_domain_error_is_a_rich_status(
     assert err.metadata == {"seat_ids": "1,2"}
     handled = registry.get_sample_value(
         "grpc_server_handled_total",
-        {"grpc_type": "unary", "grpc_service": SERVICE, "grpc_method": "Fail", "grpc_code": "FAILED_PRECONDITION"},
+        {"grpc_type": "unary", "grpc_service": SERVICE, "grpc_method": "Fail", "grpc_code": "FailedPrecondition"},
     )
     assert handled == 1.0
 
