@@ -55,8 +55,9 @@ class _Stores:
             store.stop()
 
 
-def _stores(store: StoreConfig) -> _Stores:
-    """The configured stores, or embedded ones for what is not configured."""
+def _stores(store: StoreConfig, *, need_redis: bool = True) -> _Stores:
+    """The configured stores, or embedded ones for what is not configured
+    (no Redis at all when the command needs none)."""
     embedded: list[EmbeddedPostgres | EmbeddedRedis] = []
     data_dir = default_data_dir(store.data_dir)
     database_url = store.database_url
@@ -66,7 +67,7 @@ def _stores(store: StoreConfig) -> _Stores:
             pg = EmbeddedPostgres(data_dir / "postgres")
             database_url = pg.start()
             embedded.append(pg)
-        if redis_url is None:
+        if redis_url is None and need_redis:
             rd = EmbeddedRedis(data_dir / "redis")
             redis_url = rd.start()
             embedded.append(rd)
@@ -74,7 +75,7 @@ def _stores(store: StoreConfig) -> _Stores:
         for item in embedded:
             item.stop()
         raise
-    return _Stores(database_url, redis_url, embedded)
+    return _Stores(database_url, redis_url or "", embedded)
 
 
 def _runtime(env: Env, server: ServerConfig, store: StoreConfig, stores: _Stores) -> Runtime:
@@ -201,7 +202,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
     try:
-        stores = _stores(store)
+        stores = _stores(store, need_redis=args.command != "migrate")
     except Exception as err:  # a store that cannot start is a clear message
         print(f"boxoffice: cannot start the embedded stores: {err}", file=sys.stderr)
         return 1

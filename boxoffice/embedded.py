@@ -30,6 +30,8 @@ class EmbeddedPostgres:
             warnings.simplefilter("ignore")
             from pgserver import postgres_server
 
+        # pgserver logs every pg_ctl command it runs at INFO.
+        logging.getLogger("pgserver").setLevel(max(logging.WARNING, logging.getLogger().level))
         self._data_dir.mkdir(parents=True, exist_ok=True)
         server = postgres_server.get_server(self._data_dir / "pgdata", cleanup_mode="stop")
         self._server = server
