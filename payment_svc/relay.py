@@ -153,8 +153,9 @@ class OutboxRelay:
             self._metrics.pending.set(int(row[0]))
             self._metrics.lag_seconds.set(float(row[1]))
 
-    async def trim(self) -> int:
-        """Drop stream entries every group has acknowledged."""
+    async def trim(self, *, approximate: bool = True) -> int:
+        """Drop stream entries every group has acknowledged (approximately:
+        whole nodes only, which is cheap)."""
         async with deadline.bounded():
             try:
                 groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self._stream)
@@ -179,7 +180,9 @@ class OutboxRelay:
             if oldest_needed <= (0, 1):
                 return 0
             return int(
-                await self._redis.xtrim(self._stream, minid=f"{oldest_needed[0]}-{oldest_needed[1]}", approximate=True)
+                await self._redis.xtrim(
+                    self._stream, minid=f"{oldest_needed[0]}-{oldest_needed[1]}", approximate=approximate
+                )
             )
 
     async def run(self) -> None:

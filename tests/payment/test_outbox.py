@@ -138,9 +138,18 @@ async def test_relay_publishes_in_order_per_order_and_marks_rows(
 ) -> None:
     x, y = str(uuid.uuid4()), str(uuid.uuid4())
     ids = [await insert_outbox(pool, agg, "BookingConfirmed", {"n": i}) for i, agg in enumerate([x, y, x, y, x])]
-    relay = _relay(pool, redis_conn, stream)
+    registry = CollectorRegistry()
+    relay = OutboxRelay(
+        pool=pool, redis=redis_conn, stream=stream, groups=["ticket-issuer"], metrics=RelayMetrics.create(registry)
+    )
     await relay.prepare()
+    await relay.refresh_gauges()
+    assert (registry.get_sample_value("boxoffice_outbox_pending") or 0) >= 5
+    assert (registry.get_sample_value("boxoffice_outbox_lag_seconds") or 0) >= 0
     await _drain(relay)
+    await relay.refresh_gauges()
+    assert registry.get_sample_value("boxoffice_outbox_pending") == 0
+    assert (registry.get_sample_value("boxoffice_outbox_published_total") or 0) >= 5
     entries = await _entries(redis_conn, stream, [x, y])
     assert sorted(e for _, e in entries) == sorted(ids)  # each once
     assert [e for a, e in entries if a == x] == [ids[0], ids[2], ids[4]]
@@ -356,3 +365,66 @@ async def test_issuer_leaves_a_seat_conflict_pending_until_it_resolves(
     tickets = await _tickets(pool, [first, second])
     assert sorted(tickets) == sorted([(first, 1, 5, True), (second, 1, 5, False)])
     assert (await redis_conn.xpending(stream, "ticket-issuer"))["pending"] == 0
+
+
+async def test_relay_and_issuer_on_redis_6_2(pool: Pool, embedded_redis_url: str, stream: str) -> None:
+    """The same stream commands (XAUTOCLAIM, XTRIM MINID, XINFO) on the
+    embedded Redis 6.2: claim what a dead consumer left, then trim what
+    every group acknowledged."""
+    client = aioredis.Redis.from_url(embedded_redis_url)
+    try:
+        version = (await client.info("server"))["redis_version"]
+        assert str(version).startswith("6.2")
+        holds = [str(uuid.uuid4()) for _ in range(2)]
+        event_id = new_event_id()
+        for i, hold in enumerate(holds):
+            await insert_outbox(pool, hold, "BookingConfirmed", _confirmed(hold, event_id, seats=[300 + i]))
+        relay = _relay(pool, client, stream)
+        await relay.prepare()
+        await _drain(relay)
+
+        async def crash_on_ours(entry: StreamEntry) -> None:
+            if entry.aggregate_id in holds:
+                raise Crash
+
+        dying = _issuer(pool, client, stream, "dying", hooks=ConsumerHooks(after_handle=crash_on_ours))
+        with pytest.raises(Crash):
+            await dying.read_once()
+        survivor = _issuer(pool, client, stream, "survivor", claim_idle_ms=1)
+        await asyncio.sleep(0.01)
+        await survivor.claim_once()
+        while await survivor.read_once() > 0:
+            pass
+        assert sorted(t[2] for t in await _tickets(pool, holds)) == [300, 301]
+        assert (await client.xpending(stream, "ticket-issuer"))["pending"] == 0
+        before = await client.xlen(stream)
+        await relay.trim()  # approximate: whole nodes only, so it may keep them all
+        assert await client.xlen(stream) <= before
+    finally:
+        await client.aclose()
+
+
+async def test_trim_keeps_whatever_a_group_has_not_acknowledged(
+    pool: Pool, redis_conn: aioredis.Redis, stream: str
+) -> None:
+    relay = OutboxRelay(
+        pool=pool,
+        redis=redis_conn,
+        stream=stream,
+        groups=["fast", "slow"],
+        metrics=RelayMetrics.create(CollectorRegistry()),
+    )
+    await relay.prepare()
+    ids = [await redis_conn.xadd(stream, {"n": str(i)}) for i in range(5)]
+    await relay.trim(approximate=False)
+    assert await redis_conn.xlen(stream) == 5  # nobody read anything
+    for group in ("fast", "slow"):
+        await redis_conn.xreadgroup(group, "c", {stream: ">"}, count=5)
+    await redis_conn.xack(stream, "fast", *ids)
+    await redis_conn.xack(stream, "slow", *ids[:2])
+    await relay.trim(approximate=False)
+    remaining: Any = await redis_conn.xrange(stream)
+    assert [entry_id for entry_id, _ in remaining] == ids[2:]
+    await redis_conn.xack(stream, "slow", *ids[2:])
+    await relay.trim(approximate=False)
+    assert await redis_conn.xlen(stream) == 0
