@@ -406,7 +406,9 @@ class SectionSpec(_message.Message):
     from LoadInventory and leave this 0.
     """
     overbook_limit: _builtins.int
-    """Seats that may be sold past capacity; 0 or more."""
+    """Places that may be sold past capacity; 0 or more, general admission
+    (fare classes) only: a seated section sells each seat once.
+    """
     @_builtins.property
     def price(self) -> Global___Money:
         """Price of one seat."""
@@ -848,7 +850,9 @@ class HoldSeatsRequest(_message.Message):
     """The event; positive."""
     request_id: _builtins.str
     """Client-chosen id (1 to 64 characters) that makes a retry return the first
-    answer instead of a second hold; optional.
+    hold (as it is now) instead of a second hold; optional. The same id with
+    another selection is INVALID_ARGUMENT. A request that failed held
+    nothing and is not remembered: its retry runs again.
     """
     @_builtins.property
     def seats(self) -> Global___SeatSelection:

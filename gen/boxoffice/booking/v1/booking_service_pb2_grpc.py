@@ -133,7 +133,14 @@ class BookingServiceServicer:
     def HoldSeats(self, request, context):
         """HoldSeats reserves seats for the customer named by the access token: all
         of them or none. Explicit seat ids, best available in a section, or a
-        quantity of a general-admission section.
+        quantity of a general-admission section. Errors (google.rpc.ErrorInfo
+        reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
+        taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
+        NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
+        CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
+        available found only seats other callers were taking; retry),
+        INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
+        UNAUTHENTICATED / PERMISSION_DENIED for the token.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -154,14 +161,20 @@ class BookingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseHold(self, request, context):
-        """ReleaseHold gives a held hold's seats back; only its owner may.
+        """ReleaseHold gives a held hold's seats back; only its owner may (else
+        PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
+        again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ExtendHold(self, request, context):
-        """ExtendHold pushes a hold's expiry out while a payment is in flight.
+        """ExtendHold pushes a hold's expiry out while a payment is in flight: only
+        a HELD, unexpired hold of that customer (else FAILED_PRECONDITION
+        HOLD_EXPIRED or HOLD_NOT_HELD, PERMISSION_DENIED NOT_HOLD_OWNER). The
+        expiry never moves earlier, and never past the service's maximum hold
+        lifetime from the hold's creation (30 minutes by default).
         Internal: called by PaymentService.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -171,7 +184,15 @@ class BookingServiceServicer:
     def ConfirmHold(self, request, context):
         """ConfirmHold turns a hold into a booking in one transaction: hold
         CONFIRMED, seats SOLD, counters moved, an outbox row written. Idempotent by
-        key. Answers FAILED_PRECONDITION (HOLD_EXPIRED) when the hold is gone.
+        key: the first answer (success or error) is stored and replayed, and the
+        same key with another hold, payment or amount is INVALID_ARGUMENT
+        IDEMPOTENCY_KEY_REUSED. A hold past its expiry is still confirmed when
+        it is still HELD and every one of its seats is still its own (nobody
+        reclaimed any and the sweeper has not ended it). Answers
+        FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
+        a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
+        amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
+        another payment confirmed it; NOT_FOUND for an unknown hold.
         Internal: called by PaymentService.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -180,7 +201,8 @@ class BookingServiceServicer:
 
     def CancelBooking(self, request, context):
         """CancelBooking cancels a confirmed booking: its seats return to sale and a
-        refund is requested per the event's refund policy.
+        refund is requested per the event's refund policy (a BookingCancelled
+        outbox row). Cancelling a cancelled booking returns it again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -51,27 +51,50 @@ class BookingServiceStub:
     HoldSeats: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.HoldSeatsRequest, _booking_service_pb2.HoldSeatsResponse]
     """HoldSeats reserves seats for the customer named by the access token: all
     of them or none. Explicit seat ids, best available in a section, or a
-    quantity of a general-admission section.
+    quantity of a general-admission section. Errors (google.rpc.ErrorInfo
+    reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
+    taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
+    NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
+    CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
+    available found only seats other callers were taking; retry),
+    INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
+    UNAUTHENTICATED / PERMISSION_DENIED for the token.
     """
     GetHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetHoldRequest, _booking_service_pb2.GetHoldResponse]
     """GetHold returns one hold of the token's customer."""
     ListHolds: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ListHoldsRequest, _booking_service_pb2.ListHoldsResponse]
     """ListHolds lists an event's holds, newest first, optionally of one customer."""
     ReleaseHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ReleaseHoldRequest, _booking_service_pb2.ReleaseHoldResponse]
-    """ReleaseHold gives a held hold's seats back; only its owner may."""
+    """ReleaseHold gives a held hold's seats back; only its owner may (else
+    PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
+    again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+    """
     ExtendHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ExtendHoldRequest, _booking_service_pb2.ExtendHoldResponse]
-    """ExtendHold pushes a hold's expiry out while a payment is in flight.
+    """ExtendHold pushes a hold's expiry out while a payment is in flight: only
+    a HELD, unexpired hold of that customer (else FAILED_PRECONDITION
+    HOLD_EXPIRED or HOLD_NOT_HELD, PERMISSION_DENIED NOT_HOLD_OWNER). The
+    expiry never moves earlier, and never past the service's maximum hold
+    lifetime from the hold's creation (30 minutes by default).
     Internal: called by PaymentService.
     """
     ConfirmHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ConfirmHoldRequest, _booking_service_pb2.ConfirmHoldResponse]
     """ConfirmHold turns a hold into a booking in one transaction: hold
     CONFIRMED, seats SOLD, counters moved, an outbox row written. Idempotent by
-    key. Answers FAILED_PRECONDITION (HOLD_EXPIRED) when the hold is gone.
+    key: the first answer (success or error) is stored and replayed, and the
+    same key with another hold, payment or amount is INVALID_ARGUMENT
+    IDEMPOTENCY_KEY_REUSED. A hold past its expiry is still confirmed when
+    it is still HELD and every one of its seats is still its own (nobody
+    reclaimed any and the sweeper has not ended it). Answers
+    FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
+    a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
+    amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
+    another payment confirmed it; NOT_FOUND for an unknown hold.
     Internal: called by PaymentService.
     """
     CancelBooking: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.CancelBookingRequest, _booking_service_pb2.CancelBookingResponse]
     """CancelBooking cancels a confirmed booking: its seats return to sale and a
-    refund is requested per the event's refund policy.
+    refund is requested per the event's refund policy (a BookingCancelled
+    outbox row). Cancelling a cancelled booking returns it again.
     """
 
 @_typing.type_check_only
@@ -97,27 +120,50 @@ class BookingServiceAsyncStub(BookingServiceStub):
     HoldSeats: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.HoldSeatsRequest, _booking_service_pb2.HoldSeatsResponse]  # type: ignore[assignment]
     """HoldSeats reserves seats for the customer named by the access token: all
     of them or none. Explicit seat ids, best available in a section, or a
-    quantity of a general-admission section.
+    quantity of a general-admission section. Errors (google.rpc.ErrorInfo
+    reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
+    taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
+    NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
+    CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
+    available found only seats other callers were taking; retry),
+    INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
+    UNAUTHENTICATED / PERMISSION_DENIED for the token.
     """
     GetHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetHoldRequest, _booking_service_pb2.GetHoldResponse]  # type: ignore[assignment]
     """GetHold returns one hold of the token's customer."""
     ListHolds: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ListHoldsRequest, _booking_service_pb2.ListHoldsResponse]  # type: ignore[assignment]
     """ListHolds lists an event's holds, newest first, optionally of one customer."""
     ReleaseHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ReleaseHoldRequest, _booking_service_pb2.ReleaseHoldResponse]  # type: ignore[assignment]
-    """ReleaseHold gives a held hold's seats back; only its owner may."""
+    """ReleaseHold gives a held hold's seats back; only its owner may (else
+    PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
+    again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+    """
     ExtendHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ExtendHoldRequest, _booking_service_pb2.ExtendHoldResponse]  # type: ignore[assignment]
-    """ExtendHold pushes a hold's expiry out while a payment is in flight.
+    """ExtendHold pushes a hold's expiry out while a payment is in flight: only
+    a HELD, unexpired hold of that customer (else FAILED_PRECONDITION
+    HOLD_EXPIRED or HOLD_NOT_HELD, PERMISSION_DENIED NOT_HOLD_OWNER). The
+    expiry never moves earlier, and never past the service's maximum hold
+    lifetime from the hold's creation (30 minutes by default).
     Internal: called by PaymentService.
     """
     ConfirmHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ConfirmHoldRequest, _booking_service_pb2.ConfirmHoldResponse]  # type: ignore[assignment]
     """ConfirmHold turns a hold into a booking in one transaction: hold
     CONFIRMED, seats SOLD, counters moved, an outbox row written. Idempotent by
-    key. Answers FAILED_PRECONDITION (HOLD_EXPIRED) when the hold is gone.
+    key: the first answer (success or error) is stored and replayed, and the
+    same key with another hold, payment or amount is INVALID_ARGUMENT
+    IDEMPOTENCY_KEY_REUSED. A hold past its expiry is still confirmed when
+    it is still HELD and every one of its seats is still its own (nobody
+    reclaimed any and the sweeper has not ended it). Answers
+    FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
+    a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
+    amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
+    another payment confirmed it; NOT_FOUND for an unknown hold.
     Internal: called by PaymentService.
     """
     CancelBooking: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.CancelBookingRequest, _booking_service_pb2.CancelBookingResponse]  # type: ignore[assignment]
     """CancelBooking cancels a confirmed booking: its seats return to sale and a
-    refund is requested per the event's refund policy.
+    refund is requested per the event's refund policy (a BookingCancelled
+    outbox row). Cancelling a cancelled booking returns it again.
     """
 
 class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -170,7 +216,14 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_booking_service_pb2.HoldSeatsResponse, _abc.Awaitable[_booking_service_pb2.HoldSeatsResponse]]:
         """HoldSeats reserves seats for the customer named by the access token: all
         of them or none. Explicit seat ids, best available in a section, or a
-        quantity of a general-admission section.
+        quantity of a general-admission section. Errors (google.rpc.ErrorInfo
+        reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
+        taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
+        NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
+        CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
+        available found only seats other callers were taking; retry),
+        INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
+        UNAUTHENTICATED / PERMISSION_DENIED for the token.
         """
 
     @_abc_1.abstractmethod
@@ -195,7 +248,10 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _booking_service_pb2.ReleaseHoldRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_booking_service_pb2.ReleaseHoldResponse, _abc.Awaitable[_booking_service_pb2.ReleaseHoldResponse]]:
-        """ReleaseHold gives a held hold's seats back; only its owner may."""
+        """ReleaseHold gives a held hold's seats back; only its owner may (else
+        PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
+        again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+        """
 
     @_abc_1.abstractmethod
     def ExtendHold(
@@ -203,7 +259,11 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _booking_service_pb2.ExtendHoldRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_booking_service_pb2.ExtendHoldResponse, _abc.Awaitable[_booking_service_pb2.ExtendHoldResponse]]:
-        """ExtendHold pushes a hold's expiry out while a payment is in flight.
+        """ExtendHold pushes a hold's expiry out while a payment is in flight: only
+        a HELD, unexpired hold of that customer (else FAILED_PRECONDITION
+        HOLD_EXPIRED or HOLD_NOT_HELD, PERMISSION_DENIED NOT_HOLD_OWNER). The
+        expiry never moves earlier, and never past the service's maximum hold
+        lifetime from the hold's creation (30 minutes by default).
         Internal: called by PaymentService.
         """
 
@@ -215,7 +275,15 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_booking_service_pb2.ConfirmHoldResponse, _abc.Awaitable[_booking_service_pb2.ConfirmHoldResponse]]:
         """ConfirmHold turns a hold into a booking in one transaction: hold
         CONFIRMED, seats SOLD, counters moved, an outbox row written. Idempotent by
-        key. Answers FAILED_PRECONDITION (HOLD_EXPIRED) when the hold is gone.
+        key: the first answer (success or error) is stored and replayed, and the
+        same key with another hold, payment or amount is INVALID_ARGUMENT
+        IDEMPOTENCY_KEY_REUSED. A hold past its expiry is still confirmed when
+        it is still HELD and every one of its seats is still its own (nobody
+        reclaimed any and the sweeper has not ended it). Answers
+        FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
+        a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
+        amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
+        another payment confirmed it; NOT_FOUND for an unknown hold.
         Internal: called by PaymentService.
         """
 
@@ -226,7 +294,8 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_booking_service_pb2.CancelBookingResponse, _abc.Awaitable[_booking_service_pb2.CancelBookingResponse]]:
         """CancelBooking cancels a confirmed booking: its seats return to sale and a
-        refund is requested per the event's refund policy.
+        refund is requested per the event's refund policy (a BookingCancelled
+        outbox row). Cancelling a cancelled booking returns it again.
         """
 
 def add_BookingServiceServicer_to_server(servicer: BookingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
