@@ -122,7 +122,7 @@ async def build(rt: Runtime, role: str) -> list[Component]:
 def _server(rt: Runtime, config: PaymentConfig) -> list[Component]:
     pool = rt.pool()
     metrics = ServerMetrics.create(rt.registry)
-    provider = SandboxProvider(config.sandbox, rt.clock)
+    provider = SandboxProvider(config.sandbox, rt.clock, pool)
     booking = GrpcBookingClient(config.booking_addr)
     store = PgPaymentStore(pool)
     payments = Payments(
@@ -171,7 +171,7 @@ def _server(rt: Runtime, config: PaymentConfig) -> list[Component]:
     sink = GrpcWebhookSink(lambda: server.address)
     components: list[Component] = [server]
     if config.sandbox.webhook_mode == "auto":
-        components.append(Loop("sandbox-webhooks", WebhookDelivery(provider, sink).run))
+        components.append(Loop("sandbox-webhooks", WebhookDelivery(provider, sink, pool).run))
     components += [
         Loop("payment-reconciler", reconciler.run),
         Loop("cancellation-refunds", cancellations.run),

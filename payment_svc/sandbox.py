@@ -8,27 +8,35 @@ what happens, as with a real provider's test cards:
 - ``pm_card_ok``: captured;
 - ``pm_card_declined``: declined (``card_declined``);
 - ``pm_card_fail``: failed (``processing_error``);
-- ``pm_card_timeout``: the call hangs (the caller times out), the charge is
+- ``pm_card_timeout``: the call hangs (the caller times out); the charge is
   captured at the provider a little later and announced by webhook;
 - anything else: failed (``payment_method_unknown``).
 
-Every outcome is also announced by a signed webhook. Webhooks leave late
+Its records are kept in its own tables (``sandbox_*``), standing for the
+provider's database: they outlive the service's processes and are shared by
+its replicas. Every outcome is announced by a signed webhook that leaves late
 (a random delay), sometimes twice, sometimes never, and so out of order; a
 delivery the service refuses is retried with backoff. In ``manual`` mode
-nothing is delivered and tests take the events from :attr:`events`.
+nothing is delivered and tests take the events from :meth:`events`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import random
 import secrets
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import psycopg
+
+from boxoffice import db, deadline
 from boxoffice.clock import Clock
+from boxoffice.errors import BoxofficeError
+from boxoffice.runtime import Pool
 from payment_svc.config import SandboxConfig
 from payment_svc.provider import (
     ChargeRequest,
@@ -40,7 +48,7 @@ from payment_svc.provider import (
     RefundResult,
     RefundStatus,
 )
-from payment_svc.webhooks import WebhookEvent, signature_header
+from payment_svc.webhooks import WebhookEvent, parse_event, signature_header
 
 _log = logging.getLogger("payment_svc.sandbox")
 
@@ -50,6 +58,18 @@ PM_FAIL = "pm_card_fail"
 PM_TIMEOUT = "pm_card_timeout"
 
 _DELIVERY_ATTEMPTS = 6
+_DELIVERY_BATCH = 20
+
+_OUTCOMES = {
+    PM_OK: (ChargeStatus.CAPTURED, ""),
+    PM_DECLINED: (ChargeStatus.DECLINED, "card_declined"),
+    PM_FAIL: (ChargeStatus.FAILED, "processing_error"),
+    PM_TIMEOUT: (ChargeStatus.PROCESSING, ""),
+}
+
+_CHARGE_COLUMNS = (
+    "idempotency_key, charge_id, amount_minor, currency, status, failure_code, refunded_minor, metadata, fingerprint"
+)
 
 
 class WebhookSink(Protocol):
@@ -59,36 +79,41 @@ class WebhookSink(Protocol):
         """Deliver one signed body; raise when the receiver refuses it."""
 
 
-@dataclass
-class _Charge:
-    request: ChargeRequest
-    result: ChargeResult
-    refunded_minor: int = 0
+def _fingerprint(*parts: Any) -> bytes:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
 
 
-@dataclass
-class _Refund:
-    request: RefundRequest
-    result: RefundResult
+def _result(row: Sequence[Any]) -> ChargeResult:
+    return ChargeResult(
+        charge_id=row[1], status=ChargeStatus(row[4]), amount_minor=row[2], currency=row[3], failure_code=row[5]
+    )
+
+
+def _charge_data(row: Sequence[Any]) -> dict[str, Any]:
+    return {
+        "object": "charge",
+        "id": row[1],
+        "idempotency_key": row[0],
+        "amount": row[2],
+        "currency": row[3],
+        "status": str(row[4]).lower(),
+        "failure_code": row[5],
+        "amount_refunded": row[6],
+        "metadata": row[7],
+    }
 
 
 class SandboxProvider:
-    """The provider, in process. Its records live as long as the process."""
+    """The provider, with its records in Postgres."""
 
-    def __init__(self, config: SandboxConfig, clock: Clock, *, rng: random.Random | None = None) -> None:
+    def __init__(self, config: SandboxConfig, clock: Clock, pool: Pool, *, rng: random.Random | None = None) -> None:
         self.config = config
         self._clock = clock
+        self._pool = pool
         self._rng = rng or random.Random()
-        self._charges: dict[str, _Charge] = {}
-        self._refunds: dict[str, _Refund] = {}
-        self._outgoing: asyncio.Queue[WebhookEvent] = asyncio.Queue()
-        self._timers: set[asyncio.TimerHandle] = set()
-        # Every event emitted, in order (tests read it).
-        self.events: list[WebhookEvent] = []
-        # Money movements actually made: one per distinct key.
-        self.captures = 0
-        self.refunds_made = 0
+        # Calls made through this object (tests read them).
         self.charge_calls = 0
+        self.refund_calls = 0
         # Test control: called (and awaited) inside every charge call.
         self.on_charge: Callable[[ChargeRequest], Any] | None = None
 
@@ -100,145 +125,216 @@ class SandboxProvider:
             outcome = self.on_charge(request)
             if asyncio.iscoroutine(outcome):
                 await outcome
-        existing = self._charges.get(request.idempotency_key)
-        if existing is not None:
-            if existing.request != request:
-                raise ProviderError("idempotency_key_reused", "the key was used with other parameters")
-            await self._sleep(self.config.delay_seconds)
-            return existing.result
         if request.amount_minor <= 0:
             raise ProviderError("amount_invalid", "amount must be positive")
-        charge_id = "ch_" + secrets.token_hex(12)
-        method = request.payment_method
-        if method == PM_OK:
-            status, failure = ChargeStatus.CAPTURED, ""
-        elif method == PM_DECLINED:
-            status, failure = ChargeStatus.DECLINED, "card_declined"
-        elif method == PM_FAIL:
-            status, failure = ChargeStatus.FAILED, "processing_error"
-        elif method == PM_TIMEOUT:
-            status, failure = ChargeStatus.PROCESSING, ""
-        else:
-            status, failure = ChargeStatus.FAILED, "payment_method_unknown"
-        result = ChargeResult(charge_id, status, request.amount_minor, request.currency, failure)
-        # Recorded before answering: a caller that gives up still has charged.
-        self._charges[request.idempotency_key] = _Charge(request, result)
-        if status == ChargeStatus.CAPTURED:
-            self.captures += 1
-        if status != ChargeStatus.PROCESSING:
-            self._emit_charge(request.idempotency_key)
-        else:
-            self._later(self.config.timeout_settle_seconds, lambda: self._settle(request.idempotency_key))
+        fingerprint = _fingerprint(
+            request.amount_minor, request.currency, request.payment_method, dict(request.metadata)
+        )
+        status, failure = _OUTCOMES.get(request.payment_method, (ChargeStatus.FAILED, "payment_method_unknown"))
+        async with db.transaction(self._pool) as conn:
+            # Recorded before answering: a caller that gives up has still charged.
+            cur = await conn.execute(
+                f"""
+                INSERT INTO sandbox_charges (idempotency_key, charge_id, fingerprint, amount_minor, currency,
+                                             payment_method, metadata, status, failure_code, settles_at)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s,
+                        CASE WHEN %s THEN now() + make_interval(secs => %s) END)
+                ON CONFLICT (idempotency_key) DO NOTHING
+                RETURNING {_CHARGE_COLUMNS}
+                """,
+                (
+                    request.idempotency_key,
+                    "ch_" + secrets.token_hex(12),
+                    fingerprint,
+                    request.amount_minor,
+                    request.currency,
+                    request.payment_method,
+                    json.dumps(dict(request.metadata)),
+                    status.value,
+                    failure,
+                    status == ChargeStatus.PROCESSING,
+                    self.config.timeout_settle_seconds,
+                ),
+            )
+            row = await cur.fetchone()
+            created = row is not None
+            if row is None:
+                cur = await conn.execute(
+                    f"SELECT {_CHARGE_COLUMNS} FROM sandbox_charges WHERE idempotency_key = %s",
+                    (request.idempotency_key,),
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                if bytes(row[8]) != fingerprint:
+                    raise ProviderError("idempotency_key_reused", "the key was used with other parameters")
+            elif status != ChargeStatus.PROCESSING:
+                await self._emit_charge(conn, row)
+        if created and status == ChargeStatus.PROCESSING:
             await self._sleep(self.config.hang_seconds)
-            return self._charges[request.idempotency_key].result
+            found = await self._lookup(request.idempotency_key)
+            assert found is not None
+            return found
         await self._sleep(self.config.delay_seconds)
-        return result
+        return _result(row)
 
     async def retrieve_charge(self, idempotency_key: str) -> ChargeResult | None:
         await self._sleep(self.config.delay_seconds)
-        found = self._charges.get(idempotency_key)
-        return None if found is None else found.result
+        return await self._lookup(idempotency_key)
 
     async def refund(self, request: RefundRequest) -> RefundResult:
-        existing = self._refunds.get(request.idempotency_key)
-        if existing is not None:
-            if existing.request != request:
-                raise ProviderError("idempotency_key_reused", "the key was used with other parameters")
-            await self._sleep(self.config.delay_seconds)
-            return existing.result
-        charge = next((c for c in self._charges.values() if c.result.charge_id == request.charge_id), None)
-        if charge is None or charge.result.status != ChargeStatus.CAPTURED:
-            raise ProviderError("charge_not_refundable", "no captured charge with this id")
-        refund_id = "re_" + secrets.token_hex(12)
-        if request.amount_minor <= 0 or request.amount_minor > charge.result.amount_minor - charge.refunded_minor:
-            result = RefundResult(refund_id, RefundStatus.FAILED, request.amount_minor, "amount_too_large")
-        else:
-            charge.refunded_minor += request.amount_minor
-            self.refunds_made += 1
-            result = RefundResult(refund_id, RefundStatus.SUCCEEDED, request.amount_minor)
-        self._refunds[request.idempotency_key] = _Refund(request, result)
-        self._emit(
-            "charge.refunded" if result.status == RefundStatus.SUCCEEDED else "refund.failed",
-            {
-                **self._charge_data(charge),
-                "refund": {
-                    "id": refund_id,
-                    "idempotency_key": request.idempotency_key,
-                    "amount": request.amount_minor,
-                    "status": result.status.value.lower(),
-                },
-            },
-        )
+        self.refund_calls += 1
+        fingerprint = _fingerprint(request.charge_id, request.amount_minor, request.currency)
+        async with db.transaction(self._pool) as conn:
+            # The charge's row lock serialises its refunds, repeats included.
+            cur = await conn.execute(
+                f"SELECT {_CHARGE_COLUMNS} FROM sandbox_charges WHERE charge_id = %s FOR UPDATE", (request.charge_id,)
+            )
+            charge = await cur.fetchone()
+            cur = await conn.execute(
+                "SELECT refund_id, status, amount_minor, failure_code, fingerprint FROM sandbox_refunds "
+                "WHERE idempotency_key = %s",
+                (request.idempotency_key,),
+            )
+            existing = await cur.fetchone()
+            if existing is not None:
+                if bytes(existing[4]) != fingerprint:
+                    raise ProviderError("idempotency_key_reused", "the key was used with other parameters")
+                result = RefundResult(existing[0], RefundStatus(existing[1]), existing[2], existing[3])
+            else:
+                if charge is None or charge[4] != ChargeStatus.CAPTURED.value:
+                    raise ProviderError("charge_not_refundable", "no captured charge with this id")
+                refund_id = "re_" + secrets.token_hex(12)
+                if request.amount_minor <= 0 or request.amount_minor > charge[2] - charge[6]:
+                    result = RefundResult(refund_id, RefundStatus.FAILED, request.amount_minor, "amount_too_large")
+                else:
+                    result = RefundResult(refund_id, RefundStatus.SUCCEEDED, request.amount_minor)
+                    cur = await conn.execute(
+                        f"UPDATE sandbox_charges SET refunded_minor = refunded_minor + %s WHERE charge_id = %s "
+                        f"RETURNING {_CHARGE_COLUMNS}",
+                        (request.amount_minor, request.charge_id),
+                    )
+                    charge = await cur.fetchone()
+                    assert charge is not None
+                await conn.execute(
+                    "INSERT INTO sandbox_refunds (idempotency_key, refund_id, charge_id, fingerprint, amount_minor, "
+                    "status, failure_code) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        request.idempotency_key,
+                        refund_id,
+                        request.charge_id,
+                        fingerprint,
+                        request.amount_minor,
+                        result.status.value,
+                        result.failure_code,
+                    ),
+                )
+                data = {
+                    **_charge_data(charge),
+                    "refund": {
+                        "id": refund_id,
+                        "idempotency_key": request.idempotency_key,
+                        "amount": request.amount_minor,
+                        "status": result.status.value.lower(),
+                    },
+                }
+                kind = "charge.refunded" if result.status == RefundStatus.SUCCEEDED else "refund.failed"
+                await self._emit(conn, kind, data)
         await self._sleep(self.config.delay_seconds)
         return result
 
-    # -- what tests look at
+    # -- what the delivery loop and tests use
 
-    def charged_minor(self, idempotency_key: str) -> int:
+    async def settle_due(self, idempotency_key: str | None = None) -> int:
+        """Capture the charges whose processing time is over (all, or the
+        one with this key), announcing each; the number settled."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                UPDATE sandbox_charges SET status = 'CAPTURED', settles_at = NULL
+                 WHERE status = 'PROCESSING' AND settles_at <= now()
+                   AND (%(key)s::text IS NULL OR idempotency_key = %(key)s)
+                RETURNING {_CHARGE_COLUMNS}
+                """,
+                {"key": idempotency_key},
+            )
+            rows = await cur.fetchall()
+            for row in rows:
+                await self._emit_charge(conn, row)
+        return len(rows)
+
+    async def events(self, payment_id: str | None = None) -> list[WebhookEvent]:
+        """Events the sandbox emitted (of one payment), oldest first."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                "SELECT body FROM sandbox_webhooks WHERE %(p)s::text IS NULL OR payment_id = %(p)s ORDER BY seq",
+                {"p": payment_id},
+            )
+            return [parse_event(bytes(row[0])) for row in await cur.fetchall()]
+
+    async def charged_minor(self, idempotency_key: str) -> int:
         """Money taken with this key and not given back."""
-        found = self._charges.get(idempotency_key)
-        if found is None or found.result.status != ChargeStatus.CAPTURED:
-            return 0
-        return found.result.amount_minor - found.refunded_minor
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                "SELECT amount_minor - refunded_minor FROM sandbox_charges "
+                "WHERE idempotency_key = %s AND status = 'CAPTURED'",
+                (idempotency_key,),
+            )
+            row = await cur.fetchone()
+        return 0 if row is None else int(row[0])
+
+    async def refunds_of(self, idempotency_key: str) -> int:
+        """Refunds made of the charge with this key."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM sandbox_refunds r JOIN sandbox_charges c ON c.charge_id = r.charge_id "
+                "WHERE c.idempotency_key = %s AND r.status = 'SUCCEEDED'",
+                (idempotency_key,),
+            )
+            row = await cur.fetchone()
+        return 0 if row is None else int(row[0])
 
     def sign(self, body: bytes, *, timestamp: int | None = None) -> str:
         when = int(self._clock.now()) if timestamp is None else timestamp
         return signature_header([self.config.signing_secret], when, body)
 
-    async def next_event(self) -> WebhookEvent:
-        """The next event to deliver (the delivery loop's feed)."""
-        return await self._outgoing.get()
-
-    def close(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
-
     # -- internals
 
-    def _settle(self, key: str) -> None:
-        charge = self._charges[key]
-        if charge.result.status != ChargeStatus.PROCESSING:
-            return
-        res = charge.result
-        charge.result = ChargeResult(res.charge_id, ChargeStatus.CAPTURED, res.amount_minor, res.currency)
-        self.captures += 1
-        self._emit_charge(key)
+    async def _lookup(self, idempotency_key: str) -> ChargeResult | None:
+        await self.settle_due(idempotency_key)
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_CHARGE_COLUMNS} FROM sandbox_charges WHERE idempotency_key = %s", (idempotency_key,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else _result(row)
 
-    def _emit_charge(self, key: str) -> None:
-        charge = self._charges[key]
-        kind = "charge.succeeded" if charge.result.status == ChargeStatus.CAPTURED else "charge.failed"
-        self._emit(kind, self._charge_data(charge))
+    async def _emit_charge(self, conn: psycopg.AsyncConnection[Any], row: Sequence[Any]) -> None:
+        kind = "charge.succeeded" if row[4] == ChargeStatus.CAPTURED.value else "charge.failed"
+        await self._emit(conn, kind, _charge_data(row))
 
-    def _charge_data(self, charge: _Charge) -> dict[str, Any]:
-        return {
-            "object": "charge",
-            "id": charge.result.charge_id,
-            "idempotency_key": charge.request.idempotency_key,
-            "amount": charge.result.amount_minor,
-            "currency": charge.result.currency,
-            "status": charge.result.status.value.lower(),
-            "failure_code": charge.result.failure_code,
-            "amount_refunded": charge.refunded_minor,
-            "metadata": dict(charge.request.metadata),
-        }
-
-    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+    async def _emit(self, conn: psycopg.AsyncConnection[Any], kind: str, data: dict[str, Any]) -> None:
         event = WebhookEvent("evt_" + secrets.token_hex(12), kind, int(self._clock.now()), data)
-        self.events.append(event)
-        if self.config.webhook_mode == "auto":
-            self._outgoing.put_nowait(event)
-
-    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._timers.discard(handle)
-            callback()
-
-        handle = loop.call_later(seconds, fire)
-        self._timers.add(handle)
+        config = self.config
+        dropped = self._rng.random() < config.webhook_drop_probability
+        copies = 2 if self._rng.random() < config.webhook_duplicate_probability else 1
+        done = dropped or config.webhook_mode != "auto"
+        await conn.execute(
+            """
+            INSERT INTO sandbox_webhooks (provider_event_id, event_type, payment_id, body, deliver_after,
+                                          copies_left, dropped, done_at)
+            VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s), %s, %s, CASE WHEN %s THEN now() END)
+            """,
+            (
+                event.event_id,
+                kind,
+                event.payment_id,
+                event.to_body(),
+                self._rng.uniform(0, config.webhook_delay_seconds),
+                copies,
+                dropped,
+                done,
+            ),
+        )
 
     @staticmethod
     async def _sleep(seconds: float) -> None:
@@ -249,49 +345,79 @@ class SandboxProvider:
 class WebhookDelivery:
     """Delivers the sandbox's webhooks as a real provider does: each late by
     a random delay (so they overtake each other), some twice, some never,
-    each attempt freshly signed, refused ones retried with backoff."""
+    each attempt freshly signed, refused ones retried with backoff. Safe on
+    several replicas (rows are taken with SKIP LOCKED)."""
 
-    def __init__(self, provider: SandboxProvider, sink: WebhookSink, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, provider: SandboxProvider, sink: WebhookSink, pool: Pool, *, rng: random.Random | None = None
+    ) -> None:
         self._provider = provider
         self._sink = sink
+        self._pool = pool
         self._rng = rng or random.Random()
         self.delivered = 0
         self.refused = 0
 
-    async def run(self) -> None:
-        config = self._provider.config
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                while True:
-                    event = await self._provider.next_event()
-                    if self._rng.random() < config.webhook_drop_probability:
-                        _log.info("sandbox dropped a webhook", extra={"provider_event_id": event.event_id})
-                        continue
-                    copies = 2 if self._rng.random() < config.webhook_duplicate_probability else 1
-                    for _ in range(copies):
-                        tasks.create_task(self._deliver(event, self._rng.uniform(0, config.webhook_delay_seconds)))
-        finally:
-            self._provider.close()
+    async def deliver_due(self) -> int:
+        """Send what is due; the number of webhooks attempted."""
+        async with db.transaction(self._pool, default_seconds=30) as conn:
+            cur = await conn.execute(
+                """
+                SELECT provider_event_id, body, copies_left, attempts FROM sandbox_webhooks
+                 WHERE done_at IS NULL AND deliver_after <= now()
+                 ORDER BY deliver_after LIMIT %s
+                   FOR UPDATE SKIP LOCKED
+                """,
+                (_DELIVERY_BATCH,),
+            )
+            rows = await cur.fetchall()
+            outcomes = await asyncio.gather(*(self._send(bytes(row[1])) for row in rows))
+            for (event_id, _, copies_left, attempts), delivered in zip(rows, outcomes, strict=True):
+                if delivered:
+                    self.delivered += 1
+                    copies_left -= 1
+                    attempts = 0
+                else:
+                    self.refused += 1
+                    attempts += 1
+                finished = copies_left <= 0 or attempts >= _DELIVERY_ATTEMPTS
+                if attempts >= _DELIVERY_ATTEMPTS:
+                    _log.warning("sandbox gave up delivering a webhook", extra={"provider_event_id": event_id})
+                # The second copy of a duplicate leaves later, as does a retry.
+                wait = (
+                    self._rng.uniform(0, self._provider.config.webhook_delay_seconds)
+                    if delivered
+                    else 0.2 * 2**attempts * (1 + self._rng.random())
+                )
+                await conn.execute(
+                    """
+                    UPDATE sandbox_webhooks
+                       SET copies_left = %s, attempts = %s, deliver_after = now() + make_interval(secs => %s),
+                           done_at = CASE WHEN %s THEN now() END
+                     WHERE provider_event_id = %s
+                    """,
+                    (copies_left, attempts, wait, finished, event_id),
+                )
+        return len(rows)
 
-    async def _deliver(self, event: WebhookEvent, delay_seconds: float) -> None:
-        await asyncio.sleep(delay_seconds)
-        body = event.to_body()
-        backoff = 0.2
-        for attempt in range(_DELIVERY_ATTEMPTS):
+    async def _send(self, body: bytes) -> bool:
+        try:
+            await self._sink.deliver(self._provider.sign(body), body)
+            return True
+        except Exception:  # the receiver refused or was unreachable: retried later
+            return False
+
+    async def run(self) -> None:
+        while True:
             try:
-                await self._sink.deliver(self._provider.sign(body), body)
-                self.delivered += 1
-                return
-            except Exception as err:  # the receiver refused or was unreachable: retry later
-                self.refused += 1
-                if attempt == _DELIVERY_ATTEMPTS - 1:
-                    _log.warning(
-                        "sandbox gave up delivering a webhook",
-                        extra={"provider_event_id": event.event_id, "error": repr(err)},
-                    )
-                    return
-            await asyncio.sleep(backoff * (1 + self._rng.random()))
-            backoff = min(backoff * 2, 5.0)
+                with deadline.scope(30):
+                    await self._provider.settle_due()
+                    sent = await self.deliver_due()
+            except (BoxofficeError, psycopg.Error, OSError) as err:
+                _log.warning("sandbox webhook delivery failed; retrying", extra={"error": repr(err)})
+                sent = 0
+            if sent < _DELIVERY_BATCH:
+                await asyncio.sleep(0.05)
 
 
 def _compliance(provider: SandboxProvider) -> PaymentProvider:

@@ -240,13 +240,19 @@ class StreamConsumer:
                 await self.read_once()
                 backoff = 0.1
             except redis.exceptions.ResponseError as err:
-                if "NOGROUP" not in str(err):
-                    raise
-                # The stream or the group is gone (a Redis that lost its data):
-                # make it again from the start; handlers deduplicate.
-                _log.warning("consumer group missing; creating it again", extra={"group": self.group})
-                with deadline.scope(5):
-                    await self.prepare()
+                # NOGROUP, or UNBLOCKED because the stream was deleted: a
+                # Redis that lost its data. Make the group again (from the
+                # start: handlers deduplicate) and go on.
+                _log.warning(
+                    "stream or group missing; creating it again", extra={"group": self.group, "error": repr(err)}
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                try:
+                    with deadline.scope(5):
+                        await self.prepare()
+                except (BoxofficeError, redis.exceptions.RedisError, OSError) as again:
+                    _log.warning("cannot create the group yet", extra={"group": self.group, "error": repr(again)})
             except (BoxofficeError, redis.exceptions.RedisError, OSError) as err:
                 _log.warning("stream consumer step failed; retrying", extra={"group": self.group, "error": repr(err)})
                 await asyncio.sleep(backoff)

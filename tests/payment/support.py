@@ -216,7 +216,7 @@ async def payment_stack(
     config = config or payment_config()
     registry = CollectorRegistry()
     metrics = ServerMetrics.create(registry)
-    provider = SandboxProvider(config.sandbox, clock)
+    provider = SandboxProvider(config.sandbox, clock, pool)
     store = PgPaymentStore(pool)
     hooks = PaymentHooks()
     payments = Payments(
@@ -271,7 +271,6 @@ async def payment_stack(
             hooks=hooks,
         )
     finally:
-        provider.close()
         await channel.close()
         await server.stop(0)
 

@@ -71,7 +71,8 @@ async def test_start_twice_returns_the_live_payment(stack: PaymentStack, booking
     request = pb.StartPaymentRequest(access_token=token, hold_id=hold_id, payment_method=PM_OK)
     replies = await asyncio.gather(*(stack.stub.StartPayment(request) for _ in range(10)))
     assert len({r.payment.payment_id for r in replies}) == 1
-    assert stack.provider.captures == 1
+    assert stack.provider.charge_calls == 1
+    assert await stack.provider.charged_minor(f"hold_{hold_id}_attempt_1") == 5000
 
 
 async def test_start_refuses_another_customers_token(stack: PaymentStack, booking: FakeBooking) -> None:
@@ -152,7 +153,7 @@ async def test_timeout_stays_pending_until_the_provider_settles(stack: PaymentSt
             assert from_rpc_error(err).reason == "PAYMENT_PROCESSING"
             await asyncio.sleep(0.05)
     assert reply.payment.state == pb.PAYMENT_STATE_SUCCEEDED
-    assert stack.provider.captures == 1
+    assert await stack.provider.charged_minor(f"hold_{hold_id}_attempt_1") == 5000
     assert await _outbox_rows(stack, hold_id) == 1
 
 
@@ -270,7 +271,7 @@ async def test_paid_after_the_hold_is_gone_is_refunded(stack: PaymentStack, book
     assert reply.payment.state == pb.PAYMENT_STATE_REFUNDED
     assert reply.payment.failure_reason == "HOLD_EXPIRED"
     assert reply.payment.refunded.amount_minor == 5000
-    assert stack.provider.charged_minor(f"hold_{hold_id}_attempt_1") == 0
+    assert await stack.provider.charged_minor(f"hold_{hold_id}_attempt_1") == 0
     assert await _outbox_rows(stack, hold_id) == 0
 
 
@@ -305,12 +306,12 @@ async def test_refunds_partial_full_replayed_and_bounded(stack: PaymentStack, bo
         pb.RefundPaymentRequest(payment_id=payment.payment_id, request_id=f"r-3-{payment.payment_id}")
     )
     assert rest.payment.state == pb.PAYMENT_STATE_REFUNDED and rest.payment.refunded.amount_minor == 5000
-    assert stack.provider.charged_minor(f"hold_{hold_id}_attempt_1") == 0
-    assert stack.provider.refunds_made == 2
+    assert await stack.provider.charged_minor(f"hold_{hold_id}_attempt_1") == 0
+    assert await stack.provider.refunds_of(f"hold_{hold_id}_attempt_1") == 2
 
 
 async def test_concurrent_refunds_never_exceed_the_payment(stack: PaymentStack, booking: FakeBooking) -> None:
-    _, payment = await _started(stack, booking)
+    hold_id, payment = await _started(stack, booking)
     await stack.stub.ConfirmPayment(
         pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"c-{payment.payment_id}")
     )
@@ -327,7 +328,7 @@ async def test_concurrent_refunds_never_exceed_the_payment(stack: PaymentStack, 
     assert len(ok) == 2  # 2 x 2000 <= 5000 < 3 x 2000
     final = await stack.stub.GetPayment(pb.GetPaymentRequest(payment_id=payment.payment_id))
     assert final.payment.refunded.amount_minor == 4000
-    assert stack.provider.refunds_made == 2
+    assert await stack.provider.refunds_of(f"hold_{hold_id}_attempt_1") == 2
 
 
 async def test_reconciler_settles_a_capture_nobody_confirmed(stack: PaymentStack, booking: FakeBooking) -> None:

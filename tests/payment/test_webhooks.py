@@ -65,8 +65,8 @@ def test_verifier_refuses(header: str, body: bytes, reason: str) -> None:
     assert caught.value.reason == reason
 
 
-def _events(stack: PaymentStack, kind: str, payment_id: str) -> list[WebhookEvent]:
-    return [e for e in stack.provider.events if e.type == kind and e.payment_id == payment_id]
+async def _events(stack: PaymentStack, kind: str, payment_id: str) -> list[WebhookEvent]:
+    return [e for e in await stack.provider.events(payment_id) if e.type == kind]
 
 
 async def _deliver(stack: PaymentStack, event: WebhookEvent, *, signature: str | None = None) -> Any:
@@ -88,7 +88,7 @@ async def _captured(stack: PaymentStack, booking: FakeBooking, method: str = PM_
 
 async def test_a_webhook_delivered_twenty_times_sells_once(stack: PaymentStack, booking: FakeBooking) -> None:
     hold_id, payment = await _captured(stack, booking)
-    (event,) = _events(stack, "charge.succeeded", payment.payment_id)
+    (event,) = await _events(stack, "charge.succeeded", payment.payment_id)
     results = await asyncio.gather(*(_deliver(stack, event) for _ in range(20)), return_exceptions=True)
     answers = [r for r in results if not isinstance(r, BaseException)]
     refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
@@ -105,7 +105,7 @@ async def test_a_webhook_delivered_twenty_times_sells_once(stack: PaymentStack, 
 
 async def test_rejected_webhooks_change_nothing(stack: PaymentStack, booking: FakeBooking) -> None:
     hold_id, payment = await _captured(stack, booking)
-    (event,) = _events(stack, "charge.succeeded", payment.payment_id)
+    (event,) = await _events(stack, "charge.succeeded", payment.payment_id)
     body = event.to_body()
     now = int(stack.provider.sign(b"").split(",")[0][2:])
     before = await snapshot(stack.pool, [hold_id])
@@ -160,8 +160,8 @@ async def test_out_of_order_webhooks_never_move_a_payment_back(stack: PaymentSta
     await stack.stub.RefundPayment(
         pb.RefundPaymentRequest(payment_id=payment.payment_id, request_id=f"all-{payment.payment_id}")
     )
-    (succeeded,) = _events(stack, "charge.succeeded", payment.payment_id)
-    (refunded,) = _events(stack, "charge.refunded", payment.payment_id)
+    (succeeded,) = await _events(stack, "charge.succeeded", payment.payment_id)
+    (refunded,) = await _events(stack, "charge.refunded", payment.payment_id)
     # The refund's event first, then the (older) capture: still refunded.
     assert (await _deliver(stack, refunded)).payment.state == pb.PAYMENT_STATE_REFUNDED
     late = await _deliver(stack, succeeded)
@@ -176,12 +176,13 @@ async def test_a_capture_after_the_payment_was_given_up_is_refunded(stack: Payme
     assert await stack.store.transition(payment.payment_id, [PaymentState.PENDING], PaymentState.FAILED) is not None
     # ... and then the provider settles it and says so.
     for _ in range(100):
-        if _events(stack, "charge.succeeded", payment.payment_id):
+        await stack.provider.settle_due()
+        if await _events(stack, "charge.succeeded", payment.payment_id):
             break
         await asyncio.sleep(0.02)
-    (event,) = _events(stack, "charge.succeeded", payment.payment_id)
+    (event,) = await _events(stack, "charge.succeeded", payment.payment_id)
     reply = await _deliver(stack, event)
     assert reply.payment.state == pb.PAYMENT_STATE_REFUNDED
     assert reply.payment.failure_reason == "LATE_CAPTURE"
-    assert stack.provider.charged_minor(json.loads(event.to_body())["data"]["idempotency_key"]) == 0
+    assert await stack.provider.charged_minor(json.loads(event.to_body())["data"]["idempotency_key"]) == 0
     assert booking.confirm_calls == 0
