@@ -9,7 +9,7 @@ within one run mean much).
 2. ConfirmPayment replayed with a used key (the stored answer) vs echo.
 3. StartPayment (GetHold, ExtendHold, payment row, sandbox charge) vs echo.
 
-Run: ``python -m bench.payment_bench [--seconds 5] [--concurrency 32] [--orders 4000]``
+Run: ``python -m bench.payment_bench [--seconds 5] [--concurrency 32] [--orders 1500]``
 Postgres: ``BOXOFFICE_BENCH_DATABASE_URL`` (default the local server as
 postgres; the bench creates and drops its own database); Redis:
 ``BOXOFFICE_BENCH_REDIS_URL`` (default database 12 of the local server).
@@ -152,8 +152,10 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
 async def _measure(
     booking: Any, payment: Any, token: Callable[[int], str], seconds: float, concurrency: int, orders: int
 ) -> tuple[LoadFigures, LoadFigures, LoadFigures, LoadFigures]:
-    # Holds made ahead: one set paid through PaymentService, one confirmed
-    # straight at BookingService.
+    """Holds made ahead: one set started during the StartPayment phase, one
+    started ahead and confirmed during the ConfirmPayment phase, one
+    confirmed straight at BookingService."""
+
     async def hold(customer: int) -> bpb.Hold:
         reply = await booking.HoldSeats(
             bpb.HoldSeatsRequest(
@@ -161,7 +163,7 @@ async def _measure(
                 event_id=EVENT_ID,
                 best_available=bpb.BestAvailableSelection(section_id="GA", quantity=1),
             ),
-            timeout=30,
+            timeout=60,
         )
         held: bpb.Hold = reply.hold
         return held
@@ -169,25 +171,39 @@ async def _measure(
     def holding(customer: int) -> Callable[[], Awaitable[bpb.Hold]]:
         return lambda: hold(customer)
 
-    paid_holds = await _parallel([holding(c) for c in range(orders)])
-    straight_holds = await _parallel([holding(orders + c) for c in range(orders)])
-    payments: list[str] = []
+    async def start(customer: int, hold_: bpb.Hold) -> str:
+        reply = await payment.StartPayment(
+            ppb.StartPaymentRequest(access_token=token(customer), hold_id=hold_.hold_id, payment_method="pm_card_ok"),
+            timeout=60,
+        )
+        payment_id: str = reply.payment.payment_id
+        return payment_id
+
+    def starting(customer: int, hold_: bpb.Hold) -> Callable[[], Awaitable[str]]:
+        return lambda: start(customer, hold_)
+
+    to_start = await _parallel([holding(c) for c in range(orders)])
+    to_confirm = await _parallel([holding(orders + c) for c in range(orders)])
+    straight = await _parallel([holding(2 * orders + c) for c in range(orders)])
+    payments = await _parallel([starting(orders + c, h) for c, h in enumerate(to_confirm)], concurrency)
+
+    async def work(items: list[Any], n: int) -> Any:
+        if n > len(items):  # out of prepared work: idle instead of spinning
+            await asyncio.sleep(0.1)
+            raise IndexError("no prepared work left")
+        return items[n - 1]
 
     async def start_one(n: int) -> None:
-        hold_ = paid_holds[n - 1]
-        reply = await payment.StartPayment(
-            ppb.StartPaymentRequest(access_token=token(n - 1), hold_id=hold_.hold_id, payment_method="pm_card_ok"),
-            timeout=30,
-        )
-        payments.append(reply.payment.payment_id)
+        hold_ = await work(to_start, n)
+        await start(n - 1, hold_)
 
-    start = await closed_loop(start_one, concurrency=concurrency, seconds=seconds)
+    started = await closed_loop(start_one, concurrency=concurrency, seconds=seconds)
     confirmed: list[str] = []
 
     async def confirm_one(n: int) -> None:
-        payment_id = payments[n - 1]
+        payment_id = await work(payments, n)
         await payment.ConfirmPayment(
-            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=30
+            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=60
         )
         confirmed.append(payment_id)
 
@@ -196,13 +212,13 @@ async def _measure(
     async def replay_one(n: int) -> None:
         payment_id = confirmed[n % len(confirmed)]
         await payment.ConfirmPayment(
-            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=30
+            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=60
         )
 
     replay = await closed_loop(replay_one, concurrency=concurrency, seconds=seconds)
 
     async def confirm_hold_one(n: int) -> None:
-        hold_ = straight_holds[n - 1]
+        hold_ = await work(straight, n)
         await booking.ConfirmHold(
             bpb.ConfirmHoldRequest(
                 hold_id=hold_.hold_id,
@@ -210,20 +226,22 @@ async def _measure(
                 payment_id=str(uuid.uuid4()),
                 amount_paid=hold_.amount,
             ),
-            timeout=30,
+            timeout=60,
         )
 
     confirm_hold = await closed_loop(confirm_hold_one, concurrency=concurrency, seconds=seconds)
-    for name, figures in (("StartPayment", start), ("ConfirmPayment", confirm), ("ConfirmHold", confirm_hold)):
+    for name, figures in (("StartPayment", started), ("ConfirmPayment", confirm), ("ConfirmHold", confirm_hold)):
         if figures.errors:
-            print(f"  note: {name} had {figures.errors} errors (more --orders than the run used?)")
-    return start, confirm, replay, confirm_hold
+            print(
+                f"  note: {name} had {figures.errors} errors (ran out of the {orders} prepared orders? raise --orders)"
+            )
+    return started, confirm, replay, confirm_hold
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--orders", type=int, default=4000, help="holds made ahead for each measured phase")
+    parser.add_argument("--orders", type=int, default=1500, help="orders prepared for each measured phase")
     args = parser.parse_args()
     asyncio.run(main(args.seconds, args.concurrency, args.orders))

@@ -152,13 +152,14 @@ class Payments:
             return await self._move(payment, PaymentState.FAILED, failure_reason=err.code) or await self.get(
                 payment.payment_id
             )
-        return await self.apply_charge(payment.payment_id, result)
+        return await self.apply_charge(payment, result)
 
     # -- provider facts
 
-    async def apply_charge(self, payment_id: str, result: ChargeResult) -> Payment:
-        """Record what the provider says of the payment's charge."""
-        payment = await self.get(payment_id)
+    async def apply_charge(self, payment: Payment, result: ChargeResult) -> Payment:
+        """Record what the provider says of the payment's charge (``payment``
+        as last read; a stale read only costs a re-read)."""
+        payment_id = payment.payment_id
         target = _CHARGE_STATES.get(result.status)
         if target is None:
             return payment  # still processing
@@ -235,7 +236,7 @@ class Payments:
         except ProviderError as err:
             moved = await self._move(payment, PaymentState.FAILED, failure_reason=err.code)
             return moved or await self.get(payment.payment_id)
-        return await self.apply_charge(payment.payment_id, result)
+        return await self.apply_charge(payment, result)
 
     async def _confirm(self, payment: Payment) -> Payment:
         if self._hooks.before_confirm_hold is not None:
@@ -341,7 +342,7 @@ class Payments:
                 currency=str(data.get("currency", "")),
                 failure_code=str(data.get("failure_code", "")),
             )
-            payment = await self.apply_charge(payment.payment_id, result)
+            payment = await self.apply_charge(payment, result)
             if payment.state in (PaymentState.CAPTURED, PaymentState.REFUND_REQUIRED):
                 payment = await self.settle(payment.payment_id)
             return payment

@@ -93,7 +93,9 @@ class PaymentStore(Protocol):
         currency: str,
         payment_method: str,
     ) -> tuple[Payment, bool]:
-        """A new PENDING payment for the hold, or (the live one, False)."""
+        """A new PENDING payment for the hold, or (the live one, False) when
+        another is live (the caller has looked; a concurrent start loses on
+        the unique index and answers with the winner's)."""
 
     async def get(self, payment_id: str) -> Payment | None: ...
 
@@ -149,10 +151,11 @@ class PgPaymentStore:
         currency: str,
         payment_method: str,
     ) -> tuple[Payment, bool]:
-        for _ in range(3):
-            existing = await self.live_for_hold(hold_id)
-            if existing is not None:
-                return existing, False
+        for attempt in range(3):
+            if attempt > 0:
+                existing = await self.live_for_hold(hold_id)
+                if existing is not None:
+                    return existing, False
             payment_id = str(uuid.uuid4())
             try:
                 async with db.transaction(self._pool) as conn:
