@@ -3,6 +3,8 @@ event is seeded once, and the metrics count."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from prometheus_client import CollectorRegistry
 
@@ -14,9 +16,9 @@ from boxoffice.lifecycle import Loop
 from boxoffice.server import GrpcServer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
-from tests.booking.harness import booking_server, create_event, general, hold_request
+from tests.booking.harness import booking_server, create_event, general, hold_request, query
 from tests.conftest import make_runtime
-from tests.support import Stores, running
+from tests.support import ManualClock, Stores, running
 
 
 async def test_roles_build_serve_and_seed_the_demo_event_once(stores: Stores) -> None:
@@ -34,6 +36,31 @@ async def test_roles_build_serve_and_seed_the_demo_event_once(stores: Stores) ->
             event = (await stub.GetEvent(pb.GetEventRequest(event_id=1))).event
             assert {s.section_id for s in event.sections} >= {"A", "B", "C", "FLOOR"}
             assert sum(s.capacity for s in event.sections if s.kind == pb.SECTION_KIND_SEATED) >= 3000
+
+
+async def test_the_sweeper_role_expires_lapsed_holds_in_the_background(stores: Stores) -> None:
+    clock = ManualClock()
+    rt = make_runtime(stores, environ={"BOXOFFICE_BOOKING_SWEEP_INTERVAL_SECONDS": "0.05"}, clock=clock)
+    async with booking_server(stores) as booking:
+        event = await create_event(booking, [general("G", 10)])
+        hold = (
+            await booking.stub.HoldSeats(
+                hold_request(booking.token("c", event.event_id), event.event_id, section="G", quantity=3)
+            )
+        ).hold
+        clock.advance(3600)  # the sweeper's clock is an hour ahead
+        sweeper = await app.build(rt, "sweeper")
+        async with running([*rt.infrastructure(), *sweeper]):
+            for _ in range(200):
+                rows = await query(booking, "SELECT state FROM holds WHERE hold_id = %s", (hold.hold_id,))
+                if rows[0][0] == "EXPIRED":
+                    break
+                await asyncio.sleep(0.05)
+        assert rows[0][0] == "EXPIRED"
+        released = rt.registry.get_sample_value("boxoffice_booking_sweeper_released_holds_total")
+        assert released is not None and released >= 1
+        totals = await query(booking, "SELECT held FROM section_totals WHERE event_id = %s", (event.event_id,))
+        assert totals[0][0] == 0
 
 
 async def test_metrics_count_holds_and_seats(stores: Stores) -> None:
