@@ -1,14 +1,15 @@
 """Booking storage on Postgres, the arbiter of every seat.
 
-HoldSeats is one statement (the ``booking_hold_seats`` function of migration
-0002): one implicit transaction committed by the server, so the hot section
-counter row is locked only for microseconds, never across a round trip to
-this process. The other mutations are short transactions through
-:func:`boxoffice.db.transaction` that take their locks in the order that
-function documents (hold rows, seats by ascending id, section counter
-stripes in ascending order), so that no
-two transactions wait on each other in a cycle; a deadlock is retried once
-all the same.
+HoldSeats is one statement (the ``booking_hold_seats`` function, latest in
+migration 0004): one implicit transaction committed by the server, so the
+counter rows it moves are locked only until that commit, never across a
+round trip to this process. A section counts in stripes (16 for a seated
+section, by seat id; one for general admission) so that a hot section's
+holds do not all queue on one row. The other mutations are short
+transactions through :func:`boxoffice.db.transaction` that take their locks
+in the order the function does (hold rows, seats by ascending id, counter
+stripes in ascending order), so that no two transactions wait on each other
+in a cycle; a deadlock is retried once all the same.
 """
 
 from __future__ import annotations
