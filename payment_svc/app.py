@@ -98,6 +98,8 @@ async def build(rt: Runtime, role: str) -> list[Component]:
             metrics=RelayMetrics.create(rt.registry),
             batch_size=config.relay_batch_size,
             idle_seconds=config.relay_idle_seconds,
+            repair_group=ISSUER_GROUP,
+            repair_after_seconds=config.relay_repair_after_seconds,
         )
         return [Loop("outbox-relay", relay.run)]
     if role == "issuer":

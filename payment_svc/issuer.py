@@ -81,11 +81,22 @@ class TicketIssuer:
         self._group = group
 
     async def handle(self, entry: StreamEntry) -> None:
-        if entry.type == "BookingConfirmed":
-            await self._issue(entry)
-        elif entry.type == "BookingCancelled":
-            await self._void(entry)
-        # Other event types are not the issuer's.
+        try:
+            if entry.type == "BookingConfirmed":
+                await self._issue(entry)
+            elif entry.type == "BookingCancelled":
+                await self._void(entry)
+            # Other event types are not the issuer's.
+        except (KeyError, ValueError, TypeError) as err:
+            # A malformed event can never succeed: recorded as processed (so
+            # the relay's repair does not send it again) and logged loudly.
+            self._metrics.consumer.rejected.inc()
+            _log.error("malformed booking event refused", extra={"event_id": entry.event_id, "error": repr(err)})
+            async with db.transaction(self._pool) as conn:
+                await conn.execute(
+                    "INSERT INTO processed_stream_events (consumer, event_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (self._group, entry.event_id),
+                )
 
     async def _claim_event(self, conn: psycopg.AsyncConnection[Any], entry: StreamEntry, hold_id: str) -> bool:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", (hold_id,))

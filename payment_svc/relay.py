@@ -98,6 +98,8 @@ class OutboxRelay:
         metrics: RelayMetrics,
         batch_size: int = 200,
         idle_seconds: float = 0.05,
+        repair_group: str | None = None,
+        repair_after_seconds: float = 120.0,
         hooks: RelayHooks | None = None,
     ) -> None:
         self._pool = pool
@@ -107,6 +109,8 @@ class OutboxRelay:
         self._metrics = metrics
         self._batch_size = batch_size
         self._idle_seconds = idle_seconds
+        self._repair_group = repair_group
+        self._repair_after = repair_after_seconds
         self._hooks = hooks or RelayHooks()
 
     async def prepare(self) -> None:
@@ -185,6 +189,46 @@ class OutboxRelay:
                 )
             )
 
+    async def repair_lost(self) -> int:
+        """Publish again the rows a Redis that lost data took with it.
+
+        Only when the repair group (the issuer) has read and acknowledged
+        everything the stream holds: then a booking event published a while
+        ago that the issuer never recorded as processed can only have been
+        lost on the way, and its row is marked unpublished again. A slow or
+        stopped issuer is never mistaken for a loss. The number of rows.
+        """
+        if self._repair_group is None:
+            return 0
+        async with deadline.bounded():
+            try:
+                stream: dict[str, Any] = await self._redis.xinfo_stream(self._stream)
+                groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self._stream)
+            except redis.exceptions.ResponseError:
+                return 0  # no stream yet
+        group = next((g for g in groups if _text(g["name"]) == self._repair_group), None)
+        if group is None or group["pending"] or _text(group["last-delivered-id"]) != _text(stream["last-generated-id"]):
+            return 0
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                UPDATE outbox SET published_at = NULL
+                 WHERE id IN (
+                     SELECT o.id FROM outbox o
+                      WHERE o.published_at < now() - make_interval(secs => %s)
+                        AND o.type IN ('BookingConfirmed', 'BookingCancelled')
+                        AND NOT EXISTS (SELECT 1 FROM processed_stream_events p
+                                         WHERE p.consumer = %s AND p.event_id = o.id)
+                      LIMIT 1000)
+                """,
+                (self._repair_after, self._repair_group),
+            )
+            repaired = cur.rowcount
+        if repaired:
+            self._metrics.republished.inc(repaired)
+            _log.warning("outbox rows lost from the stream are published again", extra={"rows": repaired})
+        return repaired
+
     async def run(self) -> None:
         """Publish until cancelled; a failing store is retried with backoff."""
         with deadline.scope(30):
@@ -192,6 +236,7 @@ class OutboxRelay:
         backoff = 0.1
         loop = asyncio.get_running_loop()
         next_housekeeping = 0.0
+        next_repair = loop.time() + 30.0
         while True:
             try:
                 with deadline.scope(10):
@@ -200,6 +245,10 @@ class OutboxRelay:
                         next_housekeeping = loop.time() + 5.0
                         await self.refresh_gauges()
                         await self.trim()
+                if loop.time() >= next_repair:
+                    next_repair = loop.time() + 30.0
+                    with deadline.scope(30):
+                        await self.repair_lost()
                 backoff = 0.1
             except (BoxofficeError, psycopg.Error, redis.exceptions.RedisError, OSError) as err:
                 _log.warning("outbox relay step failed; retrying", extra={"error": repr(err)})
@@ -208,6 +257,10 @@ class OutboxRelay:
                 continue
             if published < self._batch_size:
                 await asyncio.sleep(self._idle_seconds)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _parse_id(value: bytes | str) -> tuple[int, int]:

@@ -50,7 +50,7 @@ class StreamEntry:
 
         payload = json.loads(fields[b"payload"])
         if not isinstance(payload, dict):
-            raise ValueError("payload is not an object")
+            payload = {"invalid": payload}  # the handler refuses it, by event id
         return cls(
             entry_id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
             event_id=text("event_id"),

@@ -428,3 +428,47 @@ async def test_trim_keeps_whatever_a_group_has_not_acknowledged(
     await redis_conn.xack(stream, "slow", *ids[2:])
     await relay.trim(approximate=False)
     assert await redis_conn.xlen(stream) == 0
+
+
+async def test_rows_lost_with_the_stream_are_published_again(
+    pool: Pool, redis_conn: aioredis.Redis, stream: str
+) -> None:
+    """Redis loses the stream (no persistence, a failover): once the issuer
+    has caught up with what the stream still holds, the relay publishes the
+    lost rows again, and their tickets are issued once."""
+    event_id = new_event_id()
+    holds = [str(uuid.uuid4()) for _ in range(2)]
+    relay = OutboxRelay(
+        pool=pool,
+        redis=redis_conn,
+        stream=stream,
+        groups=["ticket-issuer"],
+        metrics=RelayMetrics.create(CollectorRegistry()),
+        repair_group="ticket-issuer",
+        repair_after_seconds=0.001,
+    )
+    await relay.prepare()
+    issuer = _issuer(pool, redis_conn, stream, "c")
+    await insert_outbox(pool, holds[0], "BookingConfirmed", _confirmed(holds[0], event_id, seats=[400]))
+    await _drain(relay)
+    while await issuer.read_once() > 0:
+        pass
+    # The second booking is published, then the stream vanishes before the
+    # issuer reads it.
+    await insert_outbox(pool, holds[1], "BookingConfirmed", _confirmed(holds[1], event_id, seats=[401]))
+    await _drain(relay)
+    await redis_conn.delete(stream)
+    await relay.trim()  # notices the missing groups and makes them again
+    await insert_outbox(pool, str(uuid.uuid4()), "BookingConfirmed", {})
+    await _drain(relay)
+    assert await relay.repair_lost() == 0  # the issuer is behind: nothing is presumed lost
+    while await issuer.read_once() > 0:
+        pass
+    assert await relay.repair_lost() >= 1
+    await _drain(relay)
+    while await issuer.read_once() > 0:
+        pass
+    assert await _tickets(pool, holds) == sorted([(holds[0], 1, 400, False), (holds[1], 1, 401, False)])
+    while await issuer.read_once() > 0:
+        pass
+    assert await relay.repair_lost() == 0
