@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from boxoffice import deadline
+from boxoffice import deadline, validate
 from boxoffice.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -28,7 +28,7 @@ from boxoffice.tokens import TokenSigner
 from payment_svc.booking_client import BookingClient, HoldState
 from payment_svc.config import PaymentConfig
 from payment_svc.metrics import ServerMetrics
-from payment_svc.model import Payment, PaymentState, RefundSource, confirm_key
+from payment_svc.model import Payment, PaymentState, RefundSource, RefundState, confirm_key
 from payment_svc.provider import (
     ChargeRequest,
     ChargeResult,
@@ -67,8 +67,6 @@ class PaymentHooks:
 
 def parse_uuid(field: str, value: str) -> str:
     """A canonical UUID string; INVALID_ARGUMENT otherwise."""
-    from boxoffice import validate
-
     if not value:
         raise validate.required(field)
     try:
@@ -284,7 +282,7 @@ class Payments:
             source=source,
         )
         payment = await self.get(payment_id)
-        if refund.state.value != "PENDING":
+        if refund.state != RefundState.PENDING:
             return payment
         request = RefundRequest(
             refund_provider_key(refund), payment.provider_payment_id, refund.amount_minor, refund.currency
@@ -350,7 +348,11 @@ class Payments:
             refund_data = data.get("refund")
             if isinstance(refund_data, dict):
                 refund = await self._store.refund_by_provider_key(str(refund_data.get("idempotency_key", "")))
-                if refund is not None and refund.payment_id == payment.payment_id and refund.state.value == "PENDING":
+                if (
+                    refund is not None
+                    and refund.payment_id == payment.payment_id
+                    and refund.state == RefundState.PENDING
+                ):
                     succeeded = event.type == "charge.refunded"
                     payment = await self._store.finish_refund(
                         refund.refund_id,
