@@ -1,7 +1,7 @@
 """Booking storage on Postgres, the arbiter of every seat.
 
 HoldSeats is one statement (the ``booking_hold_seats`` function, latest in
-migration 0004): one implicit transaction committed by the server, so the
+migration 0005): one implicit transaction committed by the server, so the
 counter rows it moves are locked only until that commit, never across a
 round trip to this process. A section counts in stripes (16 for a seated
 section, by seat id; one for general admission) so that a hot section's
@@ -611,8 +611,8 @@ class PgBookingStore:
             try:
                 rows = await self._statement(
                     f"SELECT {HOLD_COLUMNS}, replayed FROM booking_hold_seats("
-                    "%s, %s, %s::bigint[], %s, %s, %s, %s, %s, %s, %s)",
-                    params,
+                    "%s, %s, %s::bigint[], %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (*params, deadline.statement_timeout_ms()),
                 )
             except psycopg.errors.DeadlockDetected:
                 raise
@@ -627,13 +627,15 @@ class PgBookingStore:
 
     async def _statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One autocommit statement: its own implicit transaction. The call's
-        deadline bounds it; running out cancels it in the server."""
+        deadline bounds the wait here (running out cancels the statement in
+        the server); statements that write take the deadline as a parameter
+        and enforce it themselves, since a cancel can be cut short."""
         budget = deadline.remaining()
         try:
             async with deadline.bounded(), self._pool.connection(timeout=budget) as conn:
                 cur = await conn.execute(sql.encode(), params)
                 return await cur.fetchall()
-        except psycopg.errors.QueryCanceled as err:
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as err:
             raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
         except psycopg.errors.DeadlockDetected:
             raise

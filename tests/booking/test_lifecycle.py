@@ -476,3 +476,29 @@ async def test_list_holds_pages_newest_first(stores: Stores) -> None:
 def page_token_of(booking: Booking, event_id: int) -> str:
     body = json.dumps({"e": event_id, "c": "", "t": utc(booking.clock.now()).isoformat(), "h": str(uuid.uuid4())})
     return base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+async def test_a_hold_past_its_deadline_is_cancelled_in_postgres_and_holds_nothing(stores: Stores) -> None:
+    async with booking_server(stores, race_pause_seconds=1.0) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "A", 4)])
+        seats = await seat_ids(booking, event.event_id, "A")
+        request = hold_request(booking.token("c", event.event_id), event.event_id, seats[:2])
+        _, err = await call(booking.stub.HoldSeats(request, timeout=0.2))
+        assert err is not None and err.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The server cancels the statement (its transaction rolls back) rather
+        # than finishing a hold nobody waits for.
+        for _ in range(100):
+            active = await query(
+                booking,
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%booking_hold_seats(%%' AND pid <> pg_backend_pid()"
+                " AND state = 'active' AND datname = current_database()",
+            )
+            if active[0][0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert active[0][0] == 0, await query(
+            booking, "SELECT pid, state, query FROM pg_stat_activity WHERE state = 'active'"
+        )
+        rows = await query(booking, "SELECT count(*) FROM holds WHERE event_id = %s", (event.event_id,))
+        assert rows[0][0] == 0
+        await audit(booking, event.event_id)
