@@ -14,9 +14,9 @@ The measures run in interleaved rounds and the median round is reported, so
 that load from elsewhere on the machine falls on all of them alike.
 
 Run: ``python -m bench.booking_bench [--seconds 5] [--rounds 3] [--concurrency 64]``
-Postgres: ``BOXOFFICE_BENCH_DATABASE_URL`` (default the local server as
-postgres); the bench creates and drops its own database. pgbench is skipped
-with a note when it is not installed.
+Postgres: ``BOXOFFICE_BENCH_DATABASE_URL``, else the local server (as
+postgres), else an embedded one; the bench creates and drops its own
+database. pgbench is skipped with a note when it is not installed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
@@ -46,6 +47,7 @@ from booking_svc.store import PgBookingStore
 from boxoffice import db
 from boxoffice.clock import SystemClock
 from boxoffice.config import Env, TokenConfig
+from boxoffice.embedded import EmbeddedPostgres
 from boxoffice.tokens import TokenSigner
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
@@ -60,6 +62,30 @@ HOLD_EVENT, ONE_SECTION_EVENT, SIXTEEN_EVENT, BEST_EVENT, BEST_PK_EVENT, PGBENCH
 def _with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+@contextlib.contextmanager
+def admin_database() -> Iterator[str]:
+    """BOXOFFICE_BENCH_DATABASE_URL, else the local server, else an embedded
+    Postgres (the pgserver wheel) for the length of the run."""
+    configured = os.environ.get("BOXOFFICE_BENCH_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    local = "postgresql://postgres@127.0.0.1:5432/postgres"
+    try:
+        psycopg.connect(local, connect_timeout=2).close()
+    except psycopg.OperationalError:
+        pass
+    else:
+        yield local
+        return
+    with tempfile.TemporaryDirectory(prefix="boxoffice-bench-") as tmp:
+        embedded = EmbeddedPostgres(Path(tmp))
+        try:
+            yield embedded.start()
+        finally:
+            embedded.stop()
 
 
 @contextlib.contextmanager
@@ -208,7 +234,6 @@ def _median(figures: list[LoadFigures]) -> LoadFigures:
 
 
 async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: int) -> None:
-    admin = os.environ.get("BOXOFFICE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     signer_config = TokenConfig.from_env(Env(os.environ))
     signer = TokenSigner(signer_config.keys, signer_config.active_kid, SystemClock())
     per_section = seats_per_event // 16
@@ -217,7 +242,7 @@ async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: i
     async def run(name: str, call: Callable[[int], Awaitable[object]]) -> None:
         figures.setdefault(name, []).append(await measure(call, concurrency, seconds))
 
-    with bench_database(admin) as url:
+    with admin_database() as admin, bench_database(admin) as url:
         await db.migrate(url, app.migrations())
         await seed(url, seats_per_event)
         with echo_server() as echo_proc:
