@@ -217,3 +217,43 @@ async def test_best_available_prefers_adjacent_seats_of_one_row(stores: Stores) 
         )
         got = [(s.row_label, s.seat_number) for s in reply.hold.seats]
         assert got == [("B", 1), ("B", 2), ("B", 3)]
+
+
+async def test_late_confirms_and_reclaims_of_lapsed_holds_never_both_win(stores: Stores) -> None:
+    """Money arrives for lapsed holds while other customers take the same
+    seats: for each hold either the payment buys it or the newcomer holds
+    it, never both (I6 at the booking level)."""
+    async with booking_server(stores, race_pause_seconds=0.01) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "A", 60)], max_seats_per_customer=100)
+        seats = await seat_ids(booking, event.event_id, "A")
+        groups = [seats[i : i + 2] for i in range(0, 60, 2)]
+        token = booking.token("early", event.event_id)
+        holds = [(await booking.stub.HoldSeats(hold_request(token, event.event_id, g))).hold for g in groups]
+        booking.clock.advance(event.hold_ttl.seconds + 1)
+
+        async def confirm(hold: pb.Hold) -> bool:
+            reply, err = await call(
+                booking.stub.ConfirmHold(
+                    pb.ConfirmHoldRequest(
+                        hold_id=hold.hold_id,
+                        idempotency_key=f"late-{hold.hold_id}",
+                        payment_id=f"pay-{hold.hold_id}",
+                        amount_paid=hold.amount,
+                    )
+                )
+            )
+            assert reply is not None or (isinstance(err, FailedPrecondition) and err.reason == "HOLD_EXPIRED"), err
+            return reply is not None
+
+        async def take(i: int, group: list[int]) -> bool:
+            reply, err = await call(
+                booking.stub.HoldSeats(hold_request(booking.token(f"new-{i}", event.event_id), event.event_id, group))
+            )
+            assert reply is not None or (isinstance(err, FailedPrecondition) and err.reason == "SEAT_UNAVAILABLE"), err
+            return reply is not None
+
+        outcomes = await asyncio.gather(
+            *(asyncio.gather(confirm(h), take(i, g)) for i, (h, g) in enumerate(zip(holds, groups, strict=True)))
+        )
+        assert all(paid != taken for paid, taken in outcomes), outcomes
+        await audit(booking, event.event_id)
