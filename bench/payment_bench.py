@@ -4,8 +4,8 @@ within one run mean much).
 
 1. ConfirmPayment of a captured payment (idempotency key claimed and
    stored, BookingService.ConfirmHold over gRPC, payment row moved) vs
-   BookingService.ConfirmHold called straight (the booking part alone) and
-   vs the bare grpc.aio echo.
+   BookingService.ConfirmHold called straight just before it (the booking
+   part alone; goal >= 0.5), and the bare grpc.aio echo.
 2. ConfirmPayment replayed with a used key (the stored answer) vs echo.
 3. StartPayment (GetHold, ExtendHold, payment row, sandbox charge) vs echo.
 
@@ -138,7 +138,7 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
             Row("ConfirmPayment (first) confirms/s", confirm.rps, "/s", confirm_hold.rps, ">= 0.5 of ConfirmHold"),
             Row("ConfirmPayment p50 latency", confirm.p50_ms, "ms", confirm_hold.p50_ms, better="lower"),
             Row("ConfirmPayment p99 latency", confirm.p99_ms, "ms", confirm_hold.p99_ms, better="lower"),
-            Row("ConfirmPayment replayed (stored answer) req/s", replay.rps, "/s", echo_figures.rps, ">= 0.3 of echo"),
+            Row("ConfirmPayment replayed (stored answer) req/s", replay.rps, "/s", echo_figures.rps, "reported"),
             Row("StartPayment req/s", start.rps, "/s", echo_figures.rps, "reported"),
             Row(
                 "errors (start / confirm / replay / ConfirmHold)",
@@ -198,6 +198,20 @@ async def _measure(
         await start(n - 1, hold_)
 
     started = await closed_loop(start_one, concurrency=concurrency, seconds=seconds)
+
+    async def confirm_hold_one(n: int) -> None:
+        hold_ = await work(straight, n)
+        await booking.ConfirmHold(
+            bpb.ConfirmHoldRequest(
+                hold_id=hold_.hold_id,
+                idempotency_key=f"straight-{hold_.hold_id}",
+                payment_id=str(uuid.uuid4()),
+                amount_paid=hold_.amount,
+            ),
+            timeout=60,
+        )
+
+    confirm_hold = await closed_loop(confirm_hold_one, concurrency=concurrency, seconds=seconds)
     confirmed: list[str] = []
 
     async def confirm_one(n: int) -> None:
@@ -217,19 +231,6 @@ async def _measure(
 
     replay = await closed_loop(replay_one, concurrency=concurrency, seconds=seconds)
 
-    async def confirm_hold_one(n: int) -> None:
-        hold_ = await work(straight, n)
-        await booking.ConfirmHold(
-            bpb.ConfirmHoldRequest(
-                hold_id=hold_.hold_id,
-                idempotency_key=f"straight-{hold_.hold_id}",
-                payment_id=str(uuid.uuid4()),
-                amount_paid=hold_.amount,
-            ),
-            timeout=60,
-        )
-
-    confirm_hold = await closed_loop(confirm_hold_one, concurrency=concurrency, seconds=seconds)
     for name, figures in (("StartPayment", started), ("ConfirmPayment", confirm), ("ConfirmHold", confirm_hold)):
         if figures.errors:
             print(
