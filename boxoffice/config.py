@@ -143,6 +143,7 @@ class StoreConfig:
     data_dir: str
     db_pool_min: int
     db_pool_max: int
+    db_prepared_statements: bool
 
     @classmethod
     def from_env(cls, env: Env) -> StoreConfig:
@@ -152,6 +153,7 @@ class StoreConfig:
             data_dir=env.string("BOXOFFICE_DATA_DIR", ".boxoffice"),
             db_pool_min=env.integer("BOXOFFICE_DB_POOL_MIN", 2, minimum=1, maximum=500),
             db_pool_max=env.integer("BOXOFFICE_DB_POOL_MAX", 20, minimum=1, maximum=500),
+            db_prepared_statements=env.flag("BOXOFFICE_DB_PREPARED_STATEMENTS", True),
         )
 
 

@@ -3,6 +3,7 @@ transaction helper that bounds every statement by the call's deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -28,30 +29,56 @@ _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _MIGRATION_LOCK_KEY = 0x626F78_6F6666
 
 
-def create_pool(url: str, *, min_size: int, max_size: int, name: str) -> AsyncConnectionPool[AsyncConnection[TupleRow]]:
-    """A pool that is opened by the owner's ``start()`` (``open=False``)."""
+def create_pool(
+    url: str, *, min_size: int, max_size: int, name: str, prepared_statements: bool = True
+) -> AsyncConnectionPool[AsyncConnection[TupleRow]]:
+    """A pool that is opened by the owner's ``start()`` (``open=False``).
+
+    Connections are not checked on every checkout (that is one more round
+    trip per transaction on the hot path); :class:`PoolComponent` checks the
+    idle ones periodically instead, and a connection that breaks in use is
+    discarded when it returns. ``prepared_statements=False`` is for a
+    transaction-pooling PgBouncer older than 1.21.
+    """
     return AsyncConnectionPool(
         url,
         min_size=min_size,
         max_size=max(min_size, max_size),
         open=False,
         name=name,
-        check=AsyncConnectionPool.check_connection,
-        kwargs={"autocommit": True, "prepare_threshold": None},
+        kwargs={"autocommit": True, "prepare_threshold": 5 if prepared_statements else None},
     )
 
 
 class PoolComponent:
-    """Opens and closes a pool with the process."""
+    """Opens and closes a pool with the process, and checks its idle
+    connections every ``check_interval_seconds``."""
 
-    def __init__(self, pool: AsyncConnectionPool[AsyncConnection[TupleRow]]) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[AsyncConnection[TupleRow]], *, check_interval_seconds: float = 30.0
+    ) -> None:
         self.name = f"pool:{pool.name}"
         self.pool = pool
+        self._check_interval = check_interval_seconds
+        self._checker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.pool.open(wait=True, timeout=30)
+        self._checker = asyncio.create_task(self._check_idle(), name=f"{self.name}:check")
+
+    async def _check_idle(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval)
+            try:
+                await self.pool.check()
+            except Exception:
+                _log.warning("idle connection check failed", exc_info=True)
 
     async def stop(self, grace_seconds: float) -> None:
+        if self._checker is not None:
+            self._checker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checker
         await self.pool.close(timeout=max(grace_seconds, 1.0))
 
 

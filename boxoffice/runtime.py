@@ -65,7 +65,11 @@ class Runtime:
         """The process's Postgres pool (opened with the infrastructure)."""
         if self._pool is None:
             self._pool = create_pool(
-                self.database_url, min_size=self.store.db_pool_min, max_size=self.store.db_pool_max, name="boxoffice"
+                self.database_url,
+                min_size=self.store.db_pool_min,
+                max_size=self.store.db_pool_max,
+                name="boxoffice",
+                prepared_statements=self.store.db_prepared_statements,
             )
             self._infrastructure.append(PoolComponent(self._pool))
         return self._pool
