@@ -15,6 +15,7 @@ from importlib.resources.abc import Traversable
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -87,16 +88,27 @@ async def transaction(
     pool: AsyncConnectionPool[AsyncConnection[TupleRow]], *, default_seconds: float = deadline.FALLBACK_SECONDS
 ) -> AsyncIterator[AsyncConnection[TupleRow]]:
     """A connection in a transaction whose statements end at the call's
-    deadline. A lost database answers UNAVAILABLE."""
+    deadline. A lost database answers UNAVAILABLE.
+
+    ``BEGIN`` and the ``statement_timeout`` travel in one round trip;
+    ``conn.transaction()`` inside makes savepoints as usual.
+    """
     budget = deadline.remaining(default_seconds)
     try:
-        async with deadline.bounded(default_seconds):
-            async with pool.connection(timeout=budget) as conn, conn.transaction():
-                await conn.execute(
-                    "SELECT set_config('statement_timeout', %s, true)",
-                    (str(deadline.statement_timeout_ms(default_seconds)),),
-                )
+        async with deadline.bounded(default_seconds), pool.connection(timeout=budget) as conn:
+            timeout_ms = deadline.statement_timeout_ms(default_seconds)
+            await conn.execute(f"BEGIN; SET LOCAL statement_timeout = {int(timeout_ms)}".encode())
+            try:
                 yield conn
+            except BaseException:
+                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute(b"ROLLBACK")
+                raise
+            if conn.info.transaction_status == TransactionStatus.INERROR:
+                await conn.execute(b"ROLLBACK")
+                raise psycopg.errors.InFailedSqlTransaction("a statement failed inside the transaction; rolled back")
+            await conn.execute(b"COMMIT")
     except psycopg.errors.QueryCanceled as err:
         raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
     except psycopg.OperationalError as err:
