@@ -5,8 +5,9 @@ pipelined as one by one. Every script call joins the batch being gathered;
 the batch goes out as one pipeline of EVALSHA commands as soon as the event
 loop is free, or as soon as one of the pipelines in flight returns (under
 load, batches grow while Redis answers the previous one, and a busy
-process lingers half a millisecond before sending). A caller waits for its
-own reply only as long as its deadline allows.
+process lingers up to 3 ms before sending: a few more calls per pipeline
+save more CPU than the wait costs). A caller waits for its own reply only
+as long as its deadline allows.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError, ResponseError
 
 from boxoffice import deadline
-from boxoffice.errors import Internal, Unavailable
-from queue_svc.redis_pipe import Arg, PipeClosed, PipelinedConnection, ReplyError
+from boxoffice.errors import DeadlineExceeded, Internal, Unavailable
+from queue_svc.redis_pipe import Arg, PipeClosed, PipelinedConnection, ReplyError, encode_args
 
 _log = logging.getLogger("queue_svc.batcher")
 
@@ -51,9 +52,20 @@ class _Call:
     keys: Sequence[str]
     args: Sequence[Arg]
     future: asyncio.Future[Any]
+    # The RESP encoding of "EVALSHA sha numkeys keys..." (shared by calls
+    # of one script on one event's keys).
+    head: bytes
 
     def command(self) -> list[Arg]:
         return ["EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args]
+
+    def encoded(self) -> bytes:
+        return b"*%d\r\n%s%s" % (3 + len(self.keys) + len(self.args), self.head, encode_args(self.args))
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(DeadlineExceeded("deadline exceeded", reason="DEADLINE_EXCEEDED"))
 
 
 def _unavailable(err: BaseException) -> Unavailable:
@@ -89,7 +101,7 @@ class ScriptBatcher:
         *,
         max_batch: int = 1000,
         max_in_flight: int = 1,
-        linger_seconds: float = 0.0005,
+        linger_seconds: float = 0.003,
         timeout_seconds: float = 5.0,
     ) -> None:
         self.name = "queue-redis-batcher"
@@ -99,6 +111,7 @@ class ScriptBatcher:
         self._max_in_flight = max_in_flight
         self._linger = linger_seconds
         self._pending: list[_Call] = []
+        self._heads: dict[tuple[str, tuple[str, ...]], bytes] = {}
         self._in_flight = 0
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -119,9 +132,16 @@ class ScriptBatcher:
     async def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """The script's reply; UNAVAILABLE when Redis is unreachable,
         DEADLINE_EXCEEDED when the caller's deadline passes first."""
+        budget = deadline.remaining()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Call(script, keys, args, future))
+        known = (script.sha, tuple(keys))
+        head = self._heads.get(known)
+        if head is None:
+            if len(self._heads) > 10_000:
+                self._heads.clear()
+            head = self._heads[known] = encode_args(["EVALSHA", script.sha, len(keys), *keys])
+        self._pending.append(_Call(script, keys, args, future, head))
         if not self._scheduled and self._in_flight < self._max_in_flight:
             self._scheduled = True
             if self._linger and loop.time() - self._last_flush < _BUSY_SECONDS:
@@ -129,8 +149,13 @@ class ScriptBatcher:
                 loop.call_later(self._linger, self._flush)
             else:
                 loop.call_soon(self._flush)
-        async with deadline.bounded():
+        # The deadline bounds the wait (as deadline.bounded() does, with one
+        # timer and no context manager: this is every request's path).
+        expiry = loop.call_at(loop.time() + budget, _expire, future)
+        try:
             return await future
+        finally:
+            expiry.cancel()
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -141,7 +166,11 @@ class ScriptBatcher:
             self._in_flight += 1
             # The common case writes at once and resolves from the reply
             # callback; connecting, redis-py and NOSCRIPT take a task.
-            replies = None if self._pipe is None else self._pipe.send_nowait([call.command() for call in batch])
+            replies = (
+                None
+                if self._pipe is None
+                else self._pipe.send_nowait(b"".join([call.encoded() for call in batch]), len(batch))
+            )
             if replies is not None:
                 self.pipelines_sent += 1
                 self.calls_sent += len(batch)

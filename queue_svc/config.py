@@ -21,7 +21,8 @@ class QueueSettings:
     join_limit_per_account: int
     join_limit_per_client: int
     join_limit_window_seconds: float
-    # Budget of each Redis call a stream makes (streams have no deadline).
+    # Budget of each Redis call a stream makes (streams carry no deadline);
+    # generous, as a burst of stream opens queues many such calls at once.
     stream_call_seconds: float
 
     @classmethod
@@ -41,5 +42,5 @@ class QueueSettings:
             join_limit_window_seconds=env.number(
                 "BOXOFFICE_QUEUE_JOIN_LIMIT_WINDOW_SECONDS", 10.0, minimum=1.0, maximum=3600.0
             ),
-            stream_call_seconds=env.number("BOXOFFICE_QUEUE_STREAM_CALL_SECONDS", 5.0, minimum=0.1, maximum=60.0),
+            stream_call_seconds=env.number("BOXOFFICE_QUEUE_STREAM_CALL_SECONDS", 20.0, minimum=0.1, maximum=120.0),
         )

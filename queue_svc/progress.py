@@ -5,16 +5,14 @@ read per watched event, whatever the number of watchers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError, Unavailable
 from boxoffice.server import Drain
 from queue_svc.metrics import ServerMetrics
-from queue_svc.model import Progress
+from queue_svc.model import AdmissionState, Progress
 from queue_svc.store import QueueStore
 
 _log = logging.getLogger("queue_svc.progress")
@@ -24,36 +22,75 @@ def draining() -> Unavailable:
     return Unavailable("the server is shutting down; watch again", reason="DRAINING")
 
 
+def _moved_key(progress: Progress) -> tuple[int, int, int, int, AdmissionState]:
+    """What a waiting fan's place depends on."""
+    return (
+        progress.admitted_total,
+        progress.admitted_through_score,
+        progress.pre_queue_joined,
+        progress.queue_length,
+        progress.admission_state,
+    )
+
+
+def _changed_key(progress: Progress) -> tuple[object, ...]:
+    """What an admission-progress watcher is shown."""
+    return (*_moved_key(progress), progress.active_shoppers, round(progress.rate_per_second, 1))
+
+
 class EventFeed:
-    """The latest progress of one event and a way to wait for the next."""
+    """The latest progress of one event and a way to wait for the next.
+
+    Readers of fans' places wake only when something a place depends on
+    moved; readers of the whole progress also when the rate or the number
+    of shoppers changed. A read that changes nothing wakes nobody.
+    """
 
     def __init__(self, event_id: int) -> None:
         self.event_id = event_id
         self.latest: Progress | None = None
         self.subscribers = 0
         self.closed = False
+        self._moved = asyncio.Event()
         self._changed = asyncio.Event()
+        self._moved_key: tuple[object, ...] | None = None
+        self._changed_key: tuple[object, ...] | None = None
         self.task: asyncio.Task[None] | None = None
 
     def publish(self, progress: Progress) -> None:
         self.latest = progress
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        moved = _moved_key(progress)
+        if moved != self._moved_key:
+            self._moved_key = moved
+            event, self._moved = self._moved, asyncio.Event()
+            event.set()
+        changed = _changed_key(progress)
+        if changed != self._changed_key:
+            self._changed_key = changed
+            event, self._changed = self._changed, asyncio.Event()
+            event.set()
 
     def close(self) -> None:
         self.closed = True
+        self._moved.set()
         self._changed.set()
 
-    async def next(self, seen: Progress | None) -> Progress:
-        """The first progress newer than ``seen``; UNAVAILABLE (DRAINING)
-        when the process shuts down."""
+    @property
+    def moved(self) -> asyncio.Event:
+        """Set at the next publish in which a fan's place may have moved."""
+        return self._moved
+
+    async def next(self, seen: Progress | None, *, any_change: bool = False) -> Progress:
+        """The first progress newer than ``seen`` in which a fan's place
+        may have moved (``any_change``: in which anything shown changed);
+        UNAVAILABLE (DRAINING) when the process shuts down."""
         while True:
             if self.closed:
                 raise draining()
             latest = self.latest
             if latest is not None and latest is not seen:
                 return latest
-            await self._changed.wait()
+            await (self._changed if any_change else self._moved).wait()
 
 
 class ProgressHub:
@@ -106,9 +143,9 @@ class ProgressHub:
     def feeds(self) -> int:
         return len(self._feeds)
 
-    @contextlib.asynccontextmanager
-    async def subscribe(self, event_id: int) -> AsyncIterator[EventFeed]:
-        """The event's feed, followed while anyone is subscribed."""
+    def join(self, event_id: int) -> EventFeed:
+        """The event's feed, followed while anyone has joined it; every
+        ``join`` is paired with a ``leave``."""
         if self._drain.draining:
             raise draining()
         feed = self._feeds.get(event_id)
@@ -116,14 +153,14 @@ class ProgressHub:
             feed = self._feeds[event_id] = EventFeed(event_id)
             feed.task = asyncio.get_running_loop().create_task(self._follow(feed), name=f"progress:{event_id}")
         feed.subscribers += 1
-        try:
-            yield feed
-        finally:
-            feed.subscribers -= 1
-            if feed.subscribers == 0 and self._feeds.get(event_id) is feed:
-                del self._feeds[event_id]
-                if feed.task is not None:
-                    feed.task.cancel()
+        return feed
+
+    def leave(self, feed: EventFeed) -> None:
+        feed.subscribers -= 1
+        if feed.subscribers == 0 and self._feeds.get(feed.event_id) is feed:
+            del self._feeds[feed.event_id]
+            if feed.task is not None:
+                feed.task.cancel()
 
     async def _follow(self, feed: EventFeed) -> None:
         loop = asyncio.get_running_loop()

@@ -32,25 +32,26 @@ class ReplyError(Exception):
     """An error reply of one command (e.g. NOSCRIPT)."""
 
 
-def pack(commands: Sequence[Sequence[Arg]]) -> bytes:
-    """RESP encoding of many commands in one buffer."""
+def encode_args(args: Sequence[Arg]) -> bytes:
+    """RESP bulk strings of ``args``, without the array header."""
     out: list[bytes] = []
     append = out.append
-    for command in commands:
-        append(b"*%d\r\n" % len(command))
-        for arg in command:
-            if isinstance(arg, bytes):
-                data = arg
-            elif isinstance(arg, str):
-                data = arg.encode()
-            elif isinstance(arg, int):
-                data = b"%d" % arg
-            else:
-                data = repr(arg).encode()
-            append(b"$%d\r\n" % len(data))
-            append(data)
-            append(b"\r\n")
+    for arg in args:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, int):
+            data = b"%d" % arg
+        else:
+            data = repr(arg).encode()
+        append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
+
+
+def pack(commands: Sequence[Sequence[Arg]]) -> bytes:
+    """RESP encoding of many commands in one buffer."""
+    return b"".join(b"*%d\r\n%s" % (len(command), encode_args(command)) for command in commands)
 
 
 @dataclass(slots=True)
@@ -169,13 +170,14 @@ class PipelinedConnection:
             self._protocol = protocol
             return protocol
 
-    def send_nowait(self, commands: Sequence[Sequence[Arg]]) -> asyncio.Future[list[Any]] | None:
-        """Write ``commands`` now if connected; the future of their replies
-        (as ``execute``), or None when a connection must be made first."""
+    def send_nowait(self, payload: bytes, count: int) -> asyncio.Future[list[Any]] | None:
+        """Write ``count`` commands already encoded in ``payload`` now if
+        connected; the future of their replies (as ``execute``), or None
+        when a connection must be made first."""
         protocol = self._protocol
         if protocol is None or protocol.closed:
             return None
-        return protocol.send(pack(commands), len(commands), self._timeout)
+        return protocol.send(payload, count, self._timeout)
 
     async def execute(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """The replies of ``commands``, in order; an error reply is a

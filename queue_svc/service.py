@@ -36,7 +36,7 @@ from queue_svc.model import (
     passed,
     poll_after_seconds,
 )
-from queue_svc.progress import ProgressHub
+from queue_svc.progress import ProgressHub, draining
 from queue_svc.store import FanOp, JoinLimits, JoinReply, JoinStatus, QueueStore
 
 _log = logging.getLogger("queue_svc.service")
@@ -267,40 +267,50 @@ class QueueHandler:
         if position.state is not QueueState.WAITING:
             return
         base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
-        sent = (position.ahead, position.admission_state)
+        sent_ahead, sent_admission = position.ahead, position.admission_state
         gauge = self._metrics.watchers_open.labels("position")
+        feed = self._hub.join(event_id)
         gauge.inc()
         try:
-            async with self._hub.subscribe(event_id) as feed:
-                progress: Progress | None = None
-                while True:
-                    progress = await feed.next(progress)
-                    if passed(base.score, progress):
-                        with deadline.scope(call_seconds):
-                            place = await self._fan(event_id, customer_id, FanOp.CLAIM)
-                        position = self._position(event_id, customer_id, place, with_token=True)
-                        if position.state is not QueueState.WAITING:
-                            yield position
-                            return
-                        # Queued again behind (left and re-joined): follow the new place.
-                        base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
-                    else:
-                        position = self._estimate(event_id, customer_id, base, progress)
-                    if (position.ahead, position.admission_state) != sent:
-                        sent = (position.ahead, position.admission_state)
+            seen: Progress | None = None
+            while True:
+                # The loop of every watcher at every tick: kept free of
+                # Redis calls and of allocations it can do without.
+                progress = feed.latest
+                if feed.closed:
+                    raise draining()
+                if progress is None or progress is seen:
+                    await feed.moved.wait()
+                    continue
+                seen = progress
+                if passed(base.score, progress):
+                    with deadline.scope(call_seconds):
+                        place = await self._fan(event_id, customer_id, FanOp.CLAIM)
+                    position = self._position(event_id, customer_id, place, with_token=True)
+                    if position.state is not QueueState.WAITING:
                         yield position
+                        return
+                    # Queued again behind (left and re-joined): follow the new place.
+                    base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
+                    ahead = place.ahead
+                else:
+                    ahead = estimate_ahead(base, progress)
+                admission = progress.admission_state
+                if ahead != sent_ahead or admission is not sent_admission:
+                    sent_ahead, sent_admission = ahead, admission
+                    yield self._estimate(event_id, customer_id, base.score, ahead, progress)
         finally:
             gauge.dec()
+            self._hub.leave(feed)
 
-    def _estimate(self, event_id: int, customer_id: str, base: WatchBase, progress: Progress) -> Position:
-        ahead = estimate_ahead(base, progress)
+    def _estimate(self, event_id: int, customer_id: str, score: int, ahead: int, progress: Progress) -> Position:
         eta = eta_seconds(ahead, progress.rate_per_second)
         return Position(
             event_id=event_id,
             customer_id=customer_id,
             state=QueueState.WAITING,
             ahead=ahead,
-            score=base.score,
+            score=score,
             eta_seconds=eta,
             poll_after_seconds=poll_after_seconds(ahead, eta),
             admission_state=progress.admission_state,
@@ -323,18 +333,19 @@ class QueueHandler:
         yield progress
         sent = _progress_key(progress)
         gauge = self._metrics.watchers_open.labels("progress")
+        feed = self._hub.join(event_id)
         gauge.inc()
         try:
-            async with self._hub.subscribe(event_id) as feed:
-                latest: Progress | None = None
-                while True:
-                    latest = await feed.next(latest)
-                    key = _progress_key(latest)
-                    if key != sent:
-                        sent = key
-                        yield latest
+            latest: Progress | None = None
+            while True:
+                latest = await feed.next(latest, any_change=True)
+                key = _progress_key(latest)
+                if key != sent:
+                    sent = key
+                    yield latest
         finally:
             gauge.dec()
+            self._hub.leave(feed)
 
     async def create_event(self, config: EventQueueConfig) -> EventQueueConfig:
         stored = await self._events.create(config)

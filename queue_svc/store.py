@@ -113,22 +113,24 @@ class EventKeys:
     outcomes: str
     progress: str
     sequence: str
+    # The keys every script takes first, in this order.
+    common: tuple[str, str, str, str, str, str]
 
     @classmethod
     def of(cls, event_id: int) -> EventKeys:
-        return cls(
-            config=event_key(event_id, "cfg"),
-            queue=event_key(event_id, "q"),
-            admitted=event_key(event_id, "adm"),
-            active=event_key(event_id, "act"),
-            outcomes=event_key(event_id, "out"),
-            progress=event_key(event_id, "prog"),
-            sequence=event_key(event_id, "seq"),
+        config, queue, admitted, active, outcomes, progress = (
+            event_key(event_id, part) for part in ("cfg", "q", "adm", "act", "out", "prog")
         )
-
-    @property
-    def common(self) -> tuple[str, str, str, str, str, str]:
-        return (self.config, self.queue, self.admitted, self.active, self.outcomes, self.progress)
+        return cls(
+            config=config,
+            queue=queue,
+            admitted=admitted,
+            active=active,
+            outcomes=outcomes,
+            progress=progress,
+            sequence=event_key(event_id, "seq"),
+            common=(config, queue, admitted, active, outcomes, progress),
+        )
 
     def limits(self, window: int) -> str:
         return f"{self.config.removesuffix('cfg')}rl:{window}"
