@@ -178,4 +178,8 @@ class ProgressHub:
                 if not failing:  # once per outage, not once per tick
                     _log.warning("cannot read progress", extra={"event_id": feed.event_id, "reason": err.reason})
                 failing = True
+            except Exception:
+                # The feed outlives a bad read: its watchers would wait forever.
+                _log.exception("reading progress failed", extra={"event_id": feed.event_id})
+                failing = True
             await asyncio.sleep(max(0.0, self._interval - (loop.time() - began)))
