@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Queue scores: arrivals before opening get a uniformly random score in
 # [0, PRE_QUEUE_BAND); arrivals after opening get PRE_QUEUE_BAND + n for the
@@ -98,14 +98,19 @@ class Progress:
     opens_at_ms: int
     paused: bool
     observed_at_ms: int
+    # Derived once here, read by every watcher of the event.
+    admission_state: AdmissionState = field(init=False)
+    rate_per_second: float = field(init=False)
 
-    @property
-    def admission_state(self) -> AdmissionState:
-        return admission_state(now_ms=self.observed_at_ms, opens_at_ms=self.opens_at_ms, paused=self.paused)
-
-    @property
-    def rate_per_second(self) -> float:
-        return measured_rate(self.rate_at_last_tick, self.last_tick_ms, self.observed_at_ms)
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "admission_state",
+            admission_state(now_ms=self.observed_at_ms, opens_at_ms=self.opens_at_ms, paused=self.paused),
+        )
+        object.__setattr__(
+            self, "rate_per_second", measured_rate(self.rate_at_last_tick, self.last_tick_ms, self.observed_at_ms)
+        )
 
 
 # The admit script averages admissions per second over this window.

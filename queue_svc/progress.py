@@ -51,7 +51,7 @@ class EventFeed:
         self.latest: Progress | None = None
         self.subscribers = 0
         self.closed = False
-        self._moved = asyncio.Event()
+        self._moved: list[asyncio.Future[None]] = []
         self._changed = asyncio.Event()
         self._moved_key: tuple[object, ...] | None = None
         self._changed_key: tuple[object, ...] | None = None
@@ -62,23 +62,34 @@ class EventFeed:
         moved = _moved_key(progress)
         if moved != self._moved_key:
             self._moved_key = moved
-            event, self._moved = self._moved, asyncio.Event()
-            event.set()
+            self._wake_moved()
         changed = _changed_key(progress)
         if changed != self._changed_key:
             self._changed_key = changed
             event, self._changed = self._changed, asyncio.Event()
             event.set()
 
+    def _wake_moved(self) -> None:
+        waiters, self._moved = self._moved, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def close(self) -> None:
         self.closed = True
-        self._moved.set()
+        self._wake_moved()
         self._changed.set()
 
-    @property
-    def moved(self) -> asyncio.Event:
-        """Set at the next publish in which a fan's place may have moved."""
-        return self._moved
+    def moved(self) -> asyncio.Future[None]:
+        """Done at the next publish in which a fan's place may have moved
+        (or at close). One future per waiter, awaited directly: this is
+        every watcher's wait at every tick."""
+        waiter = asyncio.get_running_loop().create_future()
+        if self.closed:
+            waiter.set_result(None)
+        else:
+            self._moved.append(waiter)
+        return waiter
 
     async def next(self, seen: Progress | None, *, any_change: bool = False) -> Progress:
         """The first progress newer than ``seen`` in which a fan's place
@@ -90,7 +101,10 @@ class EventFeed:
             latest = self.latest
             if latest is not None and latest is not seen:
                 return latest
-            await (self._changed if any_change else self._moved).wait()
+            if any_change:
+                await self._changed.wait()
+            else:
+                await self.moved()
 
 
 class ProgressHub:

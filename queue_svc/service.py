@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
@@ -36,10 +37,14 @@ from queue_svc.model import (
     passed,
     poll_after_seconds,
 )
-from queue_svc.progress import ProgressHub, draining
+from queue_svc.progress import EventFeed, ProgressHub, draining
 from queue_svc.store import FanOp, JoinLimits, JoinReply, JoinStatus, QueueStore
 
 _log = logging.getLogger("queue_svc.service")
+
+# How long an event found missing in Postgres is not looked up again.
+_UNKNOWN_EVENT_SECONDS = 2.0
+_UNKNOWN_EVENTS_KEPT = 10_000
 
 
 def uniform_pre_queue_score() -> int:
@@ -80,6 +85,8 @@ class QueueHandler:
         self._settings = settings
         self._metrics = metrics
         self._random_score = random_score
+        # Events found to have no waiting room, until when (monotonic).
+        self._unknown: dict[int, float] = {}
         self._limits = JoinLimits(
             per_account=settings.join_limit_per_account,
             per_client=settings.join_limit_per_client,
@@ -95,10 +102,19 @@ class QueueHandler:
 
     async def _mirror(self, event_id: int) -> bool:
         """Re-mirror a stored configuration that Redis lacks (a flushed or
-        failed-over Redis); False when the event has no waiting room."""
+        failed-over Redis); False when the event has no waiting room. An
+        event found missing is not looked up again for a few seconds, so
+        that calls for unknown events do not each cost a query."""
+        now = time.monotonic()
+        if self._unknown.get(event_id, 0.0) > now:
+            return False
         config = await self._events.get(event_id)
         if config is None:
+            if len(self._unknown) >= _UNKNOWN_EVENTS_KEPT:
+                self._unknown.clear()
+            self._unknown[event_id] = now + _UNKNOWN_EVENT_SECONDS
             return False
+        self._unknown.pop(event_id, None)
         await self._store.put_config(config)
         return True
 
@@ -254,56 +270,31 @@ class QueueHandler:
             self._metrics.sessions_ended.labels(reason).inc()
         return self._position(event_id, customer_id, place, with_token=False)
 
-    async def watch_position(self, event_id: int, customer_id: str) -> AsyncIterator[Position]:
-        """The fan's place now, then whenever it changes, until admitted
-        (with a token) or another final state. Progress comes from the
-        process's shared feed; Redis is asked again only when admission
-        reaches the fan."""
-        call_seconds = self._settings.stream_call_seconds
-        with deadline.scope(call_seconds):
+    async def watch_position(self, event_id: int, customer_id: str) -> PositionWatch:
+        """A watch of the fan's place: the place now, then (``next``) each
+        change until admitted (with a token) or another final state.
+        Progress comes from the process's shared feed; Redis is asked
+        again only when admission reaches the fan."""
+        with deadline.scope(self._settings.stream_call_seconds):
             place = await self._fan(event_id, customer_id, FanOp.CLAIM)
-        position = self._position(event_id, customer_id, place, with_token=True)
-        yield position
-        if position.state is not QueueState.WAITING:
-            return
+        first = self._position(event_id, customer_id, place, with_token=True)
+        if first.state is not QueueState.WAITING:
+            return PositionWatch(self, event_id, customer_id, first, None, None)
         base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
-        sent_ahead, sent_admission = position.ahead, position.admission_state
-        gauge = self._metrics.watchers_open.labels("position")
         feed = self._hub.join(event_id)
-        gauge.inc()
-        try:
-            seen: Progress | None = None
-            while True:
-                # The loop of every watcher at every tick: kept free of
-                # Redis calls and of allocations it can do without.
-                progress = feed.latest
-                if feed.closed:
-                    raise draining()
-                if progress is None or progress is seen:
-                    await feed.moved.wait()
-                    continue
-                seen = progress
-                if passed(base.score, progress):
-                    with deadline.scope(call_seconds):
-                        place = await self._fan(event_id, customer_id, FanOp.CLAIM)
-                    position = self._position(event_id, customer_id, place, with_token=True)
-                    if position.state is not QueueState.WAITING:
-                        yield position
-                        return
-                    # Queued again behind (left and re-joined): follow the new place.
-                    base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
-                    ahead = place.ahead
-                else:
-                    ahead = estimate_ahead(base, progress)
-                admission = progress.admission_state
-                if ahead != sent_ahead or admission is not sent_admission:
-                    sent_ahead, sent_admission = ahead, admission
-                    yield self._estimate(event_id, customer_id, base.score, ahead, progress)
-        finally:
-            gauge.dec()
-            self._hub.leave(feed)
+        self._metrics.watchers_open.labels("position").inc()
+        return PositionWatch(self, event_id, customer_id, first, base, feed)
 
-    def _estimate(self, event_id: int, customer_id: str, score: int, ahead: int, progress: Progress) -> Position:
+    def release_watch(self, feed: EventFeed) -> None:
+        self._metrics.watchers_open.labels("position").dec()
+        self._hub.leave(feed)
+
+    async def claim_position(self, event_id: int, customer_id: str) -> tuple[Place, Position]:
+        with deadline.scope(self._settings.stream_call_seconds):
+            place = await self._fan(event_id, customer_id, FanOp.CLAIM)
+        return place, self._position(event_id, customer_id, place, with_token=True)
+
+    def estimate(self, event_id: int, customer_id: str, score: int, ahead: int, progress: Progress) -> Position:
         eta = eta_seconds(ahead, progress.rate_per_second)
         return Position(
             event_id=event_id,
@@ -349,6 +340,7 @@ class QueueHandler:
 
     async def create_event(self, config: EventQueueConfig) -> EventQueueConfig:
         stored = await self._events.create(config)
+        self._unknown.pop(stored.event_id, None)
         await self._mirror_quietly(stored)
         return stored
 
@@ -367,6 +359,67 @@ class QueueHandler:
         stored = await self._events.set_paused(event_id, paused)
         await self._mirror_quietly(stored)
         return stored
+
+
+class PositionWatch:
+    """One stream's watch of one fan: ``first``, then ``next()`` until it
+    answers None; ``close()`` once done (leaves the event's feed).
+
+    ``next`` is what every watcher runs at every tick, so it stays free of
+    Redis calls (except when admission reaches the fan) and allocates
+    little: one waiter future, and the position it answers.
+    """
+
+    def __init__(
+        self,
+        handler: QueueHandler,
+        event_id: int,
+        customer_id: str,
+        first: Position,
+        base: WatchBase | None,
+        feed: EventFeed | None,
+    ) -> None:
+        self.first = first
+        self._handler = handler
+        self._event_id = event_id
+        self._customer_id = customer_id
+        self._base = base
+        self._feed = feed
+        self._seen: Progress | None = None
+        self._ahead = first.ahead
+        self._admission = first.admission_state
+
+    async def next(self) -> Position | None:
+        base, feed = self._base, self._feed
+        if base is None or feed is None:
+            return None
+        while True:
+            progress = feed.latest
+            if feed.closed:
+                raise draining()
+            if progress is None or progress is self._seen:
+                await feed.moved()
+                continue
+            self._seen = progress
+            if passed(base.score, progress):
+                place, position = await self._handler.claim_position(self._event_id, self._customer_id)
+                if position.state is not QueueState.WAITING:
+                    self._base = None
+                    return position
+                # Queued again behind (left and re-joined): follow the new place.
+                base = self._base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
+                ahead = place.ahead
+            else:
+                ahead = estimate_ahead(base, progress)
+            admission = progress.admission_state
+            if ahead != self._ahead or admission is not self._admission:
+                self._ahead, self._admission = ahead, admission
+                return self._handler.estimate(self._event_id, self._customer_id, base.score, ahead, progress)
+
+    def close(self) -> None:
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            self._handler.release_watch(feed)
 
 
 def _progress_key(progress: Progress) -> tuple[int, int, int, int, AdmissionState, float]:

@@ -210,8 +210,14 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
     ) -> AsyncIterator[pb.WatchQueuePositionResponse]:
         event_id = _event_id(request.event_id)
         customer_id = _customer_id(request.customer_id)
-        async for position in self._handler.watch_position(event_id, customer_id):
-            yield pb.WatchQueuePositionResponse(position=_position_pb(position))
+        watch = await self._handler.watch_position(event_id, customer_id)
+        try:
+            position: Position | None = watch.first
+            while position is not None:
+                yield pb.WatchQueuePositionResponse(position=_position_pb(position))
+                position = await watch.next()
+        finally:
+            watch.close()
 
     async def WatchAdmissionProgress(
         self, request: pb.WatchAdmissionProgressRequest, context: Context
