@@ -47,12 +47,21 @@ def build_handler(rt: Runtime, config: BookingConfig, store: PgBookingStore, met
 
 async def build(rt: Runtime, role: str) -> list[Component]:
     config = BookingConfig.from_env(rt.env)
-    store = PgBookingStore(rt.pool())
+    store = PgBookingStore(
+        rt.pool(), hold_batch_max=config.hold_batch_max, hold_batches_in_flight=config.hold_batches_in_flight
+    )
     if role == "server":
         metrics = BookingMetrics.create(rt.registry)
         servicer = BookingServicer(build_handler(rt, config, store, metrics))
         gauges = SeatGauges(store, metrics, interval_seconds=config.stats_interval_seconds)
-        return [rt.grpc_server(COMPONENT, [servicer.registration()]), Loop("booking-seat-gauges", gauges.run)]
+        # The hold batcher, as a component, waits for its batches in flight
+        # on the way out (it takes new calls until the server stops).
+        batcher: list[Component] = [] if store.hold_batcher is None else [store.hold_batcher]
+        return [
+            rt.grpc_server(COMPONENT, [servicer.registration()]),
+            Loop("booking-seat-gauges", gauges.run),
+            *batcher,
+        ]
     if role == "sweeper":
         sweeper = Sweeper(
             store,

@@ -27,6 +27,11 @@ class BookingConfig:
     request_id_ttl_seconds: int
     # How often the per-section seat gauges are refreshed.
     stats_interval_seconds: float
+    # HoldSeats calls that arrive together go to Postgres as one statement:
+    # at most this many per statement (1: each call alone), and at most this
+    # many such statements at once.
+    hold_batch_max: int
+    hold_batches_in_flight: int
 
     @classmethod
     def from_env(cls, env: Env) -> BookingConfig:
@@ -49,4 +54,6 @@ class BookingConfig:
             stats_interval_seconds=env.number(
                 "BOXOFFICE_BOOKING_STATS_INTERVAL_SECONDS", 5.0, minimum=0.1, maximum=300.0
             ),
+            hold_batch_max=env.integer("BOXOFFICE_BOOKING_HOLD_BATCH_MAX", 64, minimum=1, maximum=500),
+            hold_batches_in_flight=env.integer("BOXOFFICE_BOOKING_HOLD_BATCHES_IN_FLIGHT", 2, minimum=1, maximum=16),
         )

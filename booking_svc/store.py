@@ -1,23 +1,31 @@
 """Booking storage on Postgres, the arbiter of every seat.
 
-HoldSeats is one statement (the ``booking_hold_seats`` function, latest in
-migration 0005): one implicit transaction committed by the server, so the
-counter rows it moves are locked only until that commit, never across a
-round trip to this process. A section counts in stripes (16 for a seated
-section, by seat id; one for general admission) so that a hot section's
-holds do not all queue on one row. The other mutations are short
-transactions through :func:`boxoffice.db.transaction` that take their locks
-in the order the function does (hold rows, seats by ascending id, counter
-stripes in ascending order), so that no two transactions wait on each other
-in a cycle; a deadlock is retried once all the same.
+HoldSeats is one statement: the holds that arrive together go as one call
+of ``booking_hold_batch`` (migration 0006), which decides each of them as
+``booking_hold_seats`` (latest in 0005) would, one after another, and
+writes the winners at once: one round trip and one commit for the batch,
+each hold all or nothing, a failing hold failing alone. Either way the
+implicit transaction commits on the server, so the counter rows it moves
+are locked only until that commit, never across a round trip to this
+process. A section counts in stripes (16 for a seated section, by seat id;
+one for general admission) so that a hot section's holds do not all queue
+on one row. The other mutations are short transactions through
+:func:`boxoffice.db.transaction` that take their locks in the order the
+functions do (hold rows, seats by ascending id, counter stripes in
+ascending order), so that no two transactions wait on each other in a
+cycle; a deadlock is retried once all the same.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -26,6 +34,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
+from booking_svc.batcher import MicroBatcher
 from booking_svc.model import (
     Event,
     EventKind,
@@ -39,6 +48,7 @@ from booking_svc.model import (
     SeatMap,
     SeatRef,
     SeatRow,
+    SeatSelection,
     Section,
     SectionCounters,
     SectionKind,
@@ -64,6 +74,8 @@ from boxoffice.errors import (
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 T = TypeVar("T")
+
+_log = logging.getLogger("booking_svc.store")
 
 # A seated section counts in this many stripes (seat_id % STRIPES); a
 # general-admission section in one (migration 0004).
@@ -163,11 +175,11 @@ def _hold_from_row(row: Sequence[Any]) -> Hold:
     )
 
 
-def _hold_error(err: psycopg.Error, event_id: int, selection: Selection) -> BoxofficeError | None:
-    """The domain error for a SQLSTATE raised by ``booking_hold_seats``."""
-    detail = err.diag.message_detail or ""
+def _hold_error(sqlstate: str | None, detail: str, event_id: int, selection: Selection) -> BoxofficeError | None:
+    """The domain error for a SQLSTATE of ``booking_hold_seats`` (raised) or
+    ``booking_hold_batch`` (answered), with its DETAIL."""
     section = selection.section_id if isinstance(selection, QuantitySelection) else ""
-    match err.sqlstate:
+    match sqlstate:
         case "B1001":
             return FailedPrecondition(
                 f"seats {detail} are not available", reason="SEAT_UNAVAILABLE", metadata={"seat_ids": detail}
@@ -263,6 +275,63 @@ async def _apply_counters(conn: AsyncConnection[TupleRow], deltas: dict[tuple[in
     )
 
 
+@dataclass(frozen=True, slots=True)
+class HoldAttempt:
+    """One HoldSeats call on its way to Postgres."""
+
+    event_id: int
+    customer_id: str
+    selection: Selection
+    hold_id: uuid.UUID
+    request_id: str | None
+    fingerprint: str
+    now: datetime
+    # When its caller stops waiting (time.monotonic()).
+    deadline_at: float
+
+
+def _seat_ids(selection: Selection) -> list[int]:
+    return sorted(selection.seat_ids) if isinstance(selection, SeatSelection) else []
+
+
+def _batch_params(attempts: Sequence[HoldAttempt], remaining_ms: Sequence[int], pause: float) -> tuple[Any, ...]:
+    """The arguments of ``booking_hold_batch`` (migration 0006)."""
+    seats = [_seat_ids(a.selection) for a in attempts]
+    return (
+        [a.event_id for a in attempts],
+        [a.customer_id for a in attempts],
+        [len(s) for s in seats],
+        [seat for s in seats for seat in s],
+        [a.selection.section_id if isinstance(a.selection, QuantitySelection) else None for a in attempts],
+        [a.selection.quantity if isinstance(a.selection, QuantitySelection) else None for a in attempts],
+        [a.hold_id for a in attempts],
+        [a.request_id for a in attempts],
+        [a.fingerprint for a in attempts],
+        list(remaining_ms),
+        max(a.now for a in attempts),
+        pause,
+    )
+
+
+_HOLD_BATCH_SQL = (
+    f"SELECT idx, error_state, error_detail, {HOLD_COLUMNS}, replayed FROM booking_hold_batch("
+    "%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[], %s::int[], %s::uuid[], %s::text[], "
+    "%s::text[], %s::int[], %s, %s)"
+).encode()
+
+
+def _batch_outcome(attempt: HoldAttempt, row: Sequence[Any]) -> tuple[Hold, bool] | BoxofficeError:
+    """One answer of ``booking_hold_batch``: the hold, or the error that
+    ``booking_hold_seats`` would have raised."""
+    state = row[1]
+    if state is None:
+        return _hold_from_row(row[3:20]), bool(row[20])
+    if state == "57014":
+        return DeadlineExceeded("the hold could not be made within the deadline", reason="DEADLINE_EXCEEDED")
+    domain = _hold_error(state, row[2] or "", attempt.event_id, attempt.selection)
+    return domain if domain is not None else Internal(f"hold failed ({state})", reason="INTERNAL")
+
+
 def _is_deadlock(err: BaseException) -> bool:
     return isinstance(err, psycopg.errors.DeadlockDetected) or isinstance(
         err.__cause__, psycopg.errors.DeadlockDetected
@@ -315,9 +384,28 @@ class PgBookingStore:
     otherwise; nothing on the wire can set it.
     """
 
-    def __init__(self, pool: Pool, *, race_pause_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        race_pause_seconds: float = 0.0,
+        hold_batch_max: int = 64,
+        hold_batches_in_flight: int = 2,
+    ) -> None:
         self._pool = pool
         self._race_pause_seconds = race_pause_seconds
+        # HoldSeats calls that arrive together go to Postgres as one
+        # statement (booking_hold_batch); at most 1 means one by one.
+        self.hold_batcher: MicroBatcher[HoldAttempt, tuple[Hold, bool]] | None = (
+            MicroBatcher(
+                self.hold_batch,
+                name="booking-hold-batcher",
+                max_batch=hold_batch_max,
+                max_in_flight=hold_batches_in_flight,
+            )
+            if hold_batch_max > 1
+            else None
+        )
 
     # -- events and inventory ------------------------------------------------
 
@@ -588,22 +676,35 @@ class PgBookingStore:
         fingerprint: str,
         now: datetime,
     ) -> tuple[Hold, bool]:
-        if isinstance(selection, QuantitySelection):
-            seat_ids: list[int] | None = None
-            section_id: str | None = selection.section_id
-            quantity: int | None = selection.quantity
-        else:
-            seat_ids, section_id, quantity = sorted(selection.seat_ids), None, None
+        attempt = HoldAttempt(
+            event_id=event_id,
+            customer_id=customer_id,
+            selection=selection,
+            hold_id=hold_id,
+            request_id=request_id,
+            fingerprint=fingerprint,
+            now=now,
+            deadline_at=time.monotonic() + deadline.remaining(),
+        )
+        if self.hold_batcher is None:
+            return await self.hold_one(attempt)
+        return await self.hold_batcher.submit(attempt)
+
+    async def hold_one(self, hold: HoldAttempt) -> tuple[Hold, bool]:
+        """One hold, one statement (``booking_hold_seats``); a deadlock is
+        retried once."""
+        seat_ids = _seat_ids(hold.selection) if isinstance(hold.selection, SeatSelection) else None
+        quantity = hold.selection if isinstance(hold.selection, QuantitySelection) else None
         params = (
-            event_id,
-            customer_id,
+            hold.event_id,
+            hold.customer_id,
             seat_ids,
-            section_id,
-            quantity,
-            hold_id,
-            request_id,
-            fingerprint,
-            now,
+            None if quantity is None else quantity.section_id,
+            None if quantity is None else quantity.quantity,
+            hold.hold_id,
+            hold.request_id,
+            hold.fingerprint,
+            hold.now,
             self._race_pause_seconds,
         )
 
@@ -617,7 +718,7 @@ class PgBookingStore:
             except psycopg.errors.DeadlockDetected:
                 raise
             except psycopg.DatabaseError as err:
-                domain = _hold_error(err, event_id, selection)
+                domain = _hold_error(err.sqlstate, err.diag.message_detail or "", hold.event_id, hold.selection)
                 if domain is None:
                     raise
                 raise domain from None
@@ -625,7 +726,52 @@ class PgBookingStore:
 
         return await _retry_deadlock_once(attempt)
 
-    async def _statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def hold_batch(self, attempts: list[HoldAttempt]) -> list[tuple[Hold, bool] | BaseException]:
+        """Holds that arrived together, in one statement (``booking_hold_batch``):
+        each answered as ``booking_hold_seats`` would have answered it.
+
+        Should the statement fail as a whole (it is not expected to), each
+        hold runs alone, so that none fails for another's sake.
+        """
+        began = time.monotonic()
+        outcomes: list[tuple[Hold, bool] | BaseException | None] = [None] * len(attempts)
+        live: list[int] = []
+        for i, a in enumerate(attempts):
+            if a.deadline_at - began <= 0.001:
+                outcomes[i] = DeadlineExceeded("deadline exceeded before the hold started", reason="DEADLINE_EXCEEDED")
+            else:
+                live.append(i)
+        if live:
+            batch = [attempts[i] for i in live]
+            remaining = [max(1, int((a.deadline_at - began) * 1000)) for a in batch]
+            try:
+                with deadline.scope(max(remaining) / 1000):
+                    rows = await self._statement(
+                        _HOLD_BATCH_SQL, _batch_params(batch, remaining, self._race_pause_seconds)
+                    )
+                answered = {int(row[0]): row for row in rows}
+                for n, i in enumerate(live, start=1):
+                    row = answered.get(n)
+                    outcomes[i] = (
+                        Internal("the hold batch gave no answer for a hold", reason="INTERNAL")
+                        if row is None
+                        else _batch_outcome(attempts[i], row)
+                    )
+            except (DeadlineExceeded, Unavailable) as err:
+                for i in live:
+                    outcomes[i] = err
+            except psycopg.Error:
+                _log.warning("hold batch failed; its holds run one by one", exc_info=True)
+                singles = await asyncio.gather(*(self._hold_alone(attempts[i]) for i in live), return_exceptions=True)
+                for i, single in zip(live, singles, strict=True):
+                    outcomes[i] = single
+        return [o if o is not None else Internal("no answer", reason="INTERNAL") for o in outcomes]
+
+    async def _hold_alone(self, hold: HoldAttempt) -> tuple[Hold, bool]:
+        with deadline.scope(max(hold.deadline_at - time.monotonic(), 0.001)):
+            return await self.hold_one(hold)
+
+    async def _statement(self, sql: str | bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One autocommit statement: its own implicit transaction. The call's
         deadline bounds the wait here (running out cancels the statement in
         the server); statements that write take the deadline as a parameter
@@ -633,7 +779,7 @@ class PgBookingStore:
         budget = deadline.remaining()
         try:
             async with deadline.bounded(), self._pool.connection(timeout=budget) as conn:
-                cur = await conn.execute(sql.encode(), params)
+                cur = await conn.execute(sql if isinstance(sql, bytes) else sql.encode(), params)
                 return await cur.fetchall()
         except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as err:
             raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err

@@ -1,7 +1,10 @@
-"""The classic double-booking bug, for control tests only: read the seats'
-status, then write them unconditionally (SELECT-then-UPDATE). Tests run it
-under the same race as the real store to show that the race is real and
-that they catch a store that gets it wrong."""
+"""Stores that get it wrong, for control tests only: they show that the
+tests catch the bugs they are written for.
+
+- The classic double-booking bug: read the seats' status, then write them
+  unconditionally (SELECT-then-UPDATE), run under the same race as the real
+  store.
+- Batched holds that fail together: one transaction for the batch."""
 
 from __future__ import annotations
 
@@ -9,8 +12,10 @@ import asyncio
 import uuid
 from datetime import datetime
 
+import psycopg
+
 from booking_svc.model import Hold, SeatSelection, Selection
-from booking_svc.store import PgBookingStore, Pool
+from booking_svc.store import HOLD_COLUMNS, HoldAttempt, PgBookingStore, Pool, _hold_from_row
 from boxoffice.db import transaction
 from boxoffice.errors import FailedPrecondition
 
@@ -73,3 +78,41 @@ class CheckThenUpdateStore(PgBookingStore):
         hold = await self.get_hold(hold_id)
         assert hold is not None
         return hold, False
+
+
+class OneTransactionBatchStore(PgBookingStore):
+    """Batched holds the naive way: every hold of the batch in one
+    transaction, one booking_hold_seats call after another, so that the
+    first hold that fails rolls back (and fails) all of them."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(pool)
+        self._pool_ = pool
+
+    async def hold_batch(self, attempts: list[HoldAttempt]) -> list[tuple[Hold, bool] | BaseException]:
+        try:
+            async with transaction(self._pool_) as conn:
+                answers: list[tuple[Hold, bool] | BaseException] = []
+                for a in attempts:
+                    seats = sorted(a.selection.seat_ids) if isinstance(a.selection, SeatSelection) else None
+                    cur = await conn.execute(
+                        f"SELECT {HOLD_COLUMNS}, replayed FROM booking_hold_seats("
+                        "%s, %s, %s::bigint[], %s, %s, %s, %s, %s, %s, 0, 5000)",
+                        (
+                            a.event_id,
+                            a.customer_id,
+                            seats,
+                            None if seats is not None else getattr(a.selection, "section_id", None),
+                            None if seats is not None else getattr(a.selection, "quantity", None),
+                            a.hold_id,
+                            a.request_id,
+                            a.fingerprint,
+                            a.now,
+                        ),
+                    )
+                    row = await cur.fetchone()
+                    assert row is not None
+                    answers.append((_hold_from_row(row), bool(row[17])))
+                return answers
+        except psycopg.Error as err:
+            return [err] * len(attempts)
