@@ -730,18 +730,23 @@ class PgBookingStore:
         """Holds that arrived together, in one statement (``booking_hold_batch``):
         each answered as ``booking_hold_seats`` would have answered it.
 
-        Should the statement fail as a whole (it is not expected to), each
-        hold runs alone, so that none fails for another's sake.
+        Holds that finished past their callers' deadlines roll the batch
+        back (they are answered DEADLINE_EXCEEDED and the others sent again).
+        Should the statement fail as a whole otherwise (it is not expected
+        to), each hold runs alone, so that none fails for another's sake.
         """
-        began = time.monotonic()
         outcomes: list[tuple[Hold, bool] | BaseException | None] = [None] * len(attempts)
-        live: list[int] = []
-        for i, a in enumerate(attempts):
-            if a.deadline_at - began <= 0.001:
-                outcomes[i] = DeadlineExceeded("deadline exceeded before the hold started", reason="DEADLINE_EXCEEDED")
-            else:
-                live.append(i)
-        if live:
+        live = list(range(len(attempts)))
+        while live:
+            began = time.monotonic()
+            for i in live:
+                if attempts[i].deadline_at - began <= 0.001:
+                    outcomes[i] = DeadlineExceeded(
+                        "deadline exceeded before the hold started", reason="DEADLINE_EXCEEDED"
+                    )
+            live = [i for i in live if outcomes[i] is None]
+            if not live:
+                break
             batch = [attempts[i] for i in live]
             remaining = [max(1, int((a.deadline_at - began) * 1000)) for a in batch]
             try:
@@ -749,22 +754,34 @@ class PgBookingStore:
                     rows = await self._statement(
                         _HOLD_BATCH_SQL, _batch_params(batch, remaining, self._race_pause_seconds)
                     )
-                answered = {int(row[0]): row for row in rows}
-                for n, i in enumerate(live, start=1):
-                    row = answered.get(n)
-                    outcomes[i] = (
-                        Internal("the hold batch gave no answer for a hold", reason="INTERNAL")
-                        if row is None
-                        else _batch_outcome(attempts[i], row)
-                    )
             except (DeadlineExceeded, Unavailable) as err:
                 for i in live:
                     outcomes[i] = err
-            except psycopg.Error:
+                break
+            except psycopg.Error as err:
+                if err.sqlstate == "B1011":
+                    late = {live[int(n) - 1] for n in (err.diag.message_detail or "").split(",") if n}
+                    for i in late:
+                        outcomes[i] = DeadlineExceeded(
+                            "the hold could not be made within the deadline", reason="DEADLINE_EXCEEDED"
+                        )
+                    if late:
+                        live = [i for i in live if i not in late]
+                        continue
                 _log.warning("hold batch failed; its holds run one by one", exc_info=True)
                 singles = await asyncio.gather(*(self._hold_alone(attempts[i]) for i in live), return_exceptions=True)
                 for i, single in zip(live, singles, strict=True):
                     outcomes[i] = single
+                break
+            answered = {int(row[0]): row for row in rows}
+            for n, i in enumerate(live, start=1):
+                row = answered.get(n)
+                outcomes[i] = (
+                    Internal("the hold batch gave no answer for a hold", reason="INTERNAL")
+                    if row is None
+                    else _batch_outcome(attempts[i], row)
+                )
+            break
         return [o if o is not None else Internal("no answer", reason="INTERNAL") for o in outcomes]
 
     async def _hold_alone(self, hold: HoldAttempt) -> tuple[Hold, bool]:

@@ -489,6 +489,26 @@ async def test_a_hold_past_its_deadline_fails_alone(stores: Stores) -> None:
         await audit(booking, event_id)
 
 
+async def test_a_hold_finished_past_its_deadline_rolls_back_and_the_others_go_again(stores: Stores) -> None:
+    """Both holds are decided in time, but the batch ends (a test pause
+    after the writes) past one caller's deadline: that hold is not made;
+    the other is, in a batch of its own."""
+    async with booking_server(stores, race_pause_seconds=0.4) as booking:
+        event_id = await make_event(booking)
+        base = await first_seat(booking, event_id)
+        outcomes = await booking.store.hold_batch(
+            [
+                attempt(booking, event_id, "short", seats([0], base), seconds=0.2),
+                attempt(booking, event_id, "long", seats([1], base)),
+            ]
+        )
+        assert isinstance(outcomes[0], DeadlineExceeded)
+        assert isinstance(outcomes[1], tuple) and outcomes[1][0].customer_id == "long"
+        rows = await query(booking, "SELECT customer_id FROM holds WHERE event_id = %s", (event_id,))
+        assert [r[0] for r in rows] == ["long"]
+        await audit(booking, event_id)
+
+
 async def test_concurrent_calls_share_one_statement(stores: Stores) -> None:
     async with booking_server(stores) as booking:
         event_id = await make_event(booking)

@@ -490,7 +490,7 @@ async def test_a_hold_past_its_deadline_is_cancelled_in_postgres_and_holds_nothi
         for _ in range(100):
             active = await query(
                 booking,
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%booking_hold_seats(%%' AND pid <> pg_backend_pid()"
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%booking_hold_%%(%%' AND pid <> pg_backend_pid()"
                 " AND state = 'active' AND datname = current_database()",
             )
             if active[0][0] == 0:
