@@ -13,6 +13,7 @@ from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc import app
 from queue_svc.config import QueueSettings
 from queue_svc.events import PgEventQueueRepository
+from queue_svc.model import EventQueueConfig
 from tests.queue.queue_support import AlwaysLeader, keys_of, new_event_id, queue_service, rpc_error
 from tests.support import ManualClock, Stores
 
@@ -163,6 +164,29 @@ async def test_event_administration(stores: Stores) -> None:
         ):
             err = await rpc_error(call)
             assert isinstance(err, NotFound) and err.reason == "EVENT_NOT_FOUND", err
+
+
+async def test_calls_for_an_unknown_event_do_not_each_query_postgres(stores: Stores) -> None:
+    async with queue_service(stores) as q:
+        missing = new_event_id()
+        queries = 0
+        events = q.handler._events
+        get = events.get
+
+        async def counting_get(event_id: int) -> EventQueueConfig | None:
+            nonlocal queries
+            queries += 1
+            return await get(event_id)
+
+        events.get = counting_get  # type: ignore[method-assign]
+        for _ in range(20):
+            err = await rpc_error(q.stub.JoinQueue(pb.JoinQueueRequest(event_id=missing, customer_id="ann")))
+            assert isinstance(err, NotFound)
+        assert queries == 1
+        # Creating the event makes it known at once.
+        await q.create_event(missing, opens_at_ms=int(q.rt.clock.now() * 1000))
+        joined = await q.stub.JoinQueue(pb.JoinQueueRequest(event_id=missing, customer_id="ann"))
+        assert joined.newly_joined
 
 
 async def test_a_lost_redis_mirror_is_rebuilt_from_postgres(stores: Stores) -> None:
