@@ -313,6 +313,8 @@ def _batch_params(attempts: Sequence[HoldAttempt], remaining_ms: Sequence[int], 
     )
 
 
+_CONFIRM_SQL = b"SELECT outcome, in_flight, key_reused FROM booking_confirm_hold(%s, %s, %s, %s, %s, %s, %s)"
+
 _HOLD_BATCH_SQL = (
     f"SELECT idx, error_state, error_detail, {HOLD_COLUMNS}, replayed FROM booking_hold_batch("
     "%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[], %s::int[], %s::uuid[], %s::text[], "
@@ -354,20 +356,9 @@ _ERROR_CLASSES: dict[str, type[BoxofficeError]] = {
 }
 
 
-def _outcome_of(result: Hold | BoxofficeError) -> dict[str, Any]:
-    if isinstance(result, Hold):
-        return {"hold": result.to_json()}
-    return {
-        "error": {
-            "code": result.code.name,
-            "reason": result.reason,
-            "message": result.message,
-            "metadata": result.metadata,
-        }
-    }
-
-
 def _replay(outcome: dict[str, Any]) -> Hold:
+    """A stored ConfirmHold answer (``booking_confirm_hold``): the hold, or
+    its error raised."""
     if "hold" in outcome:
         return Hold.from_json(outcome["hold"])
     error = outcome["error"]
@@ -981,129 +972,35 @@ class PgBookingStore:
         self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
     ) -> Hold:
         """HELD -> CONFIRMED, seats SOLD, counters moved, an outbox row: one
+        statement (``booking_confirm_hold``, migration 0008), one
         transaction. The first answer for a key (a hold or an error) is
         stored with it and replayed; a twin in flight waits for it."""
 
-        async def work() -> Hold | BoxofficeError:
-            async with transaction(self._pool) as conn:
-                cur = await conn.execute(
-                    """
-                    INSERT INTO confirmations (idempotency_key, hold_id, payment_id, amount_minor, currency)
-                    VALUES (%s, %s, %s, %s, %s)
-                    ON CONFLICT (idempotency_key) DO NOTHING
-                    RETURNING 1
-                    """,
-                    (idempotency_key, hold_id, payment_id, amount_paid.amount_minor, amount_paid.currency),
+        async def attempt() -> Hold:
+            rows = await self._statement(
+                _CONFIRM_SQL,
+                (
+                    hold_id,
+                    idempotency_key,
+                    payment_id,
+                    amount_paid.amount_minor,
+                    amount_paid.currency,
+                    now,
+                    deadline.statement_timeout_ms(),
+                ),
+            )
+            outcome, in_flight, key_reused = rows[0]
+            if in_flight:
+                raise Aborted("a confirmation with this key is in flight", reason="CONFIRMATION_IN_FLIGHT")
+            if key_reused:
+                raise InvalidArgument(
+                    "idempotency_key was already used for another confirmation",
+                    reason="IDEMPOTENCY_KEY_REUSED",
+                    metadata={"field": "idempotency_key"},
                 )
-                if await cur.fetchone() is None:
-                    cur = await conn.execute(
-                        "SELECT hold_id, payment_id, amount_minor, currency, outcome FROM confirmations "
-                        "WHERE idempotency_key = %s",
-                        (idempotency_key,),
-                    )
-                    prior = await cur.fetchone()
-                    if prior is None or prior[4] is None:
-                        raise Aborted("a confirmation with this key is in flight", reason="CONFIRMATION_IN_FLIGHT")
-                    if (prior[0], prior[1], prior[2], prior[3]) != (
-                        hold_id,
-                        payment_id,
-                        amount_paid.amount_minor,
-                        amount_paid.currency,
-                    ):
-                        return InvalidArgument(
-                            "idempotency_key was already used for another confirmation",
-                            reason="IDEMPOTENCY_KEY_REUSED",
-                            metadata={"field": "idempotency_key"},
-                        )
-                    return _replay(prior[4])
-                result: Hold | BoxofficeError
-                try:
-                    result = await self._confirm(conn, hold_id, payment_id, amount_paid, now)
-                except (FailedPrecondition, NotFound) as err:
-                    result = err
-                await conn.execute(
-                    "UPDATE confirmations SET outcome = %s WHERE idempotency_key = %s",
-                    (json.dumps(_outcome_of(result)), idempotency_key),
-                )
-                return result
+            return _replay(outcome)
 
-        result = await _retry_deadlock_once(work)
-        if isinstance(result, BoxofficeError):
-            raise result
-        return result
-
-    async def _confirm(
-        self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, payment_id: str, paid: Money, now: datetime
-    ) -> Hold:
-        hold = await self._lock_hold(conn, hold_id)
-        if hold.state is HoldState.CONFIRMED:
-            if hold.payment_id == payment_id:
-                return hold
-            raise FailedPrecondition(
-                "the hold was already confirmed by another payment",
-                reason="HOLD_ALREADY_CONFIRMED",
-                metadata={"hold_id": str(hold_id)},
-            )
-        if hold.state is not HoldState.HELD:
-            raise FailedPrecondition(
-                f"the hold is {hold.state.value}; it can no longer be confirmed",
-                reason="HOLD_EXPIRED",
-                metadata={"hold_id": str(hold_id), "state": hold.state.value},
-            )
-        if paid != hold.amount:
-            raise FailedPrecondition(
-                f"paid {paid.amount_minor} {paid.currency}, the hold costs "
-                f"{hold.amount.amount_minor} {hold.amount.currency}",
-                reason="AMOUNT_MISMATCH",
-                metadata={
-                    "expected_amount_minor": str(hold.amount.amount_minor),
-                    "expected_currency": hold.amount.currency,
-                    "paid_amount_minor": str(paid.amount_minor),
-                    "paid_currency": paid.currency,
-                },
-            )
-        # A lapsed hold is still confirmed when every seat is still its own
-        # (no one reclaimed any, and the sweeper has not ended it): the
-        # customer paid and nobody else lost anything. Otherwise it is over:
-        # whatever it still has goes back on sale and the payment refunds.
-        sold_ids: list[int] = []
-        if hold.seats:
-            sold_ids = await self._seats_of(conn, hold, "HELD", "SOLD")
-            if len(sold_ids) < hold.quantity:
-                await conn.execute(
-                    """
-                    UPDATE seats SET status = 'AVAILABLE', hold_id = NULL, hold_expires_at = NULL
-                     WHERE event_id = %s AND seat_id = ANY (%s) AND hold_id = %s
-                    """,
-                    (hold.event_id, sold_ids, hold_id),
-                )
-                await conn.execute(
-                    "UPDATE holds SET state = 'EXPIRED', ended_at = %s WHERE hold_id = %s", (now, hold_id)
-                )
-                await self._move_counters(conn, hold, sold_ids, held=-1, sold=0)
-                raise FailedPrecondition(
-                    "the hold expired and its seats went to another customer",
-                    reason="HOLD_EXPIRED",
-                    metadata={"hold_id": str(hold_id), "state": HoldState.EXPIRED.value},
-                )
-        await conn.execute(
-            "UPDATE holds SET state = 'CONFIRMED', confirmed_at = %s, payment_id = %s WHERE hold_id = %s",
-            (now, payment_id, hold_id),
-        )
-        payload = {
-            "event_id": hold.event_id,
-            "hold_id": str(hold_id),
-            "customer_id": hold.customer_id,
-            "section_id": hold.section_id,
-            "seats": [{"seat_id": s.seat_id, "label": s.label} for s in hold.seats],
-            "quantity": hold.quantity,
-            "payment_id": payment_id,
-            "amount_minor": hold.amount.amount_minor,
-            "currency": hold.amount.currency,
-        }
-        await self._outbox(conn, hold_id, "BookingConfirmed", payload)
-        await self._move_counters(conn, hold, sold_ids, held=-1, sold=1)
-        return await self._read_hold(conn, hold_id)
+        return await _retry_deadlock_once(attempt)
 
     async def _outbox(
         self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, kind: str, payload: dict[str, Any]

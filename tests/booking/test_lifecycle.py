@@ -89,6 +89,69 @@ async def test_a_lapsed_hold_is_reclaimed_lazily_by_the_next_hold(stores: Stores
             booking, "SELECT status FROM seats WHERE event_id = %s AND seat_id = %s", (event.event_id, seats[0])
         )
         assert rows[0][0] == "AVAILABLE"
+        # Asked again with the key: the same answer, stored with it.
+        _, again = await call(
+            booking.stub.ConfirmHold(
+                pb.ConfirmHoldRequest(
+                    hold_id=first.hold_id, idempotency_key="late", payment_id="p-late", amount_paid=money(first)
+                )
+            )
+        )
+        assert isinstance(again, FailedPrecondition) and (again.reason, again.metadata, again.message) == (
+            err.reason,
+            err.metadata,
+            err.message,
+        )
+        assert err.metadata == {"hold_id": first.hold_id, "state": "EXPIRED"}
+        await audit(booking, event.event_id)
+
+
+async def test_general_admission_confirms_move_the_section_counter(stores: Stores) -> None:
+    async with booking_server(stores) as booking:
+        event = await create_event(booking, [general("G", 5)])
+        holds = [
+            (
+                await booking.stub.HoldSeats(
+                    hold_request(booking.token(f"c{i}", event.event_id), event.event_id, section="G", quantity=2)
+                )
+            ).hold
+            for i in range(2)
+        ]
+        requests = [
+            pb.ConfirmHoldRequest(
+                hold_id=h.hold_id, idempotency_key=f"k-{h.hold_id}", payment_id="p", amount_paid=money(h)
+            )
+            for h in holds
+        ]
+        answers = await asyncio.gather(*(booking.stub.ConfirmHold(r) for r in requests for _ in range(5)))
+        assert {a.hold.state for a in answers} == {pb.HOLD_STATE_CONFIRMED}
+        assert len({a.SerializeToString(deterministic=True) for a in answers}) == 2
+        rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event.event_id,))
+        assert tuple(rows[0]) == (4, 0)
+        outbox = await query(
+            booking,
+            "SELECT payload FROM outbox WHERE aggregateid = %s AND type = 'BookingConfirmed'",
+            (holds[0].hold_id,),
+        )
+        assert [r[0] for r in outbox] == [
+            {
+                "event_id": event.event_id,
+                "hold_id": holds[0].hold_id,
+                "customer_id": "c0",
+                "section_id": "G",
+                "seats": [],
+                "quantity": 2,
+                "payment_id": "p",
+                "amount_minor": 6000,
+                "currency": "EUR",
+            }
+        ]
+        got = (
+            await booking.stub.GetHold(
+                pb.GetHoldRequest(access_token=booking.token("c0", event.event_id), hold_id=holds[0].hold_id)
+            )
+        ).hold
+        assert got == next(a.hold for a in answers if a.hold.hold_id == holds[0].hold_id)
         await audit(booking, event.event_id)
 
 

@@ -1,0 +1,187 @@
+-- ConfirmHold in one statement. As a transaction driven from the service it
+-- took ten round trips, and the counter stripe it moves (for a
+-- general-admission section, the section's only counter row) stayed locked
+-- from its update through three more round trips and the commit: every
+-- confirm of a section queued on that row for as long as the service took
+-- to come back to it. In one statement the row is locked from its update
+-- to the commit, inside Postgres.
+--
+-- The same transaction as before, in the same lock order (idempotency key,
+-- hold row, seats by ascending id, counter stripes in ascending order):
+-- HELD -> CONFIRMED, seats SOLD, counters moved, an outbox row. The first
+-- answer for a key, a hold or an error, is stored with the key and replayed;
+-- a twin in flight waits on the key's row.
+--
+-- Answers (outcome, in_flight, key_reused): outcome is the stored answer in
+-- the service's format ({"hold": {...}} or {"error": {"code", "reason",
+-- "message", "metadata"}}); in_flight or key_reused say that there is no
+-- answer to give (the key's first confirmation has none yet, or was for
+-- another hold, payment or amount). p_timeout_ms bounds the lock waits.
+
+-- Moves the counters of a hold's seats (or, with no seats, of p_quantity
+-- general-admission places) by p_held and p_sold each, stripes locked in
+-- ascending order.
+CREATE FUNCTION booking_move_counters(
+    p_event_id   bigint,
+    p_section_id text,
+    p_seat_ids   bigint[],
+    p_quantity   integer,
+    p_held       integer,
+    p_sold       integer
+) RETURNS void
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM 1 FROM section_stripes st
+     WHERE st.event_id = p_event_id AND st.section_id = p_section_id
+       AND st.stripe = ANY (CASE WHEN cardinality(p_seat_ids) = 0 THEN ARRAY[0]
+                                 ELSE ARRAY(SELECT DISTINCT (x % 16) FROM unnest(p_seat_ids) x) END)
+     ORDER BY st.stripe
+       FOR UPDATE;
+    UPDATE section_stripes st SET held = st.held + m.n * p_held, sold = st.sold + m.n * p_sold
+      FROM (SELECT (x % 16)::smallint AS stripe, count(*)::integer AS n FROM unnest(p_seat_ids) x GROUP BY 1
+            UNION ALL
+            SELECT 0::smallint, p_quantity WHERE cardinality(p_seat_ids) = 0) m
+     WHERE st.event_id = p_event_id AND st.section_id = p_section_id AND st.stripe = m.stripe;
+END;
+$$;
+
+CREATE FUNCTION booking_confirm_hold(
+    p_hold_id      uuid,
+    p_key          text,
+    p_payment_id   text,
+    p_amount_minor bigint,
+    p_currency     text,
+    p_now          timestamptz,
+    p_timeout_ms   integer
+) RETURNS TABLE (outcome jsonb, in_flight boolean, key_reused boolean)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_prior   confirmations%ROWTYPE;
+    v_hold    holds%ROWTYPE;
+    v_seats   bigint[];
+    v_sold    bigint[] := '{}';
+    v_error   jsonb;
+    v_outcome jsonb;
+BEGIN
+    PERFORM set_config('lock_timeout', GREATEST(p_timeout_ms, 1)::text, true);
+
+    -- The key: a twin in flight holds it (the insert waits for it).
+    INSERT INTO confirmations (idempotency_key, hold_id, payment_id, amount_minor, currency)
+    VALUES (p_key, p_hold_id, p_payment_id, p_amount_minor, p_currency)
+    ON CONFLICT (idempotency_key) DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT * INTO v_prior FROM confirmations c WHERE c.idempotency_key = p_key;
+        IF v_prior.outcome IS NULL THEN
+            RETURN QUERY SELECT NULL::jsonb, true, false;
+        ELSIF (v_prior.hold_id, v_prior.payment_id, v_prior.amount_minor, v_prior.currency)
+              IS DISTINCT FROM (p_hold_id, p_payment_id, p_amount_minor, p_currency) THEN
+            RETURN QUERY SELECT NULL::jsonb, false, true;
+        ELSE
+            RETURN QUERY SELECT v_prior.outcome, false, false;
+        END IF;
+        RETURN;
+    END IF;
+
+    SELECT * INTO v_hold FROM holds h WHERE h.hold_id = p_hold_id FOR UPDATE;
+    IF NOT FOUND THEN
+        v_error := jsonb_build_object(
+            'code', 'NOT_FOUND', 'reason', 'HOLD_NOT_FOUND',
+            'message', format('hold %s does not exist', p_hold_id),
+            'metadata', jsonb_build_object('hold_id', p_hold_id::text));
+    ELSIF v_hold.state = 'CONFIRMED' THEN
+        IF v_hold.payment_id IS DISTINCT FROM p_payment_id THEN
+            v_error := jsonb_build_object(
+                'code', 'FAILED_PRECONDITION', 'reason', 'HOLD_ALREADY_CONFIRMED',
+                'message', 'the hold was already confirmed by another payment',
+                'metadata', jsonb_build_object('hold_id', p_hold_id::text));
+        END IF;
+    ELSIF v_hold.state <> 'HELD' THEN
+        v_error := jsonb_build_object(
+            'code', 'FAILED_PRECONDITION', 'reason', 'HOLD_EXPIRED',
+            'message', format('the hold is %s; it can no longer be confirmed', v_hold.state),
+            'metadata', jsonb_build_object('hold_id', p_hold_id::text, 'state', v_hold.state));
+    ELSIF (p_amount_minor, p_currency) IS DISTINCT FROM (v_hold.amount_minor, v_hold.currency) THEN
+        v_error := jsonb_build_object(
+            'code', 'FAILED_PRECONDITION', 'reason', 'AMOUNT_MISMATCH',
+            'message', format('paid %s %s, the hold costs %s %s', p_amount_minor, p_currency,
+                              v_hold.amount_minor, v_hold.currency),
+            'metadata', jsonb_build_object(
+                'expected_amount_minor', v_hold.amount_minor::text, 'expected_currency', v_hold.currency,
+                'paid_amount_minor', p_amount_minor::text, 'paid_currency', p_currency));
+    ELSE
+        -- A lapsed hold is still confirmed when every seat is still its own
+        -- (no one reclaimed any, and the sweeper has not ended it): the
+        -- customer paid and nobody else lost anything. Otherwise it is over:
+        -- whatever it still has goes back on sale and the payment refunds.
+        SELECT array_agg(hs.seat_id ORDER BY hs.seat_id) INTO v_seats FROM hold_seats hs WHERE hs.hold_id = p_hold_id;
+        IF v_seats IS NOT NULL THEN
+            WITH mine AS MATERIALIZED (
+                SELECT s.seat_id FROM seats s
+                 WHERE s.event_id = v_hold.event_id AND s.seat_id = ANY (v_seats)
+                   AND s.hold_id = p_hold_id AND s.status = 'HELD'
+                 ORDER BY s.seat_id
+                   FOR UPDATE
+            ), sold AS (
+                UPDATE seats s SET status = 'SOLD', hold_expires_at = NULL
+                  FROM mine
+                 WHERE s.event_id = v_hold.event_id AND s.seat_id = mine.seat_id
+                   AND s.hold_id = p_hold_id AND s.status = 'HELD'
+                RETURNING s.seat_id
+            )
+            SELECT COALESCE(array_agg(x.seat_id ORDER BY x.seat_id), '{}') INTO v_sold FROM sold x;
+            IF cardinality(v_sold) < v_hold.quantity THEN
+                UPDATE seats s SET status = 'AVAILABLE', hold_id = NULL, hold_expires_at = NULL
+                 WHERE s.event_id = v_hold.event_id AND s.seat_id = ANY (v_sold) AND s.hold_id = p_hold_id;
+                UPDATE holds h SET state = 'EXPIRED', ended_at = p_now WHERE h.hold_id = p_hold_id;
+                IF cardinality(v_sold) > 0 THEN
+                    PERFORM booking_move_counters(v_hold.event_id, v_hold.section_id, v_sold, 0, -1, 0);
+                END IF;
+                v_error := jsonb_build_object(
+                    'code', 'FAILED_PRECONDITION', 'reason', 'HOLD_EXPIRED',
+                    'message', 'the hold expired and its seats went to another customer',
+                    'metadata', jsonb_build_object('hold_id', p_hold_id::text, 'state', 'EXPIRED'));
+            END IF;
+        END IF;
+        IF v_error IS NULL THEN
+            UPDATE holds h SET state = 'CONFIRMED', confirmed_at = p_now, payment_id = p_payment_id
+             WHERE h.hold_id = p_hold_id;
+            INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+            SELECT gen_random_uuid(), 'booking', p_hold_id::text, 'BookingConfirmed',
+                   jsonb_build_object(
+                       'event_id', v_hold.event_id, 'hold_id', p_hold_id::text, 'customer_id', v_hold.customer_id,
+                       'section_id', v_hold.section_id,
+                       'seats', COALESCE((SELECT jsonb_agg(jsonb_build_object('seat_id', hs.seat_id, 'label', hs.label)
+                                                           ORDER BY hs.seat_id)
+                                            FROM hold_seats hs WHERE hs.hold_id = p_hold_id), '[]'::jsonb),
+                       'quantity', v_hold.quantity, 'payment_id', p_payment_id,
+                       'amount_minor', v_hold.amount_minor, 'currency', v_hold.currency);
+            PERFORM booking_move_counters(v_hold.event_id, v_hold.section_id, v_sold, v_hold.quantity, -1, 1);
+        END IF;
+    END IF;
+
+    IF v_error IS NULL THEN
+        SELECT jsonb_build_object('hold', jsonb_build_object(
+                   'hold_id', d.hold_id::text, 'event_id', d.event_id, 'customer_id', d.customer_id,
+                   'section_id', d.section_id, 'quantity', d.quantity, 'state', d.state, 'currency', d.currency,
+                   'amount_minor', d.amount_minor, 'expires_at', d.expires_at, 'created_at', d.created_at,
+                   'confirmed_at', d.confirmed_at, 'payment_id', d.payment_id,
+                   'refund_amount_minor', d.refund_amount_minor,
+                   'seats', COALESCE((SELECT jsonb_agg(jsonb_build_array(x.id, x.rw, x.num, x.lbl) ORDER BY x.id)
+                                        FROM unnest(d.seat_ids, d.row_labels, d.seat_numbers, d.labels)
+                                             AS x(id, rw, num, lbl)), '[]'::jsonb)))
+          INTO v_outcome
+          FROM hold_details d WHERE d.hold_id = p_hold_id;
+    ELSE
+        v_outcome := jsonb_build_object('error', v_error);
+    END IF;
+    UPDATE confirmations c SET outcome = v_outcome WHERE c.idempotency_key = p_key;
+    RETURN QUERY SELECT v_outcome, false, false;
+END;
+$$;
