@@ -4,6 +4,7 @@ reverse order within the grace period, and await every background task."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -86,6 +87,10 @@ async def run(
             started.append(component)
             if isinstance(component, Loop):
                 watchers.append(asyncio.create_task(_stop_when(component.failed, stop)))
+        # What start-up allocated lives as long as the process: keep it out
+        # of the collector's full passes (they stall a process holding tens
+        # of thousands of streams).
+        gc.freeze()
         if on_started is not None:
             on_started()
         await stop.wait()
