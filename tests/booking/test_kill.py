@@ -44,12 +44,14 @@ async def test_killing_the_server_mid_flood_loses_no_hold_and_leaves_no_seat_stu
         proc, address = await _start_server(stores)
         told: list[pb.Hold] = []
         failed: list[BoxofficeError] = []
+        killed = False
         try:
             async with grpc.aio.insecure_channel(address) as channel:
                 stub = pb_grpc.BookingServiceStub(channel)
                 semaphore = asyncio.Semaphore(32)
 
                 async def one(i: int) -> None:
+                    nonlocal killed
                     group = rng.sample(seats, rng.randint(1, 4))
                     request = hold_request(booking.token(f"k{i % 50}", event.event_id), event.event_id, group)
                     async with semaphore:
@@ -60,13 +62,17 @@ async def test_killing_the_server_mid_flood_loses_no_hold_and_leaves_no_seat_stu
                         failed.append(err)
                     if len(told) == 40 and proc.returncode is None:
                         proc.send_signal(signal.SIGKILL)
+                        killed = True
 
                 await asyncio.gather(*(one(i) for i in range(600)))
         finally:
             if proc.returncode is None:
                 proc.kill()
             await proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        # Killed mid-flood. (Its exit status can read 255 rather than -9: the
+        # event loop's child watcher reports 255 when another waiter in this
+        # test process reaped the child first.)
+        assert killed and proc.returncode in (-signal.SIGKILL, 255)
         assert len(told) >= 40 and any(err.code == grpc.StatusCode.UNAVAILABLE for err in failed)
         for hold in told:
             rows = await query(
