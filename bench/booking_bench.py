@@ -9,11 +9,19 @@ same run (on a shared 2-core machine only ratios within one run mean much).
 3. Best available under contention (64 callers on one section) with the
    partial index on available seats, then with the primary key only, each
    next to explicit-seat holds.
+4. ConfirmHold of general-admission holds (one counter row, as a standing
+   floor or a fare class has): on the fresh database, before anything else
+   runs, and again at the end, after every other measure and ``--more-holds``
+   further holds in the same section. Each figure is a fixed number of
+   holds (``--confirms``) made, then confirmed, by ``--concurrency``
+   callers; the rate of making them is reported too (HoldSeats in one
+   general-admission section, fresh and with many holds).
 
 The measures run in interleaved rounds and the median round is reported, so
 that load from elsewhere on the machine falls on all of them alike.
 
-Run: ``python -m bench.booking_bench [--seconds 5] [--rounds 3] [--concurrency 64]``
+Run: ``python -m bench.booking_bench [--seconds 5] [--rounds 3] [--concurrency 64]
+[--confirms 4000] [--more-holds 10000]``
 Postgres: ``BOXOFFICE_BENCH_DATABASE_URL``, else the local server (as
 postgres), else an embedded one; the bench creates and drops its own
 database. pgbench is skipped with a note when it is not installed.
@@ -31,7 +39,9 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +67,7 @@ if TYPE_CHECKING:
 
 SEATS_PER_ROW = 1000
 HOLD_EVENT, ONE_SECTION_EVENT, SIXTEEN_EVENT, BEST_EVENT, BEST_PK_EVENT, PGBENCH_EVENT = 1, 2, 3, 4, 5, 6
+CONFIRM_EVENT = 7
 
 
 def _with_database(url: str, name: str) -> str:
@@ -116,6 +127,18 @@ async def seed(url: str, seats_per_event: int) -> None:
             BEST_PK_EVENT: 1,
             PGBENCH_EVENT: 1,
         }
+        await store.create_event(
+            EventSpec(
+                event_id=CONFIRM_EVENT,
+                display_name="bench confirms",
+                kind=EventKind.CONCERT,
+                starts_at=starts,
+                hold_ttl_seconds=3600,
+                max_seats_per_customer=4,
+                refund_policy=RefundPolicy(None, 0),
+                sections=(SectionSpec("GA", "GA", SectionKind.GENERAL_ADMISSION, 5_000_000, 0, Money("EUR", 5000)),),
+            )
+        )
         for event_id, sections in layouts.items():
             names = [f"S{i:02d}" for i in range(sections)]
             await store.create_event(
@@ -163,13 +186,86 @@ class Holder:
         )
         await self._stub.HoldSeats(request, timeout=10)
 
-    async def best(self, event_id: int, n: int, section_id: str) -> None:
+    async def best(self, event_id: int, n: int, section_id: str) -> pb.Hold:
         request = pb.HoldSeatsRequest(
             access_token=self.token(event_id, n),
             event_id=event_id,
             best_available=pb.BestAvailableSelection(section_id=section_id, quantity=1),
         )
-        await self._stub.HoldSeats(request, timeout=10)
+        hold: pb.Hold = (await self._stub.HoldSeats(request, timeout=10)).hold
+        return hold
+
+    async def confirm(self, hold: pb.Hold) -> None:
+        await self._stub.ConfirmHold(
+            pb.ConfirmHoldRequest(
+                hold_id=hold.hold_id,
+                idempotency_key=f"bench-{hold.hold_id}",
+                payment_id=str(uuid.uuid4()),
+                amount_paid=hold.amount,
+            ),
+            timeout=30,
+        )
+
+
+async def each(calls: Sequence[Callable[[], Awaitable[object]]], concurrency: int) -> LoadFigures:
+    """Run every call once, ``concurrency`` at a time: the rate over the
+    whole run (and latencies; failures counted, not raised)."""
+    latencies: list[float] = []
+    errors = 0
+    cursor = 0
+
+    async def worker() -> None:
+        nonlocal cursor, errors
+        while cursor < len(calls):
+            index = cursor
+            cursor += 1
+            began = time.perf_counter()
+            try:
+                await calls[index]()
+            except Exception:
+                errors += 1
+                continue
+            latencies.append(time.perf_counter() - began)
+
+    began = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.monotonic() - began
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else 0.0
+
+    return LoadFigures(len(latencies), errors, elapsed, pct(0.5), pct(0.99))
+
+
+async def confirms(
+    holder: Holder, customers: Iterator[int], count: int, concurrency: int
+) -> tuple[LoadFigures, LoadFigures]:
+    """``count`` general-admission holds made, then confirmed: the figures
+    of both."""
+    holds, held = await gather_holds(holder, customers, count, concurrency)
+
+    def confirming(hold: pb.Hold) -> Callable[[], Awaitable[None]]:
+        return lambda: holder.confirm(hold)
+
+    return held, await each([confirming(h) for h in holds], concurrency)
+
+
+async def gather_holds(
+    holder: Holder, customers: Iterator[int], count: int, concurrency: int
+) -> tuple[list[pb.Hold], LoadFigures]:
+    made: list[pb.Hold] = []
+
+    async def one(n: int) -> None:
+        made.append(await holder.best(CONFIRM_EVENT, n, "GA"))
+
+    def holding(n: int) -> Callable[[], Awaitable[None]]:
+        return lambda: one(n)
+
+    figures = await each([holding(next(customers)) for _ in range(count)], concurrency)
+    if figures.errors:
+        raise RuntimeError(f"{figures.errors} of {count} holds for the confirm measure failed")
+    return made, figures
 
 
 async def measure(call: Callable[[int], Awaitable[object]], concurrency: int, seconds: float) -> LoadFigures:
@@ -227,13 +323,22 @@ async def booking_stub(url: str) -> AsyncIterator[BookingServiceAsyncStub]:
             yield pb_grpc.BookingServiceStub(channel)
 
 
+async def holds_in_database(url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT count(*) FROM holds")
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 def _median(figures: list[LoadFigures]) -> LoadFigures:
     """The round with the median req/s (rounds interleave the measures, so
     that load from elsewhere on the machine hits them alike)."""
     return sorted(figures, key=lambda f: f.rps)[len(figures) // 2]
 
 
-async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: int) -> None:
+async def main(
+    seconds: float, concurrency: int, seats_per_event: int, rounds: int, confirm_count: int, more_holds: int
+) -> None:
     signer_config = TokenConfig.from_env(Env(os.environ))
     signer = TokenSigner(signer_config.keys, signer_config.active_kid, SystemClock())
     per_section = seats_per_event // 16
@@ -251,6 +356,8 @@ async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: i
                 holder = Holder(stub, signer)
                 # Every call takes a seat no call took before.
                 next_seat = {event_id: itertools.count(1) for event_id in range(1, 7)}
+                confirm_customers = itertools.count(1)
+                held_fresh, confirm_fresh = await confirms(holder, confirm_customers, confirm_count, concurrency)
 
                 def seat(event_id: int) -> Callable[[int], Awaitable[None]]:
                     def call(_: int) -> Awaitable[None]:
@@ -264,8 +371,8 @@ async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: i
                     n = next(next_seat[SIXTEEN_EVENT])
                     return holder.seat(SIXTEEN_EVENT, n, (n % 16) * per_section + n // 16 + 1)
 
-                def best(event_id: int) -> Callable[[int], Awaitable[None]]:
-                    def call(_: int) -> Awaitable[None]:
+                def best(event_id: int) -> Callable[[int], Awaitable[object]]:
+                    def call(_: int) -> Awaitable[object]:
                         return holder.best(event_id, next(next_seat[event_id]), "S00")
 
                     return call
@@ -283,6 +390,9 @@ async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: i
                 for _ in range(rounds):
                     await run("holds_pk_phase", seat(HOLD_EVENT))
                     await run("best_pk", best(BEST_PK_EVENT))
+                await gather_holds(holder, confirm_customers, more_holds, concurrency)
+                held_many, confirm_many = await confirms(holder, confirm_customers, confirm_count, concurrency)
+                holds_made = await holds_in_database(url)
         tps, note = pgbench(url, seats_per_event, seconds, clients=8)
 
     m = {name: _median(values) for name, values in figures.items()}
@@ -329,6 +439,30 @@ async def main(seconds: float, concurrency: int, seats_per_event: int, rounds: i
             Row("best available errors (partial + pk)", errors["best"] + errors["best_pk"], ""),
         ],
     )
+    report(
+        f"ConfirmHold of general-admission holds, {confirm_count} confirms by {concurrency} callers each",
+        [
+            Row("ConfirmHold/s on the fresh database (baseline)", confirm_fresh.rps, "/s"),
+            Row(
+                f"ConfirmHold/s with {holds_made:,} holds in the database",
+                confirm_many.rps,
+                "/s",
+                confirm_fresh.rps,
+                "no slower with more data",
+            ),
+            Row("ConfirmHold p50 latency, fresh", confirm_fresh.p50_ms, "ms"),
+            Row("ConfirmHold p50 latency, many holds", confirm_many.p50_ms, "ms", confirm_fresh.p50_ms, better="lower"),
+            Row("ConfirmHold errors (fresh + many)", confirm_fresh.errors + confirm_many.errors, ""),
+            Row("HoldSeats/s of those holds, fresh (baseline)", held_fresh.rps, "/s"),
+            Row(
+                "HoldSeats/s of those holds, many holds",
+                held_many.rps,
+                "/s",
+                held_fresh.rps,
+                "no slower with more data",
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":
@@ -337,5 +471,9 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seats", type=int, default=96_000, help="seats per bench event")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--confirms", type=int, default=4000, help="holds confirmed for each ConfirmHold figure")
+    parser.add_argument(
+        "--more-holds", type=int, default=10_000, help="holds added to the confirm section before the second figure"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.seconds, args.concurrency, args.seats, args.rounds))
+    asyncio.run(main(args.seconds, args.concurrency, args.seats, args.rounds, args.confirms, args.more_holds))
