@@ -48,7 +48,11 @@ def build_handler(rt: Runtime, config: BookingConfig, store: PgBookingStore, met
 async def build(rt: Runtime, role: str) -> list[Component]:
     config = BookingConfig.from_env(rt.env)
     store = PgBookingStore(
-        rt.pool(), hold_batch_max=config.hold_batch_max, hold_batches_in_flight=config.hold_batches_in_flight
+        rt.pool(),
+        hold_batch_max=config.hold_batch_max,
+        hold_batches_in_flight=config.hold_batches_in_flight,
+        hold_batch_overlap_min=config.hold_batch_overlap_min or None,
+        hold_batch_linger_seconds=config.hold_batch_linger_seconds,
     )
     if role == "server":
         metrics = BookingMetrics.create(rt.registry)

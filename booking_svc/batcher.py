@@ -1,11 +1,16 @@
 """Concurrent calls gathered into batches, one batch per round trip.
 
-Each call joins the batch being gathered; a batch goes out as soon as the
-event loop is free and fewer than ``max_in_flight`` batches are out. Under
-load, calls gather while the batches in flight run, so a busy process sends
-large batches and an idle one sends each call at once (no lingering). A
-caller waits only as long as its deadline allows; a caller that gives up
-before its batch goes out is left out of it.
+Each call joins the batch being gathered. With no batch out, it goes out
+as soon as the event loop is free: an idle process sends each call at once.
+While a batch is out, calls gather; when it returns with fewer than
+``overlap_min`` calls waiting, the next batch lingers up to
+``linger_seconds`` for more (or until ``overlap_min`` wait), and when
+``overlap_min`` calls wait it goes at once, even while another batch is
+out (up to ``max_in_flight``). So a busy process sends large batches, which
+cost less per call on both sides of the round trip, and more than one at a
+time only when a single one cannot keep up. A caller waits only as long as
+its deadline allows; a caller that gives up before its batch goes out is
+left out of it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class MicroBatcher(Generic[T, R]):
         name: str,
         max_batch: int,
         max_in_flight: int,
+        overlap_min: int | None = None,
+        linger_seconds: float = 0.0,
     ) -> None:
         if max_batch < 1 or max_in_flight < 1:
             raise ValueError("max_batch and max_in_flight must be at least 1")
@@ -45,6 +52,11 @@ class MicroBatcher(Generic[T, R]):
         self._process = process
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
+        # Calls waiting that send a batch while another is out (default: half
+        # a batch).
+        self._overlap_min = max(1, max_batch // 2) if overlap_min is None else max(1, overlap_min)
+        self._linger = linger_seconds
+        self._timer: asyncio.TimerHandle | None = None
         self._pending: deque[tuple[T, asyncio.Future[R]]] = deque()
         self._in_flight = 0
         self._scheduled = False
@@ -65,7 +77,12 @@ class MicroBatcher(Generic[T, R]):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, future))
-        if not self._scheduled and self._in_flight < self._max_in_flight:
+        if self._timer is not None and len(self._pending) >= self._overlap_min:
+            # Lingering, and enough have come: no need to wait longer.
+            self._timer.cancel()
+            self._timer = None
+            self._scheduled = False
+        if not self._scheduled and self._may_send():
             self._scheduled = True
             # A fresh context: the flush (and the batch it starts) must not
             # run under this caller's deadline scope.
@@ -73,10 +90,16 @@ class MicroBatcher(Generic[T, R]):
         async with deadline.bounded():
             return await future
 
+    def _may_send(self) -> bool:
+        if self._in_flight == 0:
+            return True
+        return self._in_flight < self._max_in_flight and len(self._pending) >= self._overlap_min
+
     def _flush(self) -> None:
         self._scheduled = False
+        self._timer = None
         pending = self._pending
-        while pending and self._in_flight < self._max_in_flight:
+        while pending and self._may_send():
             batch: list[tuple[T, asyncio.Future[R]]] = []
             while pending and len(batch) < self._max_batch:
                 entry = pending.popleft()
@@ -108,6 +131,10 @@ class MicroBatcher(Generic[T, R]):
                     future.set_result(outcome)
         finally:
             self._in_flight -= 1
-            if self._pending and not self._scheduled:
+            if self._pending and not self._scheduled and self._may_send():
                 self._scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush, context=contextvars.Context())
+                loop = asyncio.get_running_loop()
+                if self._linger and self._in_flight == 0 and len(self._pending) < self._overlap_min:
+                    self._timer = loop.call_later(self._linger, self._flush, context=contextvars.Context())
+                else:
+                    loop.call_soon(self._flush, context=contextvars.Context())

@@ -29,9 +29,13 @@ class BookingConfig:
     stats_interval_seconds: float
     # HoldSeats calls that arrive together go to Postgres as one statement:
     # at most this many per statement (1: each call alone), and at most this
-    # many such statements at once.
+    # many such statements at once; a statement goes out while another is
+    # out only when this many calls wait (0: half a batch); after a statement
+    # returns with fewer waiting, the next lingers this long for more.
     hold_batch_max: int
     hold_batches_in_flight: int
+    hold_batch_overlap_min: int
+    hold_batch_linger_seconds: float
 
     @classmethod
     def from_env(cls, env: Env) -> BookingConfig:
@@ -56,4 +60,8 @@ class BookingConfig:
             ),
             hold_batch_max=env.integer("BOXOFFICE_BOOKING_HOLD_BATCH_MAX", 64, minimum=1, maximum=500),
             hold_batches_in_flight=env.integer("BOXOFFICE_BOOKING_HOLD_BATCHES_IN_FLIGHT", 2, minimum=1, maximum=16),
+            hold_batch_overlap_min=env.integer("BOXOFFICE_BOOKING_HOLD_BATCH_OVERLAP_MIN", 0, minimum=0, maximum=500),
+            hold_batch_linger_seconds=env.number(
+                "BOXOFFICE_BOOKING_HOLD_BATCH_LINGER_SECONDS", 0.005, minimum=0.0, maximum=0.1
+            ),
         )

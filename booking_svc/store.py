@@ -382,6 +382,8 @@ class PgBookingStore:
         race_pause_seconds: float = 0.0,
         hold_batch_max: int = 64,
         hold_batches_in_flight: int = 2,
+        hold_batch_overlap_min: int | None = None,
+        hold_batch_linger_seconds: float = 0.0,
     ) -> None:
         self._pool = pool
         self._race_pause_seconds = race_pause_seconds
@@ -393,6 +395,8 @@ class PgBookingStore:
                 name="booking-hold-batcher",
                 max_batch=hold_batch_max,
                 max_in_flight=hold_batches_in_flight,
+                overlap_min=hold_batch_overlap_min,
+                linger_seconds=hold_batch_linger_seconds,
             )
             if hold_batch_max > 1
             else None
