@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from prometheus_client import Counter
+
 from booking_svc.config import BookingConfig
 from booking_svc.gate import SeatGate, attempt_token
 from booking_svc.metrics import BookingMetrics
@@ -85,6 +87,8 @@ class BookingHandler:
         self._seat_maps = seat_maps
         self._metrics = metrics
         self._config = config
+        # The holds counter's children by result, resolved once each.
+        self._hold_results: dict[str, Counter] = {}
 
     def now(self) -> datetime:
         return utc(self._clock.now())
@@ -130,7 +134,10 @@ class BookingHandler:
             result = err.reason.lower()
             raise
         finally:
-            self._metrics.holds.labels(result).inc()
+            child = self._hold_results.get(result)
+            if child is None:
+                child = self._hold_results[result] = self._metrics.holds.labels(result)
+            child.inc()
             self._metrics.hold_seconds.observe(time.perf_counter() - began)
 
     async def _hold(
