@@ -149,9 +149,10 @@ async def test_two_admitter_processes_hand_over_with_postgres_leadership(stores:
     environ = {
         **FAST_TICKS,
         "BOXOFFICE_LEADER_BACKEND": "postgres",
-        "BOXOFFICE_LEADER_RETRY_SECONDS": "0.1",
-        "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
-        "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+        "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+        # Generous enough that a loaded machine does not depose a live leader.
+        "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "4",
+        "BOXOFFICE_LEADER_LEASE_SECONDS": "6",
     }
     event_id = new_event_id()
     async with queue_service(stores) as q:

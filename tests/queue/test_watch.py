@@ -123,7 +123,9 @@ async def test_watchers_cost_no_redis_work_per_tick(stores: Stores) -> None:
         reads = (metrics.get_sample_value("boxoffice_queue_progress_reads_total") or 0) - reads_before
         calls = batcher.calls_sent - calls_before
         assert reads >= 1
-        assert calls == reads  # no Redis call on behalf of any watcher
+        # No Redis call on behalf of any watcher (reads that meet in one
+        # pipeline share a call).
+        assert calls <= reads
         for stream in streams:
             stream.cancel()
         for _ in range(100):
