@@ -69,6 +69,11 @@ class MicroBatcher(Generic[T, R]):
         return None
 
     async def stop(self, grace_seconds: float) -> None:
+        """Send what is lingering at once, then wait for the batches out.
+        (Calls that come later are still served.)"""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._flush()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=max(grace_seconds, 0.1))
 

@@ -120,3 +120,19 @@ async def test_a_caller_waits_no_longer_than_its_deadline() -> None:
         await batcher.submit(1)
     gate.release.set()
     await batcher.stop(1.0)
+
+
+async def test_stop_sends_a_lingering_batch_and_waits_for_it() -> None:
+    gate = Gate()
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        gate.process, name="t", max_batch=4, max_in_flight=1, linger_seconds=3600
+    )
+    first = asyncio.create_task(batcher.submit(1))
+    await settle()
+    second = asyncio.create_task(batcher.submit(2))
+    gate.release.set()
+    assert await first == 10
+    await settle()
+    assert gate.batches == [[1]] and not second.done()
+    await batcher.stop(5.0)
+    assert second.done() and second.result() == 20
