@@ -370,9 +370,13 @@ class PgBookingStore:
     """:class:`BookingStore` on Postgres.
 
     ``race_pause_seconds`` is a test hook: HoldSeats sleeps that long inside
-    its transaction, between claiming the seats and moving the counter, to
-    hold race windows open. It is 0 (off) unless a test constructs the store
-    otherwise; nothing on the wire can set it.
+    its transaction, between claiming the seats and moving the counter (once
+    per batch), to hold race windows open. It is 0 (off) unless a test
+    constructs the store otherwise; nothing on the wire can set it.
+
+    ``hold_batch_*`` shape the batches of HoldSeats calls (see
+    :class:`booking_svc.batcher.MicroBatcher`); ``hold_batch_max`` of 1 sends
+    each call alone (``booking_hold_seats``).
     """
 
     def __init__(
