@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # One image for every boxoffice process; the command picks the part:
-#   docker run IMAGE queue-svc | admitter | booking-svc | sweeper | payment-svc | relay | issuer | migrate
+#   docker run IMAGE queue-svc | admitter | booking-svc | sweeper | relay | payment-svc | issuer | migrate
+# It holds what a cluster needs: no embedded stores (a cluster names its
+# Postgres and Redis), the Kubernetes client for leader election.
 # Every dependency ships as a manylinux wheel for linux/amd64, so the build
 # needs no compiler.
 
@@ -11,11 +13,12 @@ RUN python -m venv /opt/boxoffice
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY boxoffice ./boxoffice
+COPY boxoffice_cli ./boxoffice_cli
 COPY queue_svc ./queue_svc
 COPY booking_svc ./booking_svc
 COPY payment_svc ./payment_svc
 COPY gen ./gen
-RUN /opt/boxoffice/bin/pip install . \
+RUN /opt/boxoffice/bin/pip install ".[kubernetes]" \
  && /opt/boxoffice/bin/python -m compileall -q /opt/boxoffice/lib
 
 FROM python:3.11-slim

@@ -40,7 +40,7 @@ EVENT_ID = 7
 def processes(env: dict[str, str]) -> Iterator[None]:
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "boxoffice", command],
+            [sys.executable, "-m", "boxoffice_cli", command],
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -21,8 +21,8 @@ import redis.asyncio as aioredis
 
 from bench.common import ServerProcess, server_process
 from boxoffice import db
+from boxoffice.redis import ScriptBatcher
 from queue_svc import app
-from queue_svc.batcher import ScriptBatcher
 from queue_svc.model import EventQueueConfig
 from queue_svc.store import JoinLimits, RedisQueueStore
 

@@ -1,15 +1,16 @@
 """Composition of the booking service's processes: the BookingService server
-(with its seat gauges) and the hold-expiry sweeper."""
+(with its seat gauges), the hold-expiry sweeper and the outbox relay."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from booking_svc import demo
-from booking_svc.config import BookingConfig
+from booking_svc.config import BookingConfig, RelayConfig
 from booking_svc.gate import OpenGate, RedisSeatGate, SeatGate
 from booking_svc.handler import BookingHandler
-from booking_svc.metrics import BookingMetrics, SweeperMetrics
+from booking_svc.jobs.relay import OutboxRelay
+from booking_svc.metrics import BookingMetrics, RelayMetrics, SweeperMetrics
 from booking_svc.seatmap import SeatMapCache
 from booking_svc.servicer import BookingServicer
 from booking_svc.stats import SeatGauges
@@ -21,7 +22,7 @@ from boxoffice.runtime import Runtime
 
 COMPONENT = "booking"
 DEFAULT_GRPC_PORT = 50052
-ROLES: Mapping[str, str] = {"booking-svc": "server", "sweeper": "sweeper"}
+ROLES: Mapping[str, str] = {"booking-svc": "server", "sweeper": "sweeper", "relay": "relay"}
 
 
 def migrations() -> list[Migration]:
@@ -76,6 +77,20 @@ async def build(rt: Runtime, role: str) -> list[Component]:
             request_id_ttl_seconds=config.request_id_ttl_seconds,
         )
         return [Loop("booking-sweeper", sweeper.run)]
+    if role == "relay":
+        relay_config = RelayConfig.from_env(rt.env)
+        relay = OutboxRelay(
+            pool=rt.pool(),
+            redis=rt.redis(),
+            stream=relay_config.stream,
+            groups=relay_config.groups,
+            metrics=RelayMetrics.create(rt.registry),
+            batch_size=relay_config.batch_size,
+            idle_seconds=relay_config.idle_seconds,
+            repair_group=relay_config.repair_group,
+            repair_after_seconds=relay_config.repair_after_seconds,
+        )
+        return [Loop("outbox-relay", relay.run)]
     raise ValueError(f"booking has no role {role!r}")
 
 

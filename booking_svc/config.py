@@ -4,7 +4,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boxoffice.config import Env
+from boxoffice.config import ConfigError, Env
+
+# The stream booking's outbox is published to, and the consumer groups on it
+# (the ticket issuer and payment's cancellation refunds). The relay creates
+# every group before it publishes, so that trimming never drops what a group
+# has not seen; the repair group is the one whose progress tells that Redis
+# lost published rows.
+STREAM = "ticket-issued"
+STREAM_GROUPS = ("ticket-issuer", "payment-refunds")
+REPAIR_GROUP = "ticket-issuer"
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """How the outbox relay publishes, and for whom."""
+
+    stream: str
+    groups: tuple[str, ...]
+    repair_group: str | None
+    batch_size: int
+    idle_seconds: float
+    # A booking event published this long ago and never processed, while
+    # the repair group has caught up with the stream, was lost: publish it
+    # again.
+    repair_after_seconds: float
+
+    @classmethod
+    def from_env(cls, env: Env) -> RelayConfig:
+        groups = tuple(g.strip() for g in env.string("BOXOFFICE_RELAY_GROUPS", ",".join(STREAM_GROUPS)).split(","))
+        if not all(groups):
+            raise ConfigError("BOXOFFICE_RELAY_GROUPS: a comma-separated list of consumer group names")
+        repair = env.string("BOXOFFICE_RELAY_REPAIR_GROUP", REPAIR_GROUP).strip()
+        if repair and repair not in groups:
+            raise ConfigError("BOXOFFICE_RELAY_REPAIR_GROUP: must be one of BOXOFFICE_RELAY_GROUPS (or empty)")
+        return cls(
+            stream=env.string("BOXOFFICE_TICKET_STREAM", STREAM),
+            groups=groups,
+            repair_group=repair or None,
+            batch_size=env.integer("BOXOFFICE_RELAY_BATCH_SIZE", 200, minimum=1, maximum=10_000),
+            idle_seconds=env.number("BOXOFFICE_RELAY_IDLE_SECONDS", 0.05, minimum=0.001, maximum=60.0),
+            repair_after_seconds=env.number("BOXOFFICE_RELAY_REPAIR_AFTER_SECONDS", 120.0, minimum=1.0),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from booking_svc.metrics import BookingMetrics
 from boxoffice import deadline
-from boxoffice.redis_store import event_key, load_scripts
+from boxoffice.redis import event_key, load_script
 
 _log = logging.getLogger("booking_svc.gate")
 
@@ -62,7 +62,8 @@ class RedisSeatGate:
         self._client = client
         self._ttl_ms = max(1, int(ttl_seconds * 1000))
         self._metrics = metrics
-        self._scripts = load_scripts(client, "booking_svc", ("gate_acquire", "gate_release"))
+        self._acquire = load_script("booking_svc", "gate_acquire")
+        self._release = load_script("booking_svc", "gate_release")
 
     @staticmethod
     def _keys(event_id: int, seat_ids: Sequence[int]) -> list[str]:
@@ -71,9 +72,7 @@ class RedisSeatGate:
     async def claim(self, event_id: int, seat_ids: Sequence[int], token: str) -> list[int]:
         try:
             async with asyncio.timeout(min(deadline.remaining(), _GATE_BUDGET_SECONDS)):
-                taken = await self._scripts["gate_acquire"](
-                    keys=self._keys(event_id, seat_ids), args=[token, self._ttl_ms]
-                )
+                taken = await self._acquire.run(self._client, self._keys(event_id, seat_ids), [token, self._ttl_ms])
         except (RedisError, OSError, TimeoutError) as err:
             self._metrics.gate.labels("skipped").inc()
             _log.warning("seat gate skipped", extra={"error": type(err).__name__})
@@ -87,7 +86,7 @@ class RedisSeatGate:
     async def release(self, event_id: int, seat_ids: Sequence[int], token: str) -> None:
         try:
             async with asyncio.timeout(_GATE_BUDGET_SECONDS):
-                await self._scripts["gate_release"](keys=self._keys(event_id, seat_ids), args=[token])
+                await self._release.run(self._client, self._keys(event_id, seat_ids), [token])
         except (RedisError, OSError, TimeoutError):
             pass  # the keys lapse on their own within the TTL
 

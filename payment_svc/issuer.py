@@ -29,9 +29,9 @@ import psycopg
 from boxoffice import db
 from boxoffice.errors import Aborted, InvalidArgument
 from boxoffice.runtime import Pool
+from boxoffice.streams import StreamEntry
 from payment_svc.metrics import IssuerMetrics
 from payment_svc.model import Ticket
-from payment_svc.streams import StreamEntry
 
 _log = logging.getLogger("payment_svc.issuer")
 

@@ -7,38 +7,9 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from boxoffice.streams import ConsumerMetrics
+
 LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
-@dataclass(frozen=True)
-class ConsumerMetrics:
-    """One consumer group's progress on the stream."""
-
-    processed: Counter
-    failed: Counter
-    rejected: Counter
-    claimed: Counter
-    pending: Gauge
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry, prefix: str) -> ConsumerMetrics:
-        return cls(
-            processed=Counter(
-                f"{prefix}_entries_processed", "Stream entries handled and acknowledged.", registry=registry
-            ),
-            failed=Counter(
-                f"{prefix}_entries_failed", "Stream entries whose handling failed (retried).", registry=registry
-            ),
-            rejected=Counter(
-                f"{prefix}_entries_rejected", "Malformed stream entries acknowledged unhandled.", registry=registry
-            ),
-            claimed=Counter(
-                f"{prefix}_entries_claimed", "Stream entries claimed from an idle or dead consumer.", registry=registry
-            ),
-            pending=Gauge(
-                f"{prefix}_pending_entries", "Entries delivered to the group and not acknowledged.", registry=registry
-            ),
-        )
 
 
 @dataclass(frozen=True)
@@ -78,29 +49,6 @@ class ServerMetrics:
                 registry=registry,
             ),
             cancellations=ConsumerMetrics.create(registry, "boxoffice_cancellation_consumer"),
-        )
-
-
-@dataclass(frozen=True)
-class RelayMetrics:
-    published: Counter
-    republished: Counter
-    pending: Gauge
-    lag_seconds: Gauge
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> RelayMetrics:
-        return cls(
-            published=Counter("boxoffice_outbox_published", "Outbox rows published to the stream.", registry=registry),
-            republished=Counter(
-                "boxoffice_outbox_republished",
-                "Outbox rows published again because the stream lost them.",
-                registry=registry,
-            ),
-            pending=Gauge("boxoffice_outbox_pending", "Committed outbox rows not yet published.", registry=registry),
-            lag_seconds=Gauge(
-                "boxoffice_outbox_lag_seconds", "Age of the oldest unpublished outbox row.", registry=registry
-            ),
         )
 
 

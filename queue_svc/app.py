@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from boxoffice.db import Migration, load_migrations
 from boxoffice.errors import AlreadyExists
 from boxoffice.lifecycle import Component, Loop
+from boxoffice.redis import ScriptBatcher
 from boxoffice.runtime import Runtime
 from queue_svc import model
 from queue_svc.admitter import Admitter, Leadership
-from queue_svc.batcher import ScriptBatcher
 from queue_svc.config import QueueSettings
 from queue_svc.events import PgEventQueueRepository
 from queue_svc.metrics import AdmitterMetrics, ServerMetrics
@@ -36,12 +36,14 @@ _log = logging.getLogger("queue_svc.app")
 
 
 def migrations() -> list[Migration]:
-    return load_migrations(COMPONENT, "queue_svc")
+    from boxoffice import leader
+
+    return [*leader.migrations(), *load_migrations(COMPONENT, "queue_svc")]
 
 
 def build_server(rt: Runtime, settings: QueueSettings) -> tuple[list[Component], QueueHandler]:
     """The server role's components (in start order) and its handler."""
-    batcher = ScriptBatcher(rt.redis())
+    batcher = ScriptBatcher(rt.redis(), name="queue-redis-batcher")
     store = RedisQueueStore(batcher)
     metrics = ServerMetrics.create(rt.registry)
     hub = ProgressHub(
@@ -67,7 +69,7 @@ def build_server(rt: Runtime, settings: QueueSettings) -> tuple[list[Component],
 
 def build_admitter(rt: Runtime, settings: QueueSettings, leadership: Leadership) -> tuple[list[Component], Admitter]:
     """The admitter role's components and its admitter."""
-    batcher = ScriptBatcher(rt.redis())
+    batcher = ScriptBatcher(rt.redis(), name="queue-redis-batcher")
     admitter = Admitter(
         store=RedisQueueStore(batcher),
         events=PgEventQueueRepository(rt.pool()),
@@ -85,7 +87,7 @@ async def build(rt: Runtime, role: str) -> list[Component]:
         components, _ = build_server(rt, settings)
         return components
     if role == "admitter":
-        from queue_svc.leader import create_leadership
+        from boxoffice.leader import create_leadership
 
         components, _ = build_admitter(rt, settings, create_leadership(rt, LEADER_ROLE))
         return components
@@ -110,7 +112,7 @@ async def seed_demo(rt: Runtime) -> list[str]:
         stored = await events.create(config)
     except AlreadyExists:
         return []
-    batcher = ScriptBatcher(rt.redis())
+    batcher = ScriptBatcher(rt.redis(), name="queue-redis-batcher")
     await RedisQueueStore(batcher).put_config(stored)
     return [
         f"event {DEMO_EVENT_ID} waiting room open: {stored.admission_rate_per_second} admissions/s, "

@@ -19,13 +19,10 @@ one Lua script (``lua/*.lua``), keys through KEYS and the clock through ARGV.
 from __future__ import annotations
 
 import enum
-import hashlib
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Protocol
 
-from boxoffice.redis_store import event_key
-from queue_svc.batcher import Arg, Script, ScriptBatcher
+from boxoffice.redis import Arg, ScriptBatcher, event_key, load_script
 from queue_svc.model import PRE_QUEUE_BAND, RATE_WINDOW_MS, EventQueueConfig, Place, Progress, QueueState, TickResult
 
 # Expirations an admit tick processes per sorted set at most (bounds the
@@ -136,11 +133,6 @@ class EventKeys:
         return f"{self.config.removesuffix('cfg')}rl:{window}"
 
 
-def load_script(name: str) -> Script:
-    source = resources.files("queue_svc").joinpath("lua", f"{name}.lua").read_text()
-    return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest())
-
-
 def _int(value: Any) -> int:
     return int(value) if value is not None else 0
 
@@ -156,11 +148,11 @@ class RedisQueueStore:
 
     def __init__(self, batcher: ScriptBatcher) -> None:
         self._batcher = batcher
-        self._join = load_script("join")
-        self._fan = load_script("fan")
-        self._admit = load_script("admit")
-        self._progress = load_script("progress")
-        self._config_put = load_script("config_put")
+        self._join = load_script("queue_svc", "join")
+        self._fan = load_script("queue_svc", "fan")
+        self._admit = load_script("queue_svc", "admit")
+        self._progress = load_script("queue_svc", "progress")
+        self._config_put = load_script("queue_svc", "config_put")
         self._keys: dict[int, EventKeys] = {}
 
     def keys(self, event_id: int) -> EventKeys:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from booking_svc.gate import RedisSeatGate
 from booking_svc.metrics import BookingMetrics
 from boxoffice.errors import FailedPrecondition
-from boxoffice.redis_store import event_key
+from boxoffice.redis import event_key
 from tests.booking.harness import booking_server, call, create_event, hold_request, new_event_id, seat_ids, seated
 from tests.booking.test_races import race_for_one_seat
 from tests.support import Stores

@@ -17,7 +17,7 @@ yaml: Any = importlib.import_module("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-CODE_PACKAGES = ("boxoffice", "queue_svc", "booking_svc", "payment_svc")
+CODE_PACKAGES = ("boxoffice", "boxoffice_cli", "queue_svc", "booking_svc", "payment_svc")
 
 _ENV_READERS = frozenset({"string", "integer", "number", "flag", "choice", "keys", "optional_str", "raw", "getenv"})
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")

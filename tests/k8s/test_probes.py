@@ -48,7 +48,7 @@ async def test_background_process_answers_the_grpc_health_probe(stores: Stores, 
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "boxoffice",
+        "boxoffice_cli",
         command,
         cwd=ROOT,
         env=env,

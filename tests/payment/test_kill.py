@@ -26,7 +26,7 @@ _BOOKINGS = 40
 
 def _spawn(command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "boxoffice", command],
+        [sys.executable, "-m", "boxoffice_cli", command],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

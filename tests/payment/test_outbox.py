@@ -14,12 +14,13 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
+from booking_svc.jobs.relay import _BATCH_SQL, OutboxRelay, OutboxRow, RelayHooks
+from booking_svc.metrics import RelayMetrics
 from boxoffice import db
 from boxoffice.runtime import Pool
+from boxoffice.streams import ConsumerHooks, StreamConsumer, StreamEntry
 from payment_svc.issuer import TicketIssuer
-from payment_svc.metrics import IssuerMetrics, RelayMetrics
-from payment_svc.relay import _BATCH_SQL, OutboxRelay, OutboxRow, RelayHooks
-from payment_svc.streams import ConsumerHooks, StreamConsumer, StreamEntry
+from payment_svc.metrics import IssuerMetrics
 from tests.payment.support import insert_outbox, new_event_id, open_redis
 from tests.support import Stores
 

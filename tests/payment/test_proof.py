@@ -19,20 +19,20 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from booking_svc import app as booking_app
-from booking_svc.metrics import BookingMetrics
+from booking_svc.jobs.relay import OutboxRelay
+from booking_svc.metrics import BookingMetrics, RelayMetrics
 from booking_svc.store import PgBookingStore
 from boxoffice.errors import from_rpc_error
+from boxoffice.streams import ConsumerMetrics, StreamConsumer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from payment_svc.booking_client import GrpcBookingClient
 from payment_svc.cancellations import CANCELLATION_GROUP, CancellationRefunds
 from payment_svc.issuer import ISSUER_GROUP, TicketIssuer
-from payment_svc.metrics import ConsumerMetrics, IssuerMetrics, RelayMetrics
+from payment_svc.metrics import IssuerMetrics
 from payment_svc.model import Payment
-from payment_svc.relay import OutboxRelay
 from payment_svc.sandbox import PM_DECLINED, PM_OK
-from payment_svc.streams import StreamConsumer
 from tests.booking.harness import Booking, create_event, general, hold_request, query, seated
 from tests.conftest import make_runtime
 from tests.payment.support import PaymentStack, age, open_pool, open_redis, payment_stack

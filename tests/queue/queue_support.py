@@ -13,11 +13,11 @@ import grpc
 import redis.asyncio as aioredis
 
 from boxoffice.errors import BoxofficeError, from_rpc_error
+from boxoffice.redis import ScriptBatcher
 from boxoffice.runtime import Runtime
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 from queue_svc import app
-from queue_svc.batcher import ScriptBatcher
 from queue_svc.config import QueueSettings
 from queue_svc.model import EventQueueConfig
 from queue_svc.service import QueueHandler

@@ -42,7 +42,7 @@ def test_token_keys_parse_and_validate() -> None:
 
 def test_cli_reports_bad_config_with_exit_code_2() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "boxoffice", "up"],
+        [sys.executable, "-m", "boxoffice_cli", "up"],
         env={"BOXOFFICE_GRPC_PORT": "-5", "PATH": ""},
         capture_output=True,
         text=True,

@@ -26,7 +26,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from boxoffice import deadline
-from queue_svc.leader_config import LeaderTimings
+from boxoffice.leader._config import LeaderTimings
 
 _log = logging.getLogger("boxoffice.leader")
 
@@ -107,7 +107,7 @@ class _Confirmed:
 
 
 class Elector:
-    """A :class:`queue_svc.leader.Leadership` over any :class:`ElectionLock`."""
+    """A :class:`boxoffice.leader.Leadership` over any :class:`ElectionLock`."""
 
     def __init__(
         self,

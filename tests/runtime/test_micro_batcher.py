@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from booking_svc.batcher import MicroBatcher
 from boxoffice import deadline
+from boxoffice.batching import MicroBatcher
 from boxoffice.errors import DeadlineExceeded
 
 

@@ -5,7 +5,7 @@ campaigns for the role ``name`` and runs the caller's work only while this
 process leads. The backend comes from ``BOXOFFICE_LEADER_BACKEND``: a
 Postgres session advisory lock (``postgres``, the default) or a Kubernetes
 Lease (``kubernetes``); timings and identity are described in
-:mod:`queue_svc.leader_config`.
+``boxoffice/leader/_config.py``.
 
 Leadership is not fencing: a leader that was paused (GC, SIGSTOP, a frozen
 VM) may run on briefly after a successor has started. The epoch handed to
@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from boxoffice.config import ConfigError
+from boxoffice.db import Migration, load_migrations
+from boxoffice.leader._config import LeaderConfig, LeaderTimings, check_name, lease_name
+from boxoffice.leader._elector import ElectionLock, Elector, LeaderMetrics
+from boxoffice.leader._postgres import PostgresLock, advisory_keys
 from boxoffice.runtime import Runtime
-from queue_svc.leader_config import LeaderConfig, LeaderTimings, check_name
-from queue_svc.leader_elector import ElectionLock, Elector, LeaderMetrics
-from queue_svc.leader_kubernetes import LeaseLock, api_configuration, default_namespace, lease_name
-from queue_svc.leader_postgres import PostgresLock
 
 
 class Leadership(Protocol):
@@ -39,6 +40,12 @@ def create_leadership(rt: Runtime, name: str) -> Leadership:
     config = LeaderConfig.from_env(rt.env)
     lock: ElectionLock
     if config.backend == "kubernetes":
+        try:
+            from boxoffice.leader._kubernetes import LeaseLock, api_configuration, default_namespace
+        except ImportError as err:
+            raise ConfigError(
+                "BOXOFFICE_LEADER_BACKEND=kubernetes needs the Kubernetes client: pip install 'boxoffice[kubernetes]'"
+            ) from err
         lock = LeaseLock(
             configuration=api_configuration(config.kube_api_url),
             namespace=default_namespace(config.namespace),
@@ -59,4 +66,23 @@ def create_leadership(rt: Runtime, name: str) -> Leadership:
     )
 
 
-__all__ = ["LeaderConfig", "LeaderTimings", "Leadership", "create_leadership"]
+def migrations() -> list[Migration]:
+    """The Postgres backend's table (``leader_epochs``); every process
+    that elects a leader applies it with its own migrations."""
+    return load_migrations("leader", "boxoffice.leader")
+
+
+__all__ = [
+    "ElectionLock",
+    "Elector",
+    "LeaderConfig",
+    "LeaderMetrics",
+    "LeaderTimings",
+    "Leadership",
+    "PostgresLock",
+    "advisory_keys",
+    "check_name",
+    "create_leadership",
+    "lease_name",
+    "migrations",
+]

@@ -16,9 +16,7 @@ import redis.asyncio as aioredis
 from boxoffice import deadline
 from boxoffice.embedded import EmbeddedRedis
 from boxoffice.errors import DeadlineExceeded, Unavailable
-from queue_svc.batcher import Script, ScriptBatcher
-from queue_svc.redis_pipe import pack
-from queue_svc.store import load_script
+from boxoffice.redis import Script, ScriptBatcher, load_script, pack
 from tests.support import Stores
 
 
@@ -64,7 +62,7 @@ async def test_concurrent_calls_share_pipelines(redis_client: aioredis.Redis) ->
 async def test_a_lost_script_cache_is_reloaded(private_redis: tuple[aioredis.Redis, int]) -> None:
     client, _ = private_redis
     batcher = ScriptBatcher(client)
-    script = load_script("progress")
+    script = load_script("queue_svc", "progress")
     try:
         assert await batcher.call(script, ("a", "b", "c", "d", "e", "f"), ()) == [0]
         await client.script_flush()

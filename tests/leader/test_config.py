@@ -8,10 +8,8 @@ import socket
 import pytest
 
 from boxoffice.config import ConfigError, Env
-from queue_svc.leader import create_leadership
-from queue_svc.leader_config import LeaderConfig, LeaderTimings, check_name
-from queue_svc.leader_postgres import advisory_keys
-from tests.queue.leader_support import runtime
+from boxoffice.leader import LeaderConfig, LeaderTimings, advisory_keys, check_name, create_leadership
+from tests.leader.support import runtime
 
 
 def test_defaults_are_client_go_timings_on_postgres() -> None:

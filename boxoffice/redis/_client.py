@@ -1,14 +1,10 @@
-"""Redis through redis.asyncio: one client per process, Lua scripts kept as
-``.lua`` files and registered once, every key of an event under the hash tag
-``{ev:<id>}`` so that an event's scripts run on one Redis Cluster shard."""
+"""Redis through redis.asyncio: one client per process, every key of an
+event under the hash tag ``{ev:<id>}`` so that an event's scripts run on one
+Redis Cluster shard."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from importlib import resources
-
 import redis.asyncio as aioredis
-from redis.commands.core import AsyncScript
 
 
 def event_key(event_id: int, *parts: str | int) -> str:
@@ -28,13 +24,6 @@ def create_client(url: str, *, max_connections: int = 64, socket_timeout_seconds
         health_check_interval=30,
         decode_responses=False,
     )
-
-
-def load_scripts(client: aioredis.Redis, package: str, names: tuple[str, ...]) -> Mapping[str, AsyncScript]:
-    """Register ``<package>/lua/<name>.lua`` for each name (EVALSHA with a
-    fallback to loading the script on NOSCRIPT)."""
-    folder = resources.files(package).joinpath("lua")
-    return {name: client.register_script(folder.joinpath(f"{name}.lua").read_text()) for name in names}
 
 
 class RedisComponent:

@@ -25,25 +25,15 @@ from redis.exceptions import RedisError, ResponseError
 
 from boxoffice import deadline
 from boxoffice.errors import DeadlineExceeded, Internal, Unavailable
-from queue_svc.redis_pipe import Arg, PipeClosed, PipelinedConnection, ReplyError, encode_args
+from boxoffice.redis._pipe import Arg, PipeClosed, PipelinedConnection, ReplyError, encode_args
+from boxoffice.redis._scripts import Script
 
-_log = logging.getLogger("queue_svc.batcher")
-
-__all__ = ["Arg", "Script", "ScriptBatcher"]
+_log = logging.getLogger("boxoffice.redis")
 
 # A batch sent less than this long ago means the process is busy: the next
 # one lingers (linger_seconds) to gather more calls. An idle process sends at
 # once.
 _BUSY_SECONDS = 0.005
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    """A Lua script known by its source and SHA1."""
-
-    name: str
-    source: str
-    sha: str
 
 
 @dataclass(slots=True)
@@ -103,8 +93,9 @@ class ScriptBatcher:
         max_in_flight: int = 1,
         linger_seconds: float = 0.003,
         timeout_seconds: float = 5.0,
+        name: str = "redis-script-batcher",
     ) -> None:
-        self.name = "queue-redis-batcher"
+        self.name = name
         self._client = client
         self._pipe = _pipe_for(client, timeout_seconds)
         self._max_batch = max_batch

@@ -113,3 +113,8 @@ class LeaderConfig:
             kube_api_url=kube_api_url,
             database_url=env.optional_str("BOXOFFICE_LEADER_DATABASE_URL"),
         )
+
+
+def lease_name(role: str) -> str:
+    """The Lease a role is elected on (RBAC in k8s/ grants exactly this name)."""
+    return f"boxoffice-{role}"

@@ -22,7 +22,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from boxoffice import deadline
-from queue_svc.leader_config import LeaderTimings
+from boxoffice.leader._config import LeaderTimings
 
 # idle_session_timeout exists from Postgres 14 on; older servers rely on the
 # keepalive and tcp_user_timeout bounds alone.
@@ -53,7 +53,7 @@ def advisory_keys(name: str) -> tuple[int, int]:
 
 
 class PostgresLock:
-    """An :class:`queue_svc.leader_elector.ElectionLock` on a session
+    """An :class:`ElectionLock` on a session
     advisory lock. ``session_bound_seconds`` is how long the server keeps a
     silent session (normally ``timings.session_bound_seconds``); None leaves
     the server's bounds unset (tests show what that costs)."""

@@ -27,12 +27,12 @@ import psycopg
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from booking_svc.metrics import RelayMetrics
 from boxoffice import db, deadline
 from boxoffice.errors import BoxofficeError
 from boxoffice.runtime import Pool
-from payment_svc.metrics import RelayMetrics
 
-_log = logging.getLogger("payment_svc.relay")
+_log = logging.getLogger("booking_svc.relay")
 
 _BATCH_SQL = """
 WITH candidates AS (

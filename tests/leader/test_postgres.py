@@ -18,10 +18,8 @@ import time
 import psycopg
 from prometheus_client import CollectorRegistry
 
-from queue_svc.leader_config import LeaderTimings
-from queue_svc.leader_elector import Elector, LeaderMetrics
-from queue_svc.leader_postgres import PostgresLock
-from tests.queue.leader_support import BlackholeProxy, Candidates, ChildCandidate, Timeline, timing_env, wait_until
+from boxoffice.leader import Elector, LeaderMetrics, LeaderTimings, PostgresLock
+from tests.leader.support import BlackholeProxy, Candidates, ChildCandidate, Timeline, timing_env, wait_until
 from tests.support import Stores
 
 LEASE, RENEW, RETRY = 6.0, 2.0, 0.25

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.queue.leader_support import Candidates, Timeline, lease_stand_in, timing_env, wait_until
+from tests.leader.support import Candidates, Timeline, lease_stand_in, timing_env, wait_until
 
 LEASE, RENEW, RETRY = 3, 2.0, 0.25
 NAMESPACE = "boxoffice"

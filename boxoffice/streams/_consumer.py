@@ -1,4 +1,4 @@
-"""A consumer group member on the ``ticket-issued`` stream.
+"""A consumer group member on an outbox event stream (``ticket-issued``).
 
 Each entry is handed to an idempotent handler and acknowledged only after
 the handler returns (its work committed). An entry whose handling fails
@@ -25,9 +25,9 @@ import redis.exceptions
 
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
-from payment_svc.metrics import ConsumerMetrics
+from boxoffice.streams._metrics import ConsumerMetrics
 
-_log = logging.getLogger("payment_svc.streams")
+_log = logging.getLogger("boxoffice.streams")
 
 # Budget of one entry's handling.
 _HANDLE_SECONDS = 15.0

@@ -35,11 +35,6 @@ _NOT_FOUND = 404
 _CONFLICT = 409
 
 
-def lease_name(role: str) -> str:
-    """The Lease a role is elected on (RBAC in k8s/ grants exactly this name)."""
-    return f"boxoffice-{role}"
-
-
 def default_namespace(configured: str | None) -> str:
     """``POD_NAMESPACE`` when set, else the pod's service-account namespace,
     else ``default``."""
@@ -101,7 +96,7 @@ class _Record:
 
 
 class LeaseLock:
-    """An :class:`queue_svc.leader_elector.ElectionLock` on a Lease."""
+    """An :class:`ElectionLock` on a Lease."""
 
     def __init__(
         self,

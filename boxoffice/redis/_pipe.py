@@ -19,7 +19,7 @@ from typing import Any
 
 import hiredis
 
-_log = logging.getLogger("queue_svc.redis_pipe")
+_log = logging.getLogger("boxoffice.redis")
 
 Arg = str | int | float | bytes
 

@@ -2,7 +2,7 @@
 this process and in child processes, a TCP proxy that can black-hole a
 connection, and a stand-in for the Kubernetes Lease endpoints.
 
-Run as ``python -m tests.queue.leader_support DATABASE_URL NAME IDENTITY
+Run as ``python -m tests.leader.support DATABASE_URL NAME IDENTITY
 LEASE RENEW RETRY`` it is one Postgres-backend candidate that prints a JSON
 line when it starts and stops leading.
 """
@@ -28,8 +28,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from boxoffice.clock import SystemClock
 from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.leader import Leadership, create_leadership
 from boxoffice.runtime import Runtime
-from queue_svc.leader import Leadership, create_leadership
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,7 +165,7 @@ class ChildCandidate:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "tests.queue.leader_support",
+            "tests.leader.support",
             database_url,
             name,
             identity,

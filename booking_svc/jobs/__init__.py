@@ -1,0 +1,2 @@
+"""Booking's background roles: the hold-expiry sweeper, the seat gauges and
+the outbox relay."""

@@ -1,5 +1,0 @@
-import sys
-
-from boxoffice.cli import main
-
-sys.exit(main())

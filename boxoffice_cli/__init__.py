@@ -1,0 +1,1 @@
+"""The ``boxoffice`` command: the process composition root above the services."""
