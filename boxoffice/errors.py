@@ -102,6 +102,17 @@ _BY_CODE: dict[grpc.StatusCode, type[BoxofficeError]] = {
 }
 
 
+_BY_NAME: dict[str, type[BoxofficeError]] = {code.name: cls for code, cls in _BY_CODE.items()}
+
+
+def error_class_for_code(code: grpc.StatusCode | str) -> type[BoxofficeError]:
+    """The one table from a canonical code (or its name, e.g. ``"NOT_FOUND"``)
+    to its exception class; :class:`Internal` for a code with none."""
+    if isinstance(code, str):
+        return _BY_NAME.get(code, Internal)
+    return _BY_CODE.get(code, Internal)
+
+
 def to_status(err: BoxofficeError) -> grpc.Status:
     """The rich gRPC status for a domain error (code, message, ErrorInfo)."""
     info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata)
@@ -128,7 +139,7 @@ def from_rpc_error(err: grpc.RpcError) -> BoxofficeError:
                     detail.Unpack(info)
                     reason = info.reason
                     metadata = dict(info.metadata)
-    return _BY_CODE.get(code, Internal)(message, reason=reason, metadata=metadata)
+    return error_class_for_code(code)(message, reason=reason, metadata=metadata)
 
 
 __all__ = [
@@ -145,6 +156,7 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "error_class_for_code",
     "from_rpc_error",
     "to_status",
 ]
