@@ -12,10 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from prometheus_client import CollectorRegistry
-
-from boxoffice.clock import SystemClock
-from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.config import Env
 from boxoffice.lifecycle import run
 from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
@@ -32,15 +29,8 @@ async def _serve() -> None:
             **os.environ,
         }
     )
-    rt = Runtime(
-        env=env,
-        server=ServerConfig.from_env(env, default_grpc_port=0),
-        store=StoreConfig.from_env(env),
-        database_url=os.environ["DATABASE_URL"],
-        redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/12"),
-        clock=SystemClock(),
-        registry=CollectorRegistry(),
-        tokens=TokenConfig.from_env(env),
+    rt = Runtime.from_env(
+        env, database_url=os.environ["DATABASE_URL"], redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/12")
     )
     components = await app.build(rt, "server")
     server = next(c for c in components if isinstance(c, GrpcServer))

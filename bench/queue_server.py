@@ -14,10 +14,7 @@ import asyncio
 import gc
 import os
 
-from prometheus_client import CollectorRegistry
-
-from boxoffice.clock import SystemClock
-from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.config import Env
 from boxoffice.lifecycle import run
 from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
@@ -26,16 +23,7 @@ from queue_svc import app
 
 async def _serve(freeze: bool) -> None:
     env = Env({"BOXOFFICE_GRPC_PORT": "0", **os.environ})
-    rt = Runtime(
-        env=env,
-        server=ServerConfig.from_env(env, default_grpc_port=0),
-        store=StoreConfig.from_env(env),
-        database_url=os.environ["DATABASE_URL"],
-        redis_url=os.environ["REDIS_URL"],
-        clock=SystemClock(),
-        registry=CollectorRegistry(),
-        tokens=TokenConfig.from_env(env),
-    )
+    rt = Runtime.from_env(env, database_url=os.environ["DATABASE_URL"], redis_url=os.environ["REDIS_URL"])
     components = await app.build(rt, "server")
     server = next(c for c in components if isinstance(c, GrpcServer))
 

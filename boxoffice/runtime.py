@@ -18,7 +18,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from boxoffice.clock import Clock
+from boxoffice.clock import Clock, SystemClock
 from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
 from boxoffice.db import Migration, PoolComponent, create_pool
 from boxoffice.lifecycle import Component
@@ -60,6 +60,31 @@ class Runtime:
         self._infrastructure: list[Component] = []
         # `boxoffice up` serves each service on its own port in one process.
         self.grpc_ports: dict[str, int] = {}
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Env,
+        *,
+        database_url: str,
+        redis_url: str,
+        default_grpc_port: int = 0,
+        clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> Runtime:
+        """The one way a process, a test or a benchmark builds its Runtime:
+        every setting read (and validated) from ``env``; a test passes its own
+        clock and registry."""
+        return cls(
+            env=env,
+            server=ServerConfig.from_env(env, default_grpc_port=default_grpc_port),
+            store=StoreConfig.from_env(env),
+            database_url=database_url,
+            redis_url=redis_url,
+            clock=clock or SystemClock(),
+            registry=registry or CollectorRegistry(),
+            tokens=TokenConfig.from_env(env),
+        )
 
     def pool(self) -> Pool:
         """The process's Postgres pool (opened with the infrastructure)."""

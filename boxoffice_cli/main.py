@@ -11,10 +11,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from prometheus_client import CollectorRegistry
-
 from boxoffice import db, logs
-from boxoffice.clock import SystemClock
 from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TokenConfig
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
 from boxoffice.lifecycle import Component, run
@@ -78,16 +75,9 @@ def _stores(store: StoreConfig, *, need_redis: bool = True) -> _Stores:
     return _Stores(database_url, redis_url or "", embedded)
 
 
-def _runtime(env: Env, server: ServerConfig, store: StoreConfig, stores: _Stores) -> Runtime:
-    return Runtime(
-        env=env,
-        server=server,
-        store=store,
-        database_url=stores.database_url,
-        redis_url=stores.redis_url,
-        clock=SystemClock(),
-        registry=CollectorRegistry(),
-        tokens=TokenConfig.from_env(env),
+def _runtime(env: Env, default_grpc_port: int, stores: _Stores) -> Runtime:
+    return Runtime.from_env(
+        env, database_url=stores.database_url, redis_url=stores.redis_url, default_grpc_port=default_grpc_port
     )
 
 
@@ -100,7 +90,7 @@ async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
 
 async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store: StoreConfig) -> None:
     base = ServerConfig.from_env(env, default_grpc_port=0)
-    rt = _runtime(env, base, store, stores)
+    rt = _runtime(env, 0, stores)
     applied = await _migrate(stores.database_url, modules)
     components: list[Component] = []
     service_components: list[Component] = []
@@ -164,7 +154,7 @@ def _redact(url: str) -> str:
 
 async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, store: StoreConfig) -> None:
     server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
-    rt = _runtime(env, server, store, stores)
+    rt = _runtime(env, module.DEFAULT_GRPC_PORT, stores)
     await _migrate(stores.database_url, [module])
     built = await module.build(rt, role)
     if not any(isinstance(component, GrpcServer) for component in built):

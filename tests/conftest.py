@@ -20,13 +20,9 @@ import psycopg
 import pytest
 import redis
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry
 
 from boxoffice import db
-from boxoffice.clock import SystemClock
-from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis
-from boxoffice.runtime import Runtime
 from tests.support import ManualClock, Stores, all_migrations
 
 
@@ -87,22 +83,6 @@ async def redis_client(stores: Stores) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
-
-
-def make_runtime(stores: Stores, *, environ: dict[str, str] | None = None, clock: ManualClock | None = None) -> Runtime:
-    """A Runtime on loopback port 0 against the test stores."""
-    env = Env({"BOXOFFICE_GRPC_PORT": "0", **(environ or {})})
-
-    return Runtime(
-        env=env,
-        server=ServerConfig.from_env(env, default_grpc_port=0),
-        store=StoreConfig.from_env(env),
-        database_url=stores.database_url,
-        redis_url=stores.redis_url,
-        clock=clock or SystemClock(),
-        registry=CollectorRegistry(),
-        tokens=TokenConfig.from_env(env),
-    )
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from boxoffice.config import Env
 from boxoffice.db import Migration
 from boxoffice.lifecycle import Component
+from boxoffice.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -53,3 +55,9 @@ async def running(components: Sequence[Component], grace_seconds: float = 2.0) -
     finally:
         for component in reversed(started):
             await component.stop(grace_seconds)
+
+
+def make_runtime(stores: Stores, *, environ: dict[str, str] | None = None, clock: ManualClock | None = None) -> Runtime:
+    """A Runtime on loopback port 0 against the test stores."""
+    env = Env({"BOXOFFICE_GRPC_PORT": "0", **(environ or {})})
+    return Runtime.from_env(env, database_url=stores.database_url, redis_url=stores.redis_url, clock=clock)

@@ -17,8 +17,7 @@ from boxoffice.server import GrpcServer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
 from tests.booking.harness import booking_server, create_event, general, hold_request, query
-from tests.conftest import make_runtime
-from tests.support import ManualClock, Stores, running
+from tests.support import ManualClock, Stores, make_runtime, running
 
 
 async def test_roles_build_serve_and_seed_the_demo_event_once(stores: Stores) -> None:

@@ -25,8 +25,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.conftest import make_runtime
-from tests.support import Stores, all_migrations, running
+from tests.support import Stores, all_migrations, make_runtime, running
 
 T = TypeVar("T")
 

@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from boxoffice.clock import SystemClock
-from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.config import Env
 from boxoffice.leader import Leadership, create_leadership
 from boxoffice.runtime import Runtime
 
@@ -37,16 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def runtime(database_url: str, environ: Mapping[str, str]) -> Runtime:
     """A Runtime that only leader election uses (nothing connects until asked)."""
     env = Env({"BOXOFFICE_GRPC_PORT": "0", **environ})
-    return Runtime(
-        env=env,
-        server=ServerConfig.from_env(env, default_grpc_port=0),
-        store=StoreConfig.from_env(env),
-        database_url=database_url,
-        redis_url="redis://127.0.0.1:1/0",
-        clock=SystemClock(),
-        registry=CollectorRegistry(),
-        tokens=TokenConfig.from_env(env),
-    )
+    return Runtime.from_env(env, database_url=database_url, redis_url="redis://127.0.0.1:1/0")
 
 
 def timing_env(lease: float, renew: float, retry: float) -> dict[str, str]:

@@ -34,9 +34,8 @@ from payment_svc.metrics import IssuerMetrics
 from payment_svc.model import Payment
 from payment_svc.sandbox import PM_DECLINED, PM_OK
 from tests.booking.harness import Booking, create_event, general, hold_request, query, seated
-from tests.conftest import make_runtime
 from tests.payment.support import PaymentStack, age, open_pool, open_redis, payment_stack
-from tests.support import ManualClock, Stores, running
+from tests.support import ManualClock, Stores, make_runtime, running
 
 
 @dataclass

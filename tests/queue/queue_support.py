@@ -22,8 +22,7 @@ from queue_svc.config import QueueSettings
 from queue_svc.model import EventQueueConfig
 from queue_svc.service import QueueHandler
 from queue_svc.store import EventKeys, RedisQueueStore
-from tests.conftest import make_runtime
-from tests.support import ManualClock, Stores, running
+from tests.support import ManualClock, Stores, make_runtime, running
 
 MINUTE_MS = 60_000
 

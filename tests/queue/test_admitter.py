@@ -17,7 +17,6 @@ from queue_svc.config import QueueSettings
 from queue_svc.events import PgEventQueueRepository
 from queue_svc.model import QueueState
 from queue_svc.store import FanOp, JoinLimits
-from tests.conftest import make_runtime
 from tests.queue.queue_support import (
     AlwaysLeader,
     QueueUnderTest,
@@ -27,7 +26,7 @@ from tests.queue.queue_support import (
     queue_service,
     redis_store,
 )
-from tests.support import ManualClock, Stores, running
+from tests.support import ManualClock, Stores, make_runtime, running
 
 _NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
 FAST_TICKS = {"BOXOFFICE_QUEUE_TICK_SECONDS": "0.05", "BOXOFFICE_QUEUE_EVENT_REFRESH_SECONDS": "0.2"}

@@ -16,7 +16,6 @@ from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc import app
 from queue_svc.config import QueueSettings
 from queue_svc.store import FanOp, JoinLimits, RedisQueueStore
-from tests.conftest import make_runtime
 from tests.queue.queue_support import (
     AlwaysLeader,
     event_config,
@@ -26,7 +25,7 @@ from tests.queue.queue_support import (
     queue_service,
     redis_store,
 )
-from tests.support import ManualClock, Stores, running
+from tests.support import ManualClock, Stores, make_runtime, running
 
 JOINS = 5000
 MAX_ACTIVE = 40
