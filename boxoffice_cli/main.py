@@ -25,7 +25,8 @@ _log = logging.getLogger("boxoffice.cli")
 UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053}
 
 
-def _modules() -> list[ServiceModule]:
+def service_modules() -> list[ServiceModule]:
+    """The services of the mesh, in start order (the one list of them)."""
     from booking_svc import app as booking_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
@@ -33,7 +34,8 @@ def _modules() -> list[ServiceModule]:
     return [queue_app, booking_app, payment_app]
 
 
-def _commands(modules: Sequence[ServiceModule]) -> dict[str, tuple[ServiceModule, str]]:
+def commands(modules: Sequence[ServiceModule]) -> dict[str, tuple[ServiceModule, str]]:
+    """Each command (``queue-svc``, ``relay``, ...): its service and role."""
     table: dict[str, tuple[ServiceModule, str]] = {}
     for module in modules:
         for command, role in module.ROLES.items():
@@ -172,13 +174,13 @@ async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, stor
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    modules = _modules()
-    commands = _commands(modules)
+    modules = service_modules()
+    table = commands(modules)
     parser = argparse.ArgumentParser(prog="boxoffice", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)")
     sub.add_parser("migrate", help="apply schema migrations and exit")
-    for command, (module, role) in sorted(commands.items()):
+    for command, (module, role) in sorted(table.items()):
         sub.add_parser(command, help=f"run {module.COMPONENT} {role}")
     args = parser.parse_args(argv)
     env = Env(os.environ if environ is None else environ)
@@ -203,7 +205,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             applied = asyncio.run(_migrate(stores.database_url, modules))
             print("\n".join(applied) if applied else "schema is up to date")
         else:
-            module, role = commands[args.command]
+            module, role = table[args.command]
             asyncio.run(_one(env, module, role, stores, store))
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
