@@ -1,5 +1,40 @@
-"""Postgres through a psycopg async pool; ordered SQL migrations; one
-transaction helper that bounds every statement by the call's deadline."""
+"""Postgres through a psycopg async pool; schema migrations; one transaction
+helper that bounds every statement by the call's deadline.
+
+Migrations come from two folders of a package (:func:`load_migrations`):
+
+- ``migrations/NNNN_name.sql``, *versioned*: applied once each, in version
+  order, and never edited afterwards (an applied file whose checksum changed
+  is an error). They hold the schema: tables, indexes, constraints, types.
+  They never call a function or read a view of ``sql/``: those are applied
+  after them and may not exist yet.
+- ``sql/name.sql``, *repeatable* (Flyway's repeatable migrations): one
+  function, view or other replaceable object per file, with every setting it
+  needs in the same file (``CREATE OR REPLACE FUNCTION ... SET ...``).
+  A file is applied again whenever its checksum differs from the one
+  recorded, and not otherwise. History lives in git, not in copies.
+
+:func:`migrate` takes one advisory lock (replicas starting together migrate
+once), applies every pending versioned migration of every component, each in
+its own transaction, then every changed repeatable one, each in its own
+transaction, in the order given: :func:`load_migrations` gives a component's
+files in name order, so a repeatable object that another one needs at
+creation time (a view or an SQL-language function; plpgsql bodies are
+resolved only when they run) is named to sort before it. A failing file
+rolls back alone and stops the run with an error that names it. Versioned
+migrations are recorded in ``schema_migrations``, repeatable ones in
+``schema_repeatables`` with their checksums.
+
+A *baseline* collapses a component's history: a versioned file whose first
+lines declare ``-- replaces: 0001-0010`` holds the schema those versions
+built. On a database where all of those versions are recorded the baseline
+is recorded as applied without running, and the rows of the versions it
+replaces are removed (their files are gone); on a database with none of
+them it runs like any migration; a database with only some of them is part
+way through the old history, and migrating it is an error (run a release
+that still has those files first). Dropping a repeatable object that is no
+longer wanted takes a versioned migration (``DROP FUNCTION IF EXISTS``).
+"""
 
 from __future__ import annotations
 
@@ -25,6 +60,8 @@ from boxoffice.errors import DeadlineExceeded, Unavailable
 _log = logging.getLogger("boxoffice.db")
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_REPEATABLE_NAME = re.compile(r"^[a-z0-9_]+\.sql$")
+_REPLACES = re.compile(r"^--\s*replaces:\s*(\d+)-(\d+)\s*$", re.MULTILINE)
 
 # Any fixed number shared by every process that migrates this database.
 _MIGRATION_LOCK_KEY = 0x626F78_6F6666
@@ -117,71 +154,174 @@ async def transaction(
 
 @dataclass(frozen=True)
 class Migration:
+    """One SQL file: versioned (``version`` set) or repeatable
+    (``version`` None, see :meth:`repeatable`). ``replaces`` lists the
+    versions a baseline stands for."""
+
     component: str
-    version: int
+    version: int | None
     name: str
     sql: str
+    replaces: tuple[int, ...] = ()
+
+    @classmethod
+    def repeatable(cls, component: str, name: str, sql: str) -> Migration:
+        return cls(component, None, name, sql)
+
+    @property
+    def is_repeatable(self) -> bool:
+        return self.version is None
+
+    @property
+    def label(self) -> str:
+        return f"{self.component}/{self.name}"
 
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
+def _replaced_versions(sql: str) -> tuple[int, ...]:
+    head = "\n".join(sql.splitlines()[:5])
+    match = _REPLACES.search(head)
+    if match is None:
+        return ()
+    first, last = int(match.group(1)), int(match.group(2))
+    if first > last:
+        raise RuntimeError(f"a baseline replaces an empty range {first}-{last}")
+    return tuple(range(first, last + 1))
+
+
 def load_migrations(component: str, package: str) -> list[Migration]:
-    """The ``NNNN_name.sql`` files of ``package``'s ``migrations`` folder, in order."""
-    folder: Traversable = resources.files(package).joinpath("migrations")
-    found: list[Migration] = []
-    if not folder.is_dir():
-        return found
-    for entry in folder.iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append(Migration(component, int(match.group(1)), entry.name, entry.read_text()))
-    found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
+    """``package``'s versioned ``migrations/NNNN_name.sql`` files in version
+    order, then its repeatable ``sql/name.sql`` files in name order."""
+    root: Traversable = resources.files(package)
+    versioned: list[Migration] = []
+    folder = root.joinpath("migrations")
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            match = _MIGRATION_NAME.match(entry.name)
+            if match:
+                sql = entry.read_text()
+                versioned.append(
+                    Migration(component, int(match.group(1)), entry.name, sql, replaces=_replaced_versions(sql))
+                )
+    versioned.sort(key=lambda m: m.version or 0)
+    versions = [m.version for m in versioned]
     if len(set(versions)) != len(versions):
         raise RuntimeError(f"{package}: two migrations share a version number")
-    return found
+    repeatable: list[Migration] = []
+    folder = root.joinpath("sql")
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            if _REPEATABLE_NAME.match(entry.name):
+                repeatable.append(Migration.repeatable(component, entry.name, entry.read_text()))
+    repeatable.sort(key=lambda m: m.name)
+    return versioned + repeatable
+
+
+class MigrationFailed(RuntimeError):
+    """A migration file failed; its transaction was rolled back."""
+
+    def __init__(self, migration: Migration, err: psycopg.Error) -> None:
+        super().__init__(f"migration {migration.label} failed: {err}")
+        self.migration = migration
 
 
 async def migrate(url: str, migrations: Sequence[Migration]) -> list[str]:
-    """Apply what is not applied yet, each in its own transaction, under an
-    advisory lock so that replicas starting together migrate once. An
-    applied migration whose file changed is an error."""
+    """Apply what is pending under the migration lock: versioned migrations
+    not recorded yet, then repeatable ones whose checksum changed. Answers
+    the files applied (``component/name``), in order."""
     applied_now: list[str] = []
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_KEY,))
         try:
-            await conn.execute(
-                """
-                CREATE TABLE IF NOT EXISTS schema_migrations (
-                    component  text        NOT NULL,
-                    version    integer     NOT NULL,
-                    name       text        NOT NULL,
-                    checksum   text        NOT NULL,
-                    applied_at timestamptz NOT NULL DEFAULT now(),
-                    PRIMARY KEY (component, version)
-                )
-                """
-            )
+            await conn.execute(_SCHEMA_TABLES)
             cur = await conn.execute("SELECT component, version, checksum FROM schema_migrations")
             done = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
             for migration in migrations:
-                key = (migration.component, migration.version)
-                if key in done:
-                    if done[key] != migration.checksum:
-                        raise RuntimeError(
-                            f"migration {migration.component}/{migration.name} changed after it was applied"
-                        )
-                    continue
-                async with conn.transaction():
-                    await conn.execute(migration.sql.encode())
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (component, version, name, checksum) VALUES (%s, %s, %s, %s)",
-                        (migration.component, migration.version, migration.name, migration.checksum),
-                    )
-                applied_now.append(f"{migration.component}/{migration.name}")
-                _log.info("migration applied", extra={"migration": f"{migration.component}/{migration.name}"})
+                if not migration.is_repeatable and await _apply_versioned(conn, migration, done):
+                    applied_now.append(migration.label)
+            cur = await conn.execute("SELECT component, name, checksum FROM schema_repeatables")
+            current = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
+            for migration in migrations:
+                if migration.is_repeatable and current.get((migration.component, migration.name)) != migration.checksum:
+                    await _run(conn, migration, _RECORD_REPEATABLE, (migration.component, migration.name))
+                    applied_now.append(migration.label)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK_KEY,))
     return applied_now
+
+
+_SCHEMA_TABLES = b"""
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    component  text        NOT NULL,
+    version    integer     NOT NULL,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (component, version)
+);
+CREATE TABLE IF NOT EXISTS schema_repeatables (
+    component  text        NOT NULL,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (component, name)
+)
+"""
+
+_RECORD_VERSIONED = b"""
+INSERT INTO schema_migrations (component, version, name, checksum) VALUES (%s, %s, %s, %s)
+"""
+
+_RECORD_REPEATABLE = b"""
+INSERT INTO schema_repeatables (component, name, checksum) VALUES (%s, %s, %s)
+ON CONFLICT (component, name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
+"""
+
+
+async def _apply_versioned(
+    conn: AsyncConnection[TupleRow], migration: Migration, done: dict[tuple[str, int], str]
+) -> bool:
+    """Apply one versioned migration unless it is recorded (or, for a
+    baseline, stands for recorded history); True when it ran."""
+    key = (migration.component, migration.version)
+    if key in done:
+        if done[key] != migration.checksum:
+            raise RuntimeError(f"migration {migration.label} changed after it was applied")
+        return False
+    if migration.replaces:
+        present = [v for v in migration.replaces if (migration.component, v) in done]
+        if len(present) == len(migration.replaces):
+            async with conn.transaction():
+                await conn.execute(
+                    "DELETE FROM schema_migrations WHERE component = %s AND version = ANY (%s)",
+                    (migration.component, list(migration.replaces)),
+                )
+                await conn.execute(
+                    _RECORD_VERSIONED, (migration.component, migration.version, migration.name, migration.checksum)
+                )
+            _log.info("baseline recorded over its history", extra={"migration": migration.label})
+            return False
+        if present:
+            missing = sorted(set(migration.replaces) - set(present))
+            raise RuntimeError(
+                f"migration {migration.label} replaces versions {migration.replaces[0]}-{migration.replaces[-1]}, "
+                f"but this database has only some of them (missing {missing}): "
+                "migrate it with a release that still has those files first"
+            )
+    await _run(conn, migration, _RECORD_VERSIONED, (migration.component, migration.version, migration.name))
+    return True
+
+
+async def _run(
+    conn: AsyncConnection[TupleRow], migration: Migration, record: bytes, key: tuple[str | int | None, ...]
+) -> None:
+    try:
+        async with conn.transaction():
+            await conn.execute(migration.sql.encode())
+            await conn.execute(record, (*key, migration.checksum))
+    except psycopg.Error as err:
+        raise MigrationFailed(migration, err) from err
+    _log.info("migration applied", extra={"migration": migration.label})
