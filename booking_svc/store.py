@@ -1,8 +1,8 @@
 """Booking storage on Postgres, the arbiter of every seat.
 
 HoldSeats is one statement: the holds that arrive together go as one call
-of ``booking_hold_batch`` (migration 0006), which decides each of them as
-``booking_hold_seats`` (latest in 0005) would, one after another, and
+of ``booking_hold_batch`` (``sql/booking_hold_batch.sql``), which decides
+each of them as ``booking_hold_seats`` would, one after another, and
 writes the winners at once: one round trip and one commit for the batch,
 each hold all or nothing, a failing hold failing alone. Either way the
 implicit transaction commits on the server, so the counter rows it moves
@@ -78,7 +78,7 @@ T = TypeVar("T")
 _log = logging.getLogger("booking_svc.store")
 
 # A seated section counts in this many stripes (seat_id % STRIPES); a
-# general-admission section in one (migration 0004).
+# general-admission section in one (the section_stripes table).
 STRIPES = 16
 
 HOLD_COLUMNS = (
@@ -295,7 +295,7 @@ def _seat_ids(selection: Selection) -> list[int]:
 
 
 def _batch_params(attempts: Sequence[HoldAttempt], remaining_ms: Sequence[int], pause: float) -> tuple[Any, ...]:
-    """The arguments of ``booking_hold_batch`` (migration 0006)."""
+    """The arguments of ``booking_hold_batch``."""
     seats = [_seat_ids(a.selection) for a in attempts]
     return (
         [a.event_id for a in attempts],
@@ -980,7 +980,7 @@ class PgBookingStore:
         self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
     ) -> Hold:
         """HELD -> CONFIRMED, seats SOLD, counters moved, an outbox row: one
-        statement (``booking_confirm_hold``, migration 0008), one
+        statement (``booking_confirm_hold``), one
         transaction. The first answer for a key (a hold or an error) is
         stored with it and replayed; a twin in flight waits for it."""
 

@@ -1,7 +1,14 @@
--- BookingService: events, sections with live counters, seats, holds, the
+-- replaces: 0001-0010
+-- BookingService's schema as versions 0001-0010 left it, in one file: a
+-- database migrated through 0010 is recorded at this baseline without
+-- running it, a fresh one runs it. Tables, indexes and constraints only;
+-- the functions and views are the repeatable files of sql/.
+--
+-- Events, sections with their counters in stripes, seats, holds, the
 -- idempotency records of holds and confirms, and the transactional outbox.
--- Postgres is the arbiter: the conditional UPDATEs in 0002 and the CHECK
--- constraints here are what keep a seat from being held or sold twice.
+-- Postgres is the arbiter: the conditional UPDATEs of the hold function
+-- and the CHECK constraints here are what keep a seat from being held or
+-- sold twice.
 
 CREATE TABLE events (
     event_id               bigint      PRIMARY KEY CHECK (event_id > 0),
@@ -24,11 +31,26 @@ CREATE TABLE sections (
     overbook_limit integer NOT NULL DEFAULT 0 CHECK (overbook_limit >= 0),
     price_minor    bigint  NOT NULL CHECK (price_minor >= 0),
     currency       text    NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
-    sold           integer NOT NULL DEFAULT 0 CHECK (sold >= 0),
-    held           integer NOT NULL DEFAULT 0 CHECK (held >= 0),
-    PRIMARY KEY (event_id, section_id),
-    -- I2, the last net under the conditional counter update.
-    CONSTRAINT sections_within_capacity CHECK (sold + held <= capacity + overbook_limit)
+    PRIMARY KEY (event_id, section_id)
+);
+
+-- A section's live counters, in stripes. One counter row per section would
+-- serialise every hold of the section on that row's lock, held until the
+-- commit's WAL flush. A seated section counts in 16 stripes (a seat counts
+-- in stripe seat_id % 16, so neighbouring seats fall in different
+-- stripes); a general-admission section, which has no seats, in one
+-- (stripe 0). Each stripe carries the capacity CHECK (I2); the stripes'
+-- capacities add up to the section's capacity plus its overbook limit.
+CREATE TABLE section_stripes (
+    event_id   bigint   NOT NULL,
+    section_id text     NOT NULL,
+    stripe     smallint NOT NULL CHECK (stripe BETWEEN 0 AND 15),
+    capacity   integer  NOT NULL CHECK (capacity >= 0),
+    sold       integer  NOT NULL DEFAULT 0 CHECK (sold >= 0),
+    held       integer  NOT NULL DEFAULT 0 CHECK (held >= 0),
+    PRIMARY KEY (event_id, section_id, stripe),
+    FOREIGN KEY (event_id, section_id) REFERENCES sections (event_id, section_id),
+    CONSTRAINT section_stripes_within_capacity CHECK (sold + held <= capacity)
 );
 
 -- Rows of a seated section: consecutive seat ids and numbers (the seat map).
@@ -92,12 +114,19 @@ CREATE TABLE holds (
 CREATE INDEX holds_customer ON holds (event_id, customer_id, state);
 CREATE INDEX holds_lapsing ON holds (expires_at) WHERE state = 'HELD';
 CREATE INDEX holds_newest ON holds (event_id, created_at DESC, hold_id DESC);
+-- The per-customer limit reads only the customer's live holds.
+CREATE INDEX holds_live_by_customer ON holds (event_id, customer_id) WHERE state = 'HELD';
 
--- The seats a hold took (kept after the hold ends, for its history).
+-- The seats a hold took (kept after the hold ends, for its history), with
+-- their labels, which never change: reading a hold touches holds and
+-- hold_seats only, never seats.
 CREATE TABLE hold_seats (
-    hold_id  uuid   NOT NULL,
-    event_id bigint NOT NULL,
-    seat_id  bigint NOT NULL,
+    hold_id     uuid    NOT NULL,
+    event_id    bigint  NOT NULL,
+    seat_id     bigint  NOT NULL,
+    row_label   text    NOT NULL,
+    seat_number integer NOT NULL,
+    label       text    NOT NULL,
     PRIMARY KEY (hold_id, seat_id)
 );
 
@@ -123,8 +152,8 @@ CREATE TABLE confirmations (
     created_at      timestamptz NOT NULL DEFAULT now()
 );
 
--- Transactional outbox (Debezium outbox layout); the payment service's relay
--- publishes rows and sets published_at.
+-- Transactional outbox (Debezium outbox layout); the outbox relay publishes
+-- rows and sets published_at.
 CREATE TABLE outbox (
     id            uuid        PRIMARY KEY,
     aggregatetype text        NOT NULL,
@@ -137,3 +166,7 @@ CREATE TABLE outbox (
 );
 
 CREATE INDEX outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;
+-- The relay picks, for each order (aggregateid) among a batch of unpublished
+-- rows, the oldest unpublished row of that order: look it up by order
+-- instead of walking every unpublished row.
+CREATE INDEX outbox_unpublished_by_aggregate ON outbox (aggregateid, seq) WHERE published_at IS NULL;

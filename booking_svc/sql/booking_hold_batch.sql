@@ -1,10 +1,44 @@
--- booking_hold_batch as in 0006, and a hold that finishes past its
--- caller's deadline no longer commits: as booking_hold_seats does for one
--- hold, the batch checks every winner's deadline once all is written, and
--- when one has passed it rolls back with SQLSTATE B1011, the late holds'
--- positions (1-based) in DETAIL; the service answers those DEADLINE_EXCEEDED
--- and sends the others again. (A hold whose deadline passes before it is
--- decided fails alone with 57014, as before.)
+-- HoldSeats for many callers in one statement: the service gathers the
+-- holds that arrive together and sends them as one call of
+-- booking_hold_batch, one round trip and one commit for all of them.
+--
+-- Each hold is decided as booking_hold_seats decides it, as if the
+-- holds ran one after another in the order given: a hold sees the seats,
+-- places and customer totals of the holds before it. A hold that fails
+-- changes nothing and does not fail the others: the holds are decided
+-- first, on rows this statement has locked, and only the winners are
+-- written, all at once, at the end. Any error raised out of the function
+-- (none is expected) rolls back the whole batch; the service then runs its
+-- holds one by one with booking_hold_seats.
+--
+-- Locks are taken class by class, each class in ascending order, in the
+-- order booking_hold_seats and the other transactions take them (request
+-- keys, customers, seats by id, counter stripes), all before the first
+-- decision; after that the function waits for nothing (best available
+-- skips locked seats), so no two batches, and no batch and another
+-- transaction, wait on each other in a cycle.
+--
+-- Per hold: p_event_ids, p_customer_ids, p_seat_counts (explicit seats of
+-- the hold, 0 for a quantity), p_section_ids and p_quantities (a quantity;
+-- NULL for explicit seats), p_hold_ids, p_request_ids (NULL: none),
+-- p_fingerprints, p_timeouts_ms (the caller's deadline: a hold decided past
+-- it fails with SQLSTATE 57014 and is not written). p_seat_ids holds every
+-- hold's explicit seats, hold after hold, each hold's in ascending order.
+-- p_now is the service's clock for the whole batch; p_pause_seconds is the
+-- test hook of booking_hold_seats (sleep between claiming the seats and
+-- moving the counters; 0 in production).
+--
+-- One row per hold, in the order given: idx (1-based), then either
+-- error_state and error_detail (the SQLSTATE and DETAIL booking_hold_seats
+-- would have raised) or the hold as booking_hold_seats returns it.
+--
+-- Plans: every statement here reads or writes rows by key, through an
+-- index. A plan cached while a table was nearly empty (a new event, a
+-- fresh database) would otherwise scan the whole table, and keep doing so
+-- as the table grows: each hold would cost more with every hold made. The
+-- function therefore plans its statements once per session, generically,
+-- with sequential scans ruled out. (Planned afresh on every call, as
+-- custom plans would be, its statements cost more to plan than to run.)
 CREATE OR REPLACE FUNCTION booking_hold_batch(
     p_event_ids     bigint[],
     p_customer_ids  text[],
@@ -201,14 +235,15 @@ BEGIN
               WHERE u.st IS NULL
               ORDER BY 1, 2
              OFFSET 0) k;
-    SELECT array_agg(k.e || '/' || k.c), array_agg(COALESCE(t.total, 0)::integer)
-      INTO u_keys, u_active
-      FROM (SELECT DISTINCT u.e, u.c FROM unnest(p_event_ids, p_customer_ids, h_status) AS u(e, c, st)
-             WHERE u.st IS NULL) k
-      LEFT JOIN LATERAL (
-            SELECT sum(h.quantity) AS total FROM holds h
-             WHERE h.event_id = k.e AND h.customer_id = k.c AND h.state = 'HELD' AND h.expires_at > p_now
-           ) t ON true;
+    -- Planned afresh on every call (EXECUTE), on the table as it is now.
+    EXECUTE $q$
+        SELECT array_agg(k.e || '/' || k.c), array_agg(COALESCE(t.total, 0)::integer)
+          FROM (SELECT DISTINCT u.e, u.c FROM unnest($1, $2, $3) AS u(e, c, st) WHERE u.st IS NULL) k
+          LEFT JOIN LATERAL (
+                SELECT sum(h.quantity) AS total FROM holds h
+                 WHERE h.event_id = k.e AND h.customer_id = k.c AND h.state = 'HELD' AND h.expires_at > $4
+               ) t ON true
+    $q$ INTO u_keys, u_active USING p_event_ids, p_customer_ids, h_status, p_now;
 
     -- Explicit seats, locked in ascending order, then read in request order.
     IF cardinality(s_events) > 0 THEN

@@ -1,44 +1,5 @@
--- Reading a hold must not join seats: for a hold of a few seats the planner
--- may pick a merge join that walks the event's whole seat index. A hold's
--- seats keep their labels in hold_seats (they never change), so reading a
--- hold touches holds and hold_seats only.
-ALTER TABLE hold_seats
-    ADD COLUMN row_label   text,
-    ADD COLUMN seat_number integer,
-    ADD COLUMN label       text;
+-- HoldSeats for one caller in one statement.
 
-UPDATE hold_seats hs
-   SET row_label = s.row_label, seat_number = s.seat_number, label = s.label
-  FROM seats s
- WHERE s.event_id = hs.event_id AND s.seat_id = hs.seat_id;
-
-ALTER TABLE hold_seats
-    ALTER COLUMN row_label SET NOT NULL,
-    ALTER COLUMN seat_number SET NOT NULL,
-    ALTER COLUMN label SET NOT NULL;
-
-CREATE OR REPLACE VIEW hold_details AS
-SELECT h.hold_id, h.event_id, h.customer_id, h.section_id, h.quantity, h.state,
-       h.amount_minor, h.currency, h.expires_at, h.created_at, h.confirmed_at,
-       h.payment_id, h.refund_amount_minor,
-       COALESCE(x.seat_ids, '{}'::bigint[]) AS seat_ids,
-       COALESCE(x.row_labels, '{}'::text[]) AS row_labels,
-       COALESCE(x.seat_numbers, '{}'::integer[]) AS seat_numbers,
-       COALESCE(x.labels, '{}'::text[]) AS labels
-  FROM holds h
-  LEFT JOIN LATERAL (
-        SELECT array_agg(hs.seat_id ORDER BY hs.seat_id) AS seat_ids,
-               array_agg(hs.row_label ORDER BY hs.seat_id) AS row_labels,
-               array_agg(hs.seat_number ORDER BY hs.seat_id) AS seat_numbers,
-               array_agg(hs.label ORDER BY hs.seat_id) AS labels
-          FROM hold_seats hs
-         WHERE hs.hold_id = h.hold_id
-       ) x ON true;
-
--- The per-customer limit reads only the customer's live holds.
-CREATE INDEX holds_live_by_customer ON holds (event_id, customer_id) WHERE state = 'HELD';
-
--- HoldSeats as in 0002, writing the seats' labels into hold_seats.
 CREATE OR REPLACE FUNCTION booking_hold_seats(
     p_event_id      bigint,
     p_customer_id   text,
@@ -49,14 +10,17 @@ CREATE OR REPLACE FUNCTION booking_hold_seats(
     p_request_id    text,
     p_fingerprint   text,
     p_now           timestamptz,
-    p_pause_seconds double precision
+    p_pause_seconds double precision,
+    p_timeout_ms    integer
 ) RETURNS TABLE (
     hold_id uuid, event_id bigint, customer_id text, section_id text, quantity integer, state text,
     amount_minor bigint, currency text, expires_at timestamptz, created_at timestamptz,
     confirmed_at timestamptz, payment_id text, refund_amount_minor bigint,
     seat_ids bigint[], row_labels text[], seat_numbers integer[], labels text[], replayed boolean
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 #variable_conflict use_column
 DECLARE
     v_event      events%ROWTYPE;
@@ -70,13 +34,18 @@ DECLARE
     v_wanted     bigint[];
     v_claimed    bigint[];
     v_missing    bigint[];
-    v_reclaimed  integer := 0;
-    v_lapsed     integer := 0;
     v_freed      integer := 0;
     v_rows       text[];
     v_pick       bigint[];
     v_free       integer;
+    v_lapsed_ids bigint[];
+    v_stripe     record;
+    v_deadline   timestamptz := clock_timestamp() + make_interval(secs => p_timeout_ms / 1000.0);
 BEGIN
+    -- The caller's deadline, enforced here: a lock wait past it fails, and a
+    -- hold finished past it rolls back instead of committing for a caller
+    -- that has given up.
+    PERFORM set_config('lock_timeout', GREATEST(p_timeout_ms, 1)::text, true);
     SELECT * INTO v_event FROM events e WHERE e.event_id = p_event_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'event % does not exist', p_event_id USING ERRCODE = 'B1005';
@@ -105,10 +74,11 @@ BEGIN
     -- At most max_seats_per_customer seats in the customer's live holds: a
     -- rule over several rows, so the customer's holds are serialised here.
     PERFORM pg_advisory_xact_lock(hashtext('booking.customer.' || p_event_id), hashtext(p_customer_id));
-    SELECT COALESCE(sum(h.quantity), 0) INTO v_active
-      FROM holds h
-     WHERE h.event_id = p_event_id AND h.customer_id = p_customer_id
-       AND h.state = 'HELD' AND h.expires_at > p_now;
+    -- Planned afresh on every call (EXECUTE), on the table as it is now.
+    EXECUTE $q$
+        SELECT COALESCE(sum(h.quantity), 0)::integer FROM holds h
+         WHERE h.event_id = $1 AND h.customer_id = $2 AND h.state = 'HELD' AND h.expires_at > $3
+    $q$ INTO v_active USING p_event_id, p_customer_id, p_now;
     IF v_active + v_n > v_event.max_seats_per_customer THEN
         RAISE EXCEPTION 'customer would hold more than % seats', v_event.max_seats_per_customer
             USING ERRCODE = 'B1003', DETAIL = v_event.max_seats_per_customer || ',' || v_active;
@@ -188,8 +158,10 @@ BEGIN
         -- then the conditional UPDATE: a seat is taken only if it is
         -- available or its hold has lapsed, re-checked on the row's newest
         -- version.
-        SELECT count(*) FILTER (WHERE l.status = 'HELD' AND l.hold_expires_at < p_now) INTO v_lapsed
-          FROM (SELECT s.status, s.hold_expires_at FROM seats s
+        SELECT COALESCE(array_agg(l.seat_id) FILTER (WHERE l.status = 'HELD' AND l.hold_expires_at < p_now),
+                        '{}'::bigint[])
+          INTO v_lapsed_ids
+          FROM (SELECT s.seat_id, s.status, s.hold_expires_at FROM seats s
                  WHERE s.event_id = p_event_id AND s.seat_id = ANY (v_wanted)
                  ORDER BY s.seat_id
                    FOR UPDATE) l;
@@ -210,7 +182,6 @@ BEGIN
               FROM unnest(v_wanted) w WHERE w <> ALL (COALESCE(v_claimed, '{}'::bigint[]));
             RAISE EXCEPTION 'seats are taken' USING ERRCODE = 'B1001', DETAIL = array_to_string(v_missing, ',');
         END IF;
-        v_reclaimed := v_lapsed;
     END IF;
 
     INSERT INTO holds (hold_id, event_id, customer_id, section_id, quantity, state, amount_minor, currency,
@@ -219,47 +190,71 @@ BEGIN
             v_section.price_minor * v_n, v_section.currency, v_expires, p_now);
 
     IF p_pause_seconds > 0 THEN
-        PERFORM pg_sleep(p_pause_seconds);
+        PERFORM pg_sleep(LEAST(p_pause_seconds,
+                               GREATEST(EXTRACT(EPOCH FROM v_deadline - clock_timestamp()), 0) + 0.01));
     END IF;
 
-    -- The counter, last, so that its row lock lasts only until the commit:
-    -- sold + held + n <= capacity + overbook_limit (and the CHECK behind it).
-    UPDATE sections sc SET held = sc.held + (v_n - v_reclaimed)
-     WHERE sc.event_id = p_event_id AND sc.section_id = v_section.section_id
-       AND sc.sold + sc.held + (v_n - v_reclaimed) <= sc.capacity + sc.overbook_limit;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count = 0 AND v_section.kind = 'GENERAL_ADMISSION' THEN
-        -- Lazy expiry of general admission: lapsed holds of this section give
-        -- their places back, then the counter is tried once more.
-        WITH lapsed AS (
-            SELECT h.hold_id, h.quantity FROM holds h
-             WHERE h.event_id = p_event_id AND h.section_id = v_section.section_id
-               AND h.state = 'HELD' AND h.expires_at < p_now
-             ORDER BY h.expires_at
-             LIMIT 100
-               FOR UPDATE SKIP LOCKED
-        ), ended AS (
-            UPDATE holds h SET state = 'EXPIRED', ended_at = p_now
-              FROM lapsed l WHERE h.hold_id = l.hold_id
-            RETURNING l.quantity
-        )
-        SELECT COALESCE(sum(e.quantity), 0) INTO v_freed FROM ended e;
-        IF v_freed > 0 THEN
-            UPDATE sections sc SET held = sc.held - v_freed + v_n
-             WHERE sc.event_id = p_event_id AND sc.section_id = v_section.section_id
-               AND sc.sold + sc.held - v_freed + v_n <= sc.capacity + sc.overbook_limit;
+    -- The counters, last, so that their row locks last only until the
+    -- commit: each stripe's sold + held + n <= capacity (and the CHECK
+    -- behind it). A seat counts in stripe seat_id % 16; a lapsed hold's seat
+    -- taken over is already counted as held. Stripes in ascending order.
+    IF v_section.kind = 'SEATED' THEN
+        FOR v_stripe IN
+            SELECT (c % 16)::smallint AS stripe, count(*)::integer AS n
+              FROM unnest(v_claimed) c
+             WHERE c <> ALL (v_lapsed_ids)
+             GROUP BY 1 ORDER BY 1
+        LOOP
+            UPDATE section_stripes st SET held = st.held + v_stripe.n
+             WHERE st.event_id = p_event_id AND st.section_id = v_section.section_id AND st.stripe = v_stripe.stripe
+               AND st.sold + st.held + v_stripe.n <= st.capacity;
             GET DIAGNOSTICS v_count = ROW_COUNT;
+            IF v_count = 0 THEN
+                RAISE EXCEPTION 'section sold out' USING ERRCODE = 'B1002', DETAIL = '0';
+            END IF;
+        END LOOP;
+    ELSE
+        UPDATE section_stripes st SET held = st.held + v_n
+         WHERE st.event_id = p_event_id AND st.section_id = v_section.section_id AND st.stripe = 0
+           AND st.sold + st.held + v_n <= st.capacity;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF v_count = 0 THEN
+            -- Lazy expiry of general admission: lapsed holds of this section
+            -- give their places back, then the counter is tried once more.
+            WITH lapsed AS (
+                SELECT h.hold_id, h.quantity FROM holds h
+                 WHERE h.event_id = p_event_id AND h.section_id = v_section.section_id
+                   AND h.state = 'HELD' AND h.expires_at < p_now
+                 ORDER BY h.expires_at
+                 LIMIT 100
+                   FOR UPDATE SKIP LOCKED
+            ), ended AS (
+                UPDATE holds h SET state = 'EXPIRED', ended_at = p_now
+                  FROM lapsed l WHERE h.hold_id = l.hold_id
+                RETURNING l.quantity
+            )
+            SELECT COALESCE(sum(e.quantity), 0) INTO v_freed FROM ended e;
+            IF v_freed > 0 THEN
+                UPDATE section_stripes st SET held = st.held - v_freed + v_n
+                 WHERE st.event_id = p_event_id AND st.section_id = v_section.section_id AND st.stripe = 0
+                   AND st.sold + st.held - v_freed + v_n <= st.capacity;
+                GET DIAGNOSTICS v_count = ROW_COUNT;
+            END IF;
         END IF;
-    END IF;
-    IF v_count = 0 THEN
-        SELECT GREATEST(sc.capacity + sc.overbook_limit - sc.sold - sc.held, 0) INTO v_free
-          FROM sections sc WHERE sc.event_id = p_event_id AND sc.section_id = v_section.section_id;
-        IF v_free = 0 THEN
-            RAISE EXCEPTION 'section sold out' USING ERRCODE = 'B1002', DETAIL = '0';
+        IF v_count = 0 THEN
+            SELECT GREATEST(st.capacity - st.sold - st.held, 0) INTO v_free
+              FROM section_stripes st
+             WHERE st.event_id = p_event_id AND st.section_id = v_section.section_id AND st.stripe = 0;
+            IF v_free = 0 THEN
+                RAISE EXCEPTION 'section sold out' USING ERRCODE = 'B1002', DETAIL = '0';
+            END IF;
+            RAISE EXCEPTION 'not enough places left' USING ERRCODE = 'B1009', DETAIL = v_free::text;
         END IF;
-        RAISE EXCEPTION 'not enough places left' USING ERRCODE = 'B1009', DETAIL = v_free::text;
     END IF;
 
+    IF clock_timestamp() > v_deadline THEN
+        RAISE EXCEPTION 'hold took longer than its deadline' USING ERRCODE = 'query_canceled';
+    END IF;
     RETURN QUERY SELECT d.*, false FROM hold_details d WHERE d.hold_id = p_hold_id;
 END;
 $$;
