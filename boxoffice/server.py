@@ -1,11 +1,19 @@
 """gRPC serving shared by every service: one interceptor for errors,
-deadlines and metrics; health and reflection; graceful shutdown."""
+deadlines and metrics; health and reflection; graceful shutdown.
+
+The interceptor is the one place a domain error becomes a status: every
+failed call carries one ``google.rpc.ErrorInfo`` (an unexpected exception
+answers ``INTERNAL`` with reason ``INTERNAL``), and a reason the service's
+contract package does not publish goes out unchanged but raises
+:class:`~boxoffice.errors.UnpublishedReasonWarning` (checked only on the error
+path, against a set resolved once per method)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -18,7 +26,15 @@ from prometheus_client import Counter, Histogram
 
 from boxoffice import deadline
 from boxoffice.config import ServerConfig
-from boxoffice.errors import BoxofficeError, DeadlineExceeded, to_status
+from boxoffice.errors import (
+    BoxofficeError,
+    DeadlineExceeded,
+    Internal,
+    UnpublishedReasonWarning,
+    package_of,
+    published_reasons,
+    to_status,
+)
 from boxoffice.metrics import GrpcServerMetrics
 
 _log = logging.getLogger("boxoffice.server")
@@ -65,6 +81,27 @@ def go_code_name(code: grpc.StatusCode) -> str:
     if code is grpc.StatusCode.OK:
         return "OK"
     return "".join(part.capitalize() for part in code.name.split("_"))
+
+
+def _internal_status() -> grpc.Status:
+    return to_status(Internal("internal error", reason="INTERNAL"))
+
+
+def _reason_check(service: str, method: str) -> Callable[[BoxofficeError], None]:
+    """Warns of an error whose reason the service's package does not publish
+    (no check for a package that publishes no ``ErrorReason``)."""
+    published = published_reasons(package_of(service))
+
+    def check(err: BoxofficeError) -> None:
+        if published and err.reason not in published:
+            warnings.warn(
+                f"{service}/{method} answered {err.code.name} with reason {err.reason!r}, "
+                f"which {package_of(service)}.ErrorReason does not publish",
+                UnpublishedReasonWarning,
+                stacklevel=1,
+            )
+
+    return check
 
 
 def _grpc_type(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
@@ -128,6 +165,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
         default_deadline = self._default_deadline
         started, handled, handling_seconds = self._children(labels)
+        check_reason = _reason_check(labels[1], labels[2])
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started.inc()
@@ -139,6 +177,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
                     return await inner(request, context)
             except BoxofficeError as err:
                 code = err.code
+                check_reason(err)
                 await context.abort_with_status(to_status(err))
             except TimeoutError:
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
@@ -154,7 +193,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             except Exception:
                 code = grpc.StatusCode.INTERNAL
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                await context.abort_with_status(_internal_status())
             finally:
                 handled(code).inc()
                 handling_seconds.observe(time.perf_counter() - began)
@@ -184,6 +223,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
         started, handled, handling_seconds = self._children(labels)
         sent = self._metrics.msg_sent.labels(*labels)
+        check_reason = _reason_check(labels[1], labels[2])
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started.inc()
@@ -195,6 +235,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
                     yield message
             except BoxofficeError as err:
                 code = err.code
+                check_reason(err)
                 await context.abort_with_status(to_status(err))
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
@@ -205,7 +246,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             except Exception:
                 code = grpc.StatusCode.INTERNAL
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                await context.abort_with_status(_internal_status())
             finally:
                 handled(code).inc()
                 handling_seconds.observe(time.perf_counter() - began)
