@@ -157,7 +157,7 @@ async def test_a_bare_status_reads_back_as_upstream_failed(channel: grpc.aio.Cha
 
 
 async def test_a_client_deadline_reads_back_as_deadline_exceeded(channel: grpc.aio.Channel) -> None:
-    err = from_rpc_error(await _call(channel, "Slow", timeout=0.2))
+    err = from_rpc_error(await _call(channel, "Slow", deadline_seconds=0.2))
     assert isinstance(err, DeadlineExceeded)
     assert (err.reason, err.metadata) == ("DEADLINE_EXCEEDED", {})
 
@@ -167,7 +167,7 @@ async def test_an_unreachable_peer_reads_back_as_upstream_failed() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as chan:
-        err = from_rpc_error(await _call(chan, "Published", timeout=2))
+        err = from_rpc_error(await _call(chan, "Published", deadline_seconds=2))
     assert isinstance(err, Unavailable)
     assert (err.reason, err.metadata) == ("UPSTREAM_FAILED", {"upstream_code": "UNAVAILABLE"})
 
