@@ -1,5 +1,6 @@
 """What the queue benchmarks share: a private Redis, a private database, the
-QueueService server process, an event with many fans queued."""
+QueueService server process, the queue's app (``queue_svc.app``) on those
+stores for the benchmark's own calls, an event with many fans queued."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-import redis.asyncio as aioredis
 
 from bench.common import ServerProcess, server_process
 from boxoffice import db
-from boxoffice.redis import ScriptBatcher
+from boxoffice.config import Env
+from boxoffice.lifecycle import Component
+from boxoffice.runtime import Runtime
 from queue_svc import app
-from queue_svc.model import EventQueueConfig
-from queue_svc.store import JoinLimits, RedisQueueStore
+from queue_svc.app import QueueApp
+from queue_svc.model import WaitingRoomConfig
+from queue_svc.ports import JoinLimits, QueueStore
 
 NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
 
@@ -94,8 +97,26 @@ def queue_server(database_url: str, redis_url: str, *, gc_freeze: bool = False, 
         yield server
 
 
-def event(event_id: int, *, opens_at_ms: int, rate: int = 1000, max_active: int = 1_000_000) -> EventQueueConfig:
-    return EventQueueConfig(
+@contextlib.asynccontextmanager
+async def queue_app(database_url: str, redis_url: str) -> AsyncIterator[QueueApp]:
+    """The queue's app on the benchmark's stores, its Redis client, pool and
+    script batcher started (for the benchmark's own joins and ticks)."""
+    rt = Runtime.from_env(Env({}), database_url=database_url, redis_url=redis_url)
+    queue = QueueApp(rt)
+    _ = queue.store, queue.rooms  # built now, so that the infrastructure has the client and the pool
+    started: list[Component] = []
+    try:
+        for component in [*rt.infrastructure(), queue.batcher]:
+            await component.start()
+            started.append(component)
+        yield queue
+    finally:
+        for component in reversed(started):
+            await component.stop(1.0)
+
+
+def event(event_id: int, *, opens_at_ms: int, rate: int = 1000, max_active: int = 1_000_000) -> WaitingRoomConfig:
+    return WaitingRoomConfig(
         event_id=event_id,
         opens_at_ms=opens_at_ms,
         pre_queue_window_ms=3_600_000,
@@ -109,20 +130,14 @@ def event(event_id: int, *, opens_at_ms: int, rate: int = 1000, max_active: int 
     )
 
 
-async def create_event(database_url: str, store: RedisQueueStore, config: EventQueueConfig) -> None:
-    """Store the event in Postgres (as CreateEventQueue does) and mirror it."""
-    from queue_svc.events import PgEventQueueRepository
-
-    pool = db.create_pool(database_url, min_size=1, max_size=2, name="bench")
-    await pool.open()
-    try:
-        await PgEventQueueRepository(pool).create(config)
-    finally:
-        await pool.close()
-    await store.put_config(config)
+async def create_event(queue: QueueApp, config: WaitingRoomConfig) -> None:
+    """Store the waiting room in Postgres (as CreateEventQueue does) and
+    mirror it."""
+    await queue.rooms.create(config)
+    await queue.store.put_config(config)
 
 
-async def queue_fans(store: RedisQueueStore, event_id: int, names: list[str], *, now_ms: int) -> None:
+async def queue_fans(store: QueueStore, event_id: int, names: list[str], *, now_ms: int) -> None:
     """Join many fans through the real join script, pipelined."""
     for start in range(0, len(names), 2000):
         await asyncio.gather(
@@ -131,10 +146,6 @@ async def queue_fans(store: RedisQueueStore, event_id: int, names: list[str], *,
                 for name in names[start : start + 2000]
             )
         )
-
-
-def store_for(client: aioredis.Redis) -> RedisQueueStore:
-    return RedisQueueStore(ScriptBatcher(client))
 
 
 @contextlib.contextmanager

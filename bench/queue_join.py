@@ -20,10 +20,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
-import redis.asyncio as aioredis
 
 from bench.common import Row, ServerProcess, closed_loop, echo_call, echo_server, report
-from bench.queue_common import create_event, event, private_database, private_redis, queue_server, store_for
+from bench.queue_common import create_event, event, private_database, private_redis, queue_app, queue_server
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 
@@ -63,10 +62,9 @@ async def _echo(concurrency: int, seconds: float) -> Round:
 
 
 async def _join(database_url: str, redis_url: str, concurrency: int, seconds: float) -> Round:
-    client = aioredis.Redis.from_url(redis_url)
     event_id = 1 + secrets.randbelow(2**40)
-    await create_event(database_url, store_for(client), event(event_id, opens_at_ms=int(time.time() * 1000)))
-    await client.aclose()
+    async with queue_app(database_url, redis_url) as queue:
+        await create_event(queue, event(event_id, opens_at_ms=int(time.time() * 1000)))
     with queue_server(database_url, redis_url) as server:
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = pb_grpc.QueueServiceStub(channel)

@@ -28,12 +28,14 @@ from bench.queue_common import (
     event,
     private_database,
     private_redis,
+    queue_app,
     queue_fans,
     queue_server,
-    store_for,
     watch_clients,
 )
-from queue_svc.store import EventKeys, JoinLimits, RedisQueueStore
+from queue_svc.adapters import EventKeys
+from queue_svc.app import QueueApp
+from queue_svc.ports import JoinLimits
 
 TICK_SECONDS = 0.5
 HEAD = 2000  # unwatched fans at the head, admitted one per tick
@@ -47,39 +49,37 @@ async def _commands(client: aioredis.Redis) -> int:
 async def _commands_per_tick(database_url: str, redis_url: str, watchers: int, ticks: int) -> float:
     """Redis commands per admit tick (the admit script, the watchers'
     progress reads) while ``watchers`` streams are open."""
-    client = aioredis.Redis.from_url(redis_url)
-    store = store_for(client)
-    event_id = 1 + secrets.randbelow(2**40)
-    now_ms = int(time.time() * 1000)
-    await create_event(database_url, store, event(event_id, opens_at_ms=now_ms - 1000, rate=2))
-    await queue_fans(store, event_id, [f"fan-{i}" for i in range(HEAD + watchers)], now_ms=now_ms)
-    await store.admit(event_id, now_ms=now_ms, epoch=1)
-    clients = 1 if watchers < 2000 else 2
-    with (
-        queue_server(database_url, redis_url) as server,
-        watch_clients(server.address, "queue", event_id, first=HEAD, streams=watchers, clients=clients) as procs,
-    ):
-        for proc in procs:
-            assert proc.stdout is not None
-            line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
-            assert line.startswith("OPEN") and line.split()[2] == "0", line
-        await asyncio.sleep(1.0)
-        before = await _commands(client)
-        for _ in range(ticks):
-            began = time.monotonic()
-            await store.admit(event_id, now_ms=int(time.time() * 1000), epoch=1)
-            await asyncio.sleep(max(0.0, TICK_SECONDS - (time.monotonic() - began)))
-        # The reads made for the bench itself: one INFO before, one after.
-        used = await _commands(client) - before - 1
-    await client.aclose()
+    async with queue_app(database_url, redis_url) as queue:
+        client, store = queue.rt.redis(), queue.store
+        event_id = 1 + secrets.randbelow(2**40)
+        now_ms = int(time.time() * 1000)
+        await create_event(queue, event(event_id, opens_at_ms=now_ms - 1000, rate=2))
+        await queue_fans(store, event_id, [f"fan-{i}" for i in range(HEAD + watchers)], now_ms=now_ms)
+        await store.admit(event_id, now_ms=now_ms, epoch=1)
+        clients = 1 if watchers < 2000 else 2
+        with (
+            queue_server(database_url, redis_url) as server,
+            watch_clients(server.address, "queue", event_id, first=HEAD, streams=watchers, clients=clients) as procs,
+        ):
+            for proc in procs:
+                assert proc.stdout is not None
+                line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
+                assert line.startswith("OPEN") and line.split()[2] == "0", line
+            await asyncio.sleep(1.0)
+            before = await _commands(client)
+            for _ in range(ticks):
+                began = time.monotonic()
+                await store.admit(event_id, now_ms=int(time.time() * 1000), epoch=1)
+                await asyncio.sleep(max(0.0, TICK_SECONDS - (time.monotonic() - began)))
+            # The reads made for the bench itself: one INFO before, one after.
+            used = await _commands(client) - before - 1
     return used / ticks
 
 
-async def _bytes_per_fan(redis_url: str, fans: int, limits: JoinLimits) -> tuple[float, float]:
+async def _bytes_per_fan(queue: QueueApp, fans: int, limits: JoinLimits) -> tuple[float, float]:
     """(bytes per fan queued by the join script, bytes per member of a bare
     sorted set of the same ids and scores)."""
-    client = aioredis.Redis.from_url(redis_url)
-    store: RedisQueueStore = store_for(client)
+    client, store = queue.rt.redis(), queue.store
     event_id = 1 + secrets.randbelow(2**40)
     now_ms = int(time.time() * 1000)
     await store.put_config(event(event_id, opens_at_ms=now_ms - 1000))
@@ -104,7 +104,6 @@ async def _bytes_per_fan(redis_url: str, fans: int, limits: JoinLimits) -> tuple
         await client.zadd(bare_key, {member: score for member, score in scores[start : start + 5000]})
     bare_after = int((await client.info("memory"))["used_memory"])
     await client.delete(bare_key, *[k for k in (keys.queue, keys.progress, keys.sequence, keys.config)])
-    await client.aclose()
     return (after - before) / fans, (bare_after - bare_before) / fans
 
 
@@ -117,11 +116,10 @@ async def _slowlog_us(client: aioredis.Redis, command: str) -> int:
     raise RuntimeError(f"{command} not in the slow log")
 
 
-async def _admit_tick_us(redis_url: str, fans: int) -> tuple[int, int, int]:
+async def _admit_tick_us(queue: QueueApp, fans: int) -> tuple[int, int, int]:
     """Redis time (us) of: an admit tick admitting ``fans``; a tick that
     also expires ``fans`` sessions; a bare ZPOPMIN of ``fans``."""
-    client = aioredis.Redis.from_url(redis_url)
-    store = store_for(client)
+    client, store = queue.rt.redis(), queue.store
     event_id = 1 + secrets.randbelow(2**40)
     now_ms = int(time.time() * 1000)
     config = event(event_id, opens_at_ms=now_ms - 1000, rate=fans)
@@ -145,7 +143,6 @@ async def _admit_tick_us(redis_url: str, fans: int) -> tuple[int, int, int]:
         bare_us = await _slowlog_us(client, "ZPOPMIN")
     finally:
         await client.config_set("slowlog-log-slower-than", 10_000)
-    await client.aclose()
     return admit_us, churn_us, bare_us
 
 
@@ -168,35 +165,43 @@ async def _main(fans_for_memory: int, few: int, many: int, ticks: int) -> None:
                     better="lower",
                 )
             )
-            steady, bare = await _bytes_per_fan(redis_url, fans_for_memory, NO_LIMITS)
-            rows.append(Row("Redis bytes per queued fan", steady, "B", bare, "<= 140 B", better="lower"))
-            limited, bare_again = await _bytes_per_fan(
-                redis_url, fans_for_memory, JoinLimits(per_account=20, per_client=0, window_ms=10_000)
-            )
-            rows.append(
-                Row(
-                    "  same, within a join-limit window (transient)",
-                    limited,
-                    "B",
-                    bare_again,
-                    "counters expire after 2 windows",
-                    better="lower",
+            async with queue_app(database_url, redis_url) as queue:
+                steady, bare = await _bytes_per_fan(queue, fans_for_memory, NO_LIMITS)
+                rows.append(Row("Redis bytes per queued fan", steady, "B", bare, "<= 140 B", better="lower"))
+                limited, bare_again = await _bytes_per_fan(
+                    queue, fans_for_memory, JoinLimits(per_account=20, per_client=0, window_ms=10_000)
                 )
-            )
-            admit_us, churn_us, bare_us = await _admit_tick_us(redis_url, 5000)
-            rows.append(
-                Row("Redis busy: admit tick of 5,000 fans", admit_us / 1000, "ms", bare_us / 1000, "< 20 ms", "lower")
-            )
-            rows.append(
-                Row(
-                    "Redis busy: tick expiring 5,000 + admitting 5,000",
-                    churn_us / 1000,
-                    "ms",
-                    bare_us / 1000,
-                    "< 20 ms",
-                    "lower",
+                rows.append(
+                    Row(
+                        "  same, within a join-limit window (transient)",
+                        limited,
+                        "B",
+                        bare_again,
+                        "counters expire after 2 windows",
+                        better="lower",
+                    )
                 )
-            )
+                admit_us, churn_us, bare_us = await _admit_tick_us(queue, 5000)
+                rows.append(
+                    Row(
+                        "Redis busy: admit tick of 5,000 fans",
+                        admit_us / 1000,
+                        "ms",
+                        bare_us / 1000,
+                        "< 20 ms",
+                        "lower",
+                    )
+                )
+                rows.append(
+                    Row(
+                        "Redis busy: tick expiring 5,000 + admitting 5,000",
+                        churn_us / 1000,
+                        "ms",
+                        bare_us / 1000,
+                        "< 20 ms",
+                        "lower",
+                    )
+                )
     report(
         f"QueueService's Redis cost, private redis-server {version} (baseline: bare commands on the same server)",
         rows,

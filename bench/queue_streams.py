@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
-import redis.asyncio as aioredis
 
 from bench.common import Row, echo_server, report, rss_bytes
 from bench.queue_common import (
@@ -33,9 +32,9 @@ from bench.queue_common import (
     event,
     private_database,
     private_redis,
+    queue_app,
     queue_fans,
     queue_server,
-    store_for,
     watch_clients,
 )
 
@@ -113,23 +112,21 @@ async def _bare(streams: int, clients: int) -> StreamFigures:
 async def _queue(streams: int, clients: int) -> StreamFigures:
     async with private_database() as database_url:
         with private_redis() as (redis_url, _):
-            client = aioredis.Redis.from_url(redis_url)
-            store = store_for(client)
-            event_id = 1 + secrets.randbelow(2**40)
-            now_ms = int(time.time() * 1000)
-            await create_event(database_url, store, event(event_id, opens_at_ms=now_ms - 1000, rate=HEAD))
-            await queue_fans(store, event_id, [f"fan-{i}" for i in range(HEAD + streams)], now_ms=now_ms)
-            await store.admit(event_id, now_ms=now_ms, epoch=1)  # starts the rate clock
-            env = {"BOXOFFICE_QUEUE_WATCH_INTERVAL_SECONDS": "0.05"}
-            with queue_server(database_url, redis_url, gc_freeze=True, **env) as server:
+            async with queue_app(database_url, redis_url) as queue:
+                store = queue.store
+                event_id = 1 + secrets.randbelow(2**40)
+                now_ms = int(time.time() * 1000)
+                await create_event(queue, event(event_id, opens_at_ms=now_ms - 1000, rate=HEAD))
+                await queue_fans(store, event_id, [f"fan-{i}" for i in range(HEAD + streams)], now_ms=now_ms)
+                await store.admit(event_id, now_ms=now_ms, epoch=1)  # starts the rate clock
+                env = {"BOXOFFICE_QUEUE_WATCH_INTERVAL_SECONDS": "0.05"}
+                with queue_server(database_url, redis_url, gc_freeze=True, **env) as server:
 
-                async def trigger() -> None:
-                    result = await store.admit(event_id, now_ms=int(time.time() * 1000), epoch=1)
-                    assert result is not None and result.admitted == HEAD, result
+                    async def trigger() -> None:
+                        result = await store.admit(event_id, now_ms=int(time.time() * 1000), epoch=1)
+                        assert result is not None and result.admitted == HEAD, result
 
-                figures = await _measure(server.address, server.pid, "queue", event_id, streams, clients, trigger)
-            await client.aclose()
-            return figures
+                    return await _measure(server.address, server.pid, "queue", event_id, streams, clients, trigger)
 
 
 def _median(values: list[float]) -> float:

@@ -1,26 +1,34 @@
-"""Composition of the queue service's processes: ``queue-svc`` serves
-boxoffice.queue.v1.QueueService, ``admitter`` runs the leader-elected
-admitter."""
+"""The queue service's composition root, the only place its objects are
+built: ``queue-svc`` serves boxoffice.queue.v1.QueueService, ``admitter``
+runs the leader-elected admitter.
+
+:class:`QueueApp` holds the object graph of one process on one Runtime.
+Each part is built once, when first asked for, so a test or a benchmark
+takes the parts it needs (the store, the handler, an admitter) from it and
+replaces what it must through the constructor's overrides: settings, a
+leadership, the pre-queue's random scores. The clock is the Runtime's
+(``Runtime.from_env(clock=...)``).
+"""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 
 from boxoffice.db import Migration, load_migrations
 from boxoffice.errors import AlreadyExists
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.redis import ScriptBatcher
 from boxoffice.runtime import Runtime
+from boxoffice.server import GrpcServer
 from queue_svc import model
-from queue_svc.admitter import Admitter, Leadership
+from queue_svc.adapters import PgWaitingRoomRepository, RedisQueueStore
 from queue_svc.config import QueueSettings
-from queue_svc.events import PgEventQueueRepository
+from queue_svc.handler import QueueHandler, uniform_pre_queue_score
+from queue_svc.jobs import Admitter, ProgressHub
 from queue_svc.metrics import AdmitterMetrics, ServerMetrics
-from queue_svc.progress import ProgressHub
-from queue_svc.service import QueueHandler
+from queue_svc.ports import Leadership
 from queue_svc.servicer import QueueServicer
-from queue_svc.store import RedisQueueStore
 
 COMPONENT = "queue"
 DEFAULT_GRPC_PORT = 50051
@@ -32,8 +40,6 @@ LEADER_ROLE = "admitter"
 # The demo event of `boxoffice up`.
 DEMO_EVENT_ID = 1
 
-_log = logging.getLogger("queue_svc.app")
-
 
 def migrations() -> list[Migration]:
     from boxoffice import leader
@@ -41,63 +47,113 @@ def migrations() -> list[Migration]:
     return [*leader.migrations(), *load_migrations(COMPONENT, "queue_svc")]
 
 
-def build_server(rt: Runtime, settings: QueueSettings) -> tuple[list[Component], QueueHandler]:
-    """The server role's components (in start order) and its handler."""
-    batcher = ScriptBatcher(rt.redis(), name="queue-redis-batcher")
-    store = RedisQueueStore(batcher)
-    metrics = ServerMetrics.create(rt.registry)
-    hub = ProgressHub(
-        store=store,
-        clock=rt.clock,
-        drain=rt.drain,
-        interval_seconds=settings.watch_interval_seconds,
-        call_seconds=settings.stream_call_seconds,
-        metrics=metrics,
-    )
-    handler = QueueHandler(
-        store=store,
-        events=PgEventQueueRepository(rt.pool()),
-        hub=hub,
-        signer=rt.token_signer,
-        clock=rt.clock,
-        settings=settings,
-        metrics=metrics,
-    )
-    server = rt.grpc_server(COMPONENT, [QueueServicer(handler).registration()])
-    return [batcher, hub, server], handler
+class QueueApp:
+    """The queue's objects on one Runtime, each built on first use."""
 
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        settings: QueueSettings | None = None,
+        leadership: Leadership | None = None,
+        random_score: Callable[[], int] = uniform_pre_queue_score,
+    ) -> None:
+        self.rt = rt
+        self.settings = settings or QueueSettings.from_env(rt.env)
+        self._leadership = leadership
+        self._random_score = random_score
 
-def build_admitter(rt: Runtime, settings: QueueSettings, leadership: Leadership) -> tuple[list[Component], Admitter]:
-    """The admitter role's components and its admitter."""
-    batcher = ScriptBatcher(rt.redis(), name="queue-redis-batcher")
-    admitter = Admitter(
-        store=RedisQueueStore(batcher),
-        events=PgEventQueueRepository(rt.pool()),
-        clock=rt.clock,
-        settings=settings,
-        metrics=AdmitterMetrics.create(rt.registry),
-        leadership=leadership,
-    )
-    return [batcher, Loop("admitter", admitter.run)], admitter
+    # -- stores ---------------------------------------------------------------
+
+    @functools.cached_property
+    def batcher(self) -> ScriptBatcher:
+        """Every Redis call of the process, in shared pipelines."""
+        return ScriptBatcher(self.rt.redis(), name="queue-redis-batcher")
+
+    @functools.cached_property
+    def store(self) -> RedisQueueStore:
+        return RedisQueueStore(self.batcher)
+
+    @functools.cached_property
+    def rooms(self) -> PgWaitingRoomRepository:
+        return PgWaitingRoomRepository(self.rt.pool())
+
+    # -- the server role ------------------------------------------------------
+
+    @functools.cached_property
+    def server_metrics(self) -> ServerMetrics:
+        return ServerMetrics.create(self.rt.registry)
+
+    @functools.cached_property
+    def hub(self) -> ProgressHub:
+        return ProgressHub(
+            store=self.store,
+            clock=self.rt.clock,
+            drain=self.rt.drain,
+            interval_seconds=self.settings.watch_interval_seconds,
+            call_seconds=self.settings.stream_call_seconds,
+            metrics=self.server_metrics,
+        )
+
+    @functools.cached_property
+    def handler(self) -> QueueHandler:
+        return QueueHandler(
+            store=self.store,
+            rooms=self.rooms,
+            hub=self.hub,
+            signer=self.rt.token_signer,
+            clock=self.rt.clock,
+            settings=self.settings,
+            metrics=self.server_metrics,
+            random_score=self._random_score,
+        )
+
+    @functools.cached_property
+    def server(self) -> GrpcServer:
+        return self.rt.grpc_server(COMPONENT, [QueueServicer(self.handler).registration()])
+
+    # -- the admitter role ----------------------------------------------------
+
+    @functools.cached_property
+    def leadership(self) -> Leadership:
+        """The override, else the election configured by the environment."""
+        if self._leadership is not None:
+            return self._leadership
+        from boxoffice.leader import create_leadership
+
+        return create_leadership(self.rt, LEADER_ROLE)
+
+    @functools.cached_property
+    def admitter(self) -> Admitter:
+        return Admitter(
+            store=self.store,
+            rooms=self.rooms,
+            clock=self.rt.clock,
+            settings=self.settings,
+            metrics=AdmitterMetrics.create(self.rt.registry),
+            leadership=self.leadership,
+        )
+
+    # -- roles ----------------------------------------------------------------
+
+    def components(self, role: str) -> list[Component]:
+        """One role's components, in start order (the Runtime's
+        infrastructure starts before them)."""
+        if role == "server":
+            return [self.batcher, self.hub, self.server]
+        if role == "admitter":
+            return [self.batcher, Loop("admitter", self.admitter.run)]
+        raise ValueError(f"queue has no role {role!r}")
 
 
 async def build(rt: Runtime, role: str) -> list[Component]:
-    settings = QueueSettings.from_env(rt.env)
-    if role == "server":
-        components, _ = build_server(rt, settings)
-        return components
-    if role == "admitter":
-        from boxoffice.leader import create_leadership
-
-        components, _ = build_admitter(rt, settings, create_leadership(rt, LEADER_ROLE))
-        return components
-    raise ValueError(f"unknown role {role!r}")
+    return QueueApp(rt).components(role)
 
 
 async def seed_demo(rt: Runtime) -> list[str]:
     """The demo event's waiting room, open now, if it has none."""
-    events = PgEventQueueRepository(rt.pool())
-    config = model.EventQueueConfig(
+    queue = QueueApp(rt)
+    config = model.WaitingRoomConfig(
         event_id=DEMO_EVENT_ID,
         opens_at_ms=int(rt.clock.now() * 1000),
         pre_queue_window_ms=model.DEFAULT_PRE_QUEUE_WINDOW_MS,
@@ -109,11 +165,10 @@ async def seed_demo(rt: Runtime) -> list[str]:
         paused=False,
     )
     try:
-        stored = await events.create(config)
+        stored = await queue.rooms.create(config)
     except AlreadyExists:
         return []
-    batcher = ScriptBatcher(rt.redis(), name="queue-redis-batcher")
-    await RedisQueueStore(batcher).put_config(stored)
+    await queue.store.put_config(stored)
     return [
         f"event {DEMO_EVENT_ID} waiting room open: {stored.admission_rate_per_second} admissions/s, "
         f"{stored.max_active_shoppers} shoppers at most"

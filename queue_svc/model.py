@@ -1,5 +1,6 @@
-"""The waiting room's domain values: event configuration, a fan's place,
-an event's admission progress, and the arithmetic on them. No I/O here."""
+"""The waiting room's domain values: a waiting room's configuration, a
+fan's place, an event's admission progress, and the arithmetic on them.
+No I/O here."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class AdmissionState(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class EventQueueConfig:
+class WaitingRoomConfig:
     """The configuration of one event's waiting room (times in ms)."""
 
     event_id: int
@@ -214,6 +215,57 @@ class Position:
     admission_state: AdmissionState
     access_token: str = ""
     access_token_expires_at: int = 0
+
+    @classmethod
+    def waiting(
+        cls,
+        event_id: int,
+        customer_id: str,
+        *,
+        score: int,
+        ahead: int,
+        rate_per_second: float,
+        admission: AdmissionState,
+    ) -> Position:
+        """A waiting fan's position, with the ETA at the measured rate and
+        the polling hint that follows from it."""
+        eta = eta_seconds(ahead, rate_per_second)
+        return cls(
+            event_id=event_id,
+            customer_id=customer_id,
+            state=QueueState.WAITING,
+            ahead=ahead,
+            score=score,
+            eta_seconds=eta,
+            poll_after_seconds=poll_after_seconds(ahead, eta),
+            admission_state=admission,
+        )
+
+    @classmethod
+    def past_the_queue(
+        cls,
+        event_id: int,
+        customer_id: str,
+        state: QueueState,
+        admission: AdmissionState,
+        *,
+        access_token: str = "",
+        access_token_expires_at: int = 0,
+    ) -> Position:
+        """The position of a fan who is not waiting (admitted, or in a
+        final state): no place, no ETA."""
+        return cls(
+            event_id=event_id,
+            customer_id=customer_id,
+            state=state,
+            ahead=0,
+            score=0,
+            eta_seconds=None,
+            poll_after_seconds=None,
+            admission_state=admission,
+            access_token=access_token,
+            access_token_expires_at=access_token_expires_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,22 +13,22 @@ from prometheus_client import CollectorRegistry
 from boxoffice.lifecycle import Loop
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc import app
-from queue_svc.config import QueueSettings
-from queue_svc.events import PgEventQueueRepository
 from queue_svc.model import QueueState
-from queue_svc.store import FanOp, JoinLimits
-from tests.queue.queue_support import (
+from queue_svc.ports import FanOp
+from tests.queue.harness import (
+    NO_LIMITS,
     AlwaysLeader,
     QueueUnderTest,
-    event_config,
+    build_app,
     keys_of,
     new_event_id,
+    queue_app,
     queue_service,
-    redis_store,
+    room_config,
+    started,
 )
 from tests.support import ManualClock, Stores, make_runtime, running
 
-_NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
 FAST_TICKS = {"BOXOFFICE_QUEUE_TICK_SECONDS": "0.05", "BOXOFFICE_QUEUE_EVENT_REFRESH_SECONDS": "0.2"}
 
 
@@ -53,8 +53,9 @@ async def test_the_admitter_loop_admits_while_leading(stores: Stores) -> None:
         await q.create_event(event_id, opens_at_ms=opens_ms, admission_rate_per_second=100, max_active_shoppers=5)
         for i in range(8):
             await q.stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id=f"fan-{i}"))
-        rt = make_runtime(stores, environ=FAST_TICKS)
-        components, _ = app.build_admitter(rt, QueueSettings.from_env(rt.env), AlwaysLeader(3))
+        admitting = build_app(stores, environ=FAST_TICKS, leadership=AlwaysLeader(3))
+        rt = admitting.rt
+        components = admitting.components("admitter")
         async with running([*rt.infrastructure(), *components]):
             await _eventually(lambda: _admitted_is(q, event_id, 5))
             assert rt.registry.get_sample_value("boxoffice_queue_admitter_leading") == 1
@@ -77,33 +78,29 @@ async def test_refresh_re_mirrors_a_lost_configuration(stores: Stores) -> None:
     async with queue_service(stores) as q:
         await q.create_event(event_id, opens_at_ms=int(q.rt.clock.now() * 1000))
         await q.redis.delete(keys_of(event_id).config)
-        _, admitter = app.build_admitter(q.rt, QueueSettings.from_env(q.rt.env), AlwaysLeader(1))
-        await admitter.refresh()
+        await q.app.admitter.refresh()
         assert await q.redis.hget(keys_of(event_id).config, "ver") == b"1"
 
 
 async def test_a_deposed_leader_changes_nothing(stores: Stores) -> None:
     clock = ManualClock()
     event_id = new_event_id()
-    rt = make_runtime(stores, clock=clock)
-    async with running(rt.infrastructure()):
-        store, _ = redis_store(rt.redis())
+    new_leader = build_app(stores, clock=clock, leadership=AlwaysLeader(8))
+    old_leader = build_app(stores, clock=clock, leadership=AlwaysLeader(7))
+    async with started(new_leader), started(old_leader):
+        store = new_leader.store
         now_ms = int(clock.now() * 1000)
-        await store.put_config(event_config(event_id, opens_at_ms=now_ms - 1000, admission_rate_per_second=10))
+        await store.put_config(room_config(event_id, opens_at_ms=now_ms - 1000, admission_rate_per_second=10))
         for i in range(30):
-            await store.join(event_id, f"fan-{i}", "", now_ms=now_ms, random_score=0, limits=_NO_LIMITS)
-        settings = QueueSettings.from_env(rt.env)
-        _, new_leader = app.build_admitter(rt, settings, AlwaysLeader(8))
-        old_rt = make_runtime(stores, clock=clock)
-        _, old_leader = app.build_admitter(old_rt, settings, AlwaysLeader(7))
-        await new_leader.tick_event(event_id, 8)
+            await store.join(event_id, f"fan-{i}", "", now_ms=now_ms, random_score=0, limits=NO_LIMITS)
+        await new_leader.admitter.tick_event(event_id, 8)
         clock.advance(1.0)
-        fresh = await new_leader.tick_event(event_id, 8)
+        fresh = await new_leader.admitter.tick_event(event_id, 8)
         assert fresh is not None and fresh.admitted == 10
         clock.advance(1.0)
-        stale = await old_leader.tick_event(event_id, 7)
+        stale = await old_leader.admitter.tick_event(event_id, 7)
         assert stale is not None and stale.stale_epoch and stale.admitted == 0 and stale.highest_epoch == 8
-        assert old_rt.registry.get_sample_value("boxoffice_queue_admit_stale_epoch_total") == 1
+        assert old_leader.rt.registry.get_sample_value("boxoffice_queue_admit_stale_epoch_total") == 1
         progress = await store.progress(event_id, now_ms=int(clock.now() * 1000))
         assert progress is not None and progress.admitted_total == 10 and progress.queue_length == 20
 
@@ -126,9 +123,10 @@ class _LeadThenLose:
 
 
 async def test_losing_leadership_stops_the_ticks(stores: Stores) -> None:
-    rt = make_runtime(stores, environ=FAST_TICKS)
     leadership = _LeadThenLose()
-    components, _ = app.build_admitter(rt, QueueSettings.from_env(rt.env), leadership)
+    admitting = build_app(stores, environ=FAST_TICKS, leadership=leadership)
+    rt = admitting.rt
+    components = admitting.components("admitter")
     async with running([*rt.infrastructure(), *components]):
         await leadership.leading.wait()
         await _eventually(lambda: _gauge_is(rt.registry, 1))
@@ -185,16 +183,13 @@ async def _admitted_more_than(q: QueueUnderTest, event_id: int, count: int) -> b
 
 
 async def test_seed_demo_creates_the_demo_waiting_room_once(stores: Stores) -> None:
-    rt = make_runtime(stores)
-    rt.pool()
-    rt.redis()
-    async with running(rt.infrastructure()):
-        await app.seed_demo(rt)
-        assert await app.seed_demo(rt) == []
-        stored = await PgEventQueueRepository(rt.pool()).get(app.DEMO_EVENT_ID)
+    async with queue_app(stores) as queue:
+        await app.seed_demo(queue.rt)
+        assert await app.seed_demo(queue.rt) == []
+        stored = await queue.rooms.get(app.DEMO_EVENT_ID)
         assert stored is not None and not stored.paused
-        store, _ = redis_store(rt.redis())
-        place = await store.fan(app.DEMO_EVENT_ID, "nobody", now_ms=int(rt.clock.now() * 1000), op=FanOp.LOOK)
+        now_ms = int(queue.rt.clock.now() * 1000)
+        place = await queue.store.fan(app.DEMO_EVENT_ID, "nobody", now_ms=now_ms, op=FanOp.LOOK)
         assert place is not None and place.state is QueueState.NOT_IN_QUEUE
 
 

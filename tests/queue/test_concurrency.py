@@ -13,23 +13,22 @@ from typing import cast
 import redis.asyncio as aioredis
 
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc import app
-from queue_svc.config import QueueSettings
-from queue_svc.store import FanOp, JoinLimits, RedisQueueStore
-from tests.queue.queue_support import (
-    AlwaysLeader,
-    event_config,
+from queue_svc.ports import FanOp, QueueStore
+from tests.queue.harness import (
+    NO_LIMITS,
+    build_app,
     keys_of,
     members,
     new_event_id,
+    queue_app,
     queue_service,
-    redis_store,
+    room_config,
+    started,
 )
-from tests.support import ManualClock, Stores, make_runtime, running
+from tests.support import ManualClock, Stores
 
 JOINS = 5000
 MAX_ACTIVE = 40
-NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
 
 
 async def test_5000_concurrent_joins_get_5000_distinct_places_and_keep_them(stores: Stores) -> None:
@@ -67,7 +66,7 @@ class _Race:
     time moves (so slots free up and refill); a monitor records the most
     shoppers ever seen at once."""
 
-    def __init__(self, client: aioredis.Redis, store: RedisQueueStore, event_id: int, clock: ManualClock) -> None:
+    def __init__(self, client: aioredis.Redis, store: QueueStore, event_id: int, clock: ManualClock) -> None:
         self.client = client
         self.store = store
         self.event_id = event_id
@@ -110,7 +109,7 @@ class _Race:
         return admitted
 
 
-async def _queue_fans(store: RedisQueueStore, event_id: int, now_ms: int, count: int) -> None:
+async def _queue_fans(store: QueueStore, event_id: int, now_ms: int, count: int) -> None:
     await asyncio.gather(
         *(store.join(event_id, f"fan-{i}", "", now_ms=now_ms, random_score=0, limits=NO_LIMITS) for i in range(count))
     )
@@ -119,13 +118,11 @@ async def _queue_fans(store: RedisQueueStore, event_id: int, now_ms: int, count:
 async def test_two_admitters_racing_never_exceed_max_active(stores: Stores) -> None:
     clock = ManualClock()
     event_id = new_event_id()
-    rts = [make_runtime(stores, clock=clock) for _ in range(2)]
-    settings = QueueSettings.from_env(rts[0].env)
-    built = [app.build_admitter(rt, settings, AlwaysLeader(1)) for rt in rts]
-    async with running([*rts[0].infrastructure(), *rts[1].infrastructure()]):
-        store, _ = redis_store(rts[0].redis())
+    first, second = (build_app(stores, clock=clock) for _ in range(2))
+    async with started(first), started(second):
+        store = first.store
         opens_ms = int(clock.now() * 1000) - 1000
-        config = event_config(
+        config = room_config(
             event_id,
             opens_at_ms=opens_ms,
             admission_rate_per_second=2000,
@@ -137,45 +134,47 @@ async def test_two_admitters_racing_never_exceed_max_active(stores: Stores) -> N
         await _queue_fans(store, event_id, opens_ms, 3000)
 
         async def tick_with(index: int) -> int:
-            result = await built[index][1].tick_event(event_id, epoch=1)  # both believe they lead
+            admitter = (first, second)[index].admitter
+            result = await admitter.tick_event(event_id, epoch=1)  # both believe they lead
             assert result is not None and not result.stale_epoch
             assert result.active_shoppers <= MAX_ACTIVE
             return result.admitted
 
-        race = _Race(rts[1].redis(), store, event_id, clock)
+        race = _Race(second.rt.redis(), store, event_id, clock)
         admitted = await race.run([lambda: tick_with(0), lambda: tick_with(1)], ticks=300)
     assert admitted > 3 * MAX_ACTIVE  # slots were freed and refilled many times
     assert race.most_seen == MAX_ACTIVE  # full, and never more
 
 
-async def test_control_a_cap_check_outside_the_pop_is_exceeded(stores: Stores, redis_client: aioredis.Redis) -> None:
+async def test_control_a_cap_check_outside_the_pop_is_exceeded(stores: Stores) -> None:
     """The same race against an admitter that reads the free slots in one
     call and pops in another: with the window between them held open (both
     admitters read before either writes), the monitor catches the cap being
     exceeded. This is what the single admit script rules out."""
     clock = ManualClock()
     event_id = new_event_id()
-    store, _ = redis_store(redis_client)
-    opens_ms = int(clock.now() * 1000) - 1000
-    await store.put_config(
-        event_config(event_id, opens_at_ms=opens_ms, max_active_shoppers=MAX_ACTIVE, claim_grace_ms=5_000)
-    )
-    await _queue_fans(store, event_id, opens_ms, 3000)
-    keys = keys_of(event_id)
-    window = asyncio.Barrier(2)
+    async with queue_app(stores, clock=clock) as queue:
+        store, redis_client = queue.store, queue.rt.redis()
+        opens_ms = int(clock.now() * 1000) - 1000
+        await store.put_config(
+            room_config(event_id, opens_at_ms=opens_ms, max_active_shoppers=MAX_ACTIVE, claim_grace_ms=5_000)
+        )
+        await _queue_fans(store, event_id, opens_ms, 3000)
+        keys = keys_of(event_id)
+        window = asyncio.Barrier(2)
 
-    async def naive_tick() -> int:
-        free = MAX_ACTIVE - await _active(redis_client, event_id)
-        with contextlib.suppress(asyncio.BrokenBarrierError):
-            await asyncio.wait_for(window.wait(), 0.5)  # the test-only hook: hold the window open
-        if free <= 0:
-            return 0
-        popped = cast(list[tuple[bytes, float]], await redis_client.zpopmin(keys.queue, free))
-        if popped:
-            claim_by = int(clock.now() * 1000) + 5_000
-            await redis_client.zadd(keys.admitted, {member: claim_by for member, _ in popped})
-        return len(popped)
+        async def naive_tick() -> int:
+            free = MAX_ACTIVE - await _active(redis_client, event_id)
+            with contextlib.suppress(asyncio.BrokenBarrierError):
+                await asyncio.wait_for(window.wait(), 0.5)  # the test-only hook: hold the window open
+            if free <= 0:
+                return 0
+            popped = cast(list[tuple[bytes, float]], await redis_client.zpopmin(keys.queue, free))
+            if popped:
+                claim_by = int(clock.now() * 1000) + 5_000
+                await redis_client.zadd(keys.admitted, {member: claim_by for member, _ in popped})
+            return len(popped)
 
-    race = _Race(redis_client, store, event_id, clock)
-    await race.run([naive_tick, naive_tick], ticks=20)
-    assert race.most_seen > MAX_ACTIVE
+        race = _Race(redis_client, store, event_id, clock)
+        await race.run([naive_tick, naive_tick], ticks=20)
+        assert race.most_seen > MAX_ACTIVE

@@ -8,14 +8,13 @@ import itertools
 
 import redis.asyncio as aioredis
 
+from queue_svc.handler import uniform_pre_queue_score
 from queue_svc.model import PRE_QUEUE_BAND
-from queue_svc.service import uniform_pre_queue_score
-from queue_svc.store import FanOp, JoinLimits, JoinStatus, RedisQueueStore
-from tests.queue.queue_support import MINUTE_MS, event_config, keys_of, members, new_event_id, redis_store
+from queue_svc.ports import FanOp, JoinStatus, QueueStore
+from tests.queue.harness import MINUTE_MS, NO_LIMITS, keys_of, members, new_event_id, queue_app, room_config
 from tests.support import Stores
 
 NOW = 1_900_000_000_000
-NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
 
 # Independence of arrival order and queue order: a 10 x 10 contingency table
 # (arrival decile x queue decile) of 5,000 fans, 50 expected per cell. The
@@ -36,11 +35,11 @@ def independence_chi2(arrival_by_rank: list[int]) -> float:
     return sum((cell - expected) ** 2 / expected for row in table for cell in row)
 
 
-async def _pre_queue_order(store: RedisQueueStore, client: aioredis.Redis, scores: list[int]) -> list[int]:
+async def _pre_queue_order(store: QueueStore, client: aioredis.Redis, scores: list[int]) -> list[int]:
     """Join FANS fans before opening, fan i with scores[i]; their arrival
     indexes in queue order."""
     event_id = new_event_id()
-    await store.put_config(event_config(event_id, opens_at_ms=NOW + MINUTE_MS))
+    await store.put_config(room_config(event_id, opens_at_ms=NOW + MINUTE_MS))
     for start in range(0, FANS, 500):
         replies = await asyncio.gather(
             *(
@@ -54,62 +53,63 @@ async def _pre_queue_order(store: RedisQueueStore, client: aioredis.Redis, score
     return [int(member.removeprefix("fan")) for member in queued]
 
 
-async def test_pre_queue_shuffle_is_uniform(stores: Stores, redis_client: aioredis.Redis) -> None:
-    store, _ = redis_store(redis_client)
-    order = await _pre_queue_order(store, redis_client, [uniform_pre_queue_score() for _ in range(FANS)])
+async def test_pre_queue_shuffle_is_uniform(stores: Stores) -> None:
+    async with queue_app(stores) as queue:
+        order = await _pre_queue_order(queue.store, queue.rt.redis(), [uniform_pre_queue_score() for _ in range(FANS)])
     assert sorted(order) == list(range(FANS))
     assert independence_chi2(order) < CHI2_BOUND_P_1E9_DF81
 
 
-async def test_control_a_biased_pre_queue_fails_the_shuffle_test(stores: Stores, redis_client: aioredis.Redis) -> None:
+async def test_control_a_biased_pre_queue_fails_the_shuffle_test(stores: Stores) -> None:
     """Scores that lean on arrival (early arrivals drawn from a lower half of
     the band 75% of the time) must fail the same test."""
-    store, _ = redis_store(redis_client)
     half = PRE_QUEUE_BAND // 2
     biased = [
         (uniform_pre_queue_score() % half) + (half if (i < FANS // 2) == (uniform_pre_queue_score() % 4 == 0) else 0)
         for i in range(FANS)
     ]
-    order = await _pre_queue_order(store, redis_client, biased)
+    async with queue_app(stores) as queue:
+        order = await _pre_queue_order(queue.store, queue.rt.redis(), biased)
     assert independence_chi2(order) > CHI2_BOUND_P_1E9_DF81
 
 
-async def test_admission_order_is_join_order_after_opening(stores: Stores, redis_client: aioredis.Redis) -> None:
-    store, _ = redis_store(redis_client)
-    event_id = new_event_id()
-    await store.put_config(
-        event_config(
-            event_id,
-            opens_at_ms=NOW + MINUTE_MS,
-            admission_rate_per_second=7,
-            max_active_shoppers=10_000,
-            claim_grace_ms=60 * MINUTE_MS,
+async def test_admission_order_is_join_order_after_opening(stores: Stores) -> None:
+    async with queue_app(stores) as queue:
+        store, redis_client = queue.store, queue.rt.redis()
+        event_id = new_event_id()
+        await store.put_config(
+            room_config(
+                event_id,
+                opens_at_ms=NOW + MINUTE_MS,
+                admission_rate_per_second=7,
+                max_active_shoppers=10_000,
+                claim_grace_ms=60 * MINUTE_MS,
+            )
         )
-    )
-    # 40 pre-queue arrivals (shuffled among themselves), then 160 after opening, one by one.
-    pre = [f"pre{i}" for i in range(40)]
-    for name in pre:
-        await store.join(event_id, name, "", now_ms=NOW, random_score=uniform_pre_queue_score(), limits=NO_LIMITS)
-    post = [f"post{i}" for i in range(160)]
-    for name in post:
-        reply = await store.join(
-            event_id, name, "", now_ms=NOW + MINUTE_MS, random_score=uniform_pre_queue_score(), limits=NO_LIMITS
-        )
-        assert reply.status is JoinStatus.WAITING
-    pre_order = await members(redis_client, keys_of(event_id).queue, 0, 39)
-    assert sorted(pre_order) == sorted(pre)
-    expected = pre_order + post
+        # 40 pre-queue arrivals (shuffled among themselves), then 160 after opening, one by one.
+        pre = [f"pre{i}" for i in range(40)]
+        for name in pre:
+            await store.join(event_id, name, "", now_ms=NOW, random_score=uniform_pre_queue_score(), limits=NO_LIMITS)
+        post = [f"post{i}" for i in range(160)]
+        for name in post:
+            reply = await store.join(
+                event_id, name, "", now_ms=NOW + MINUTE_MS, random_score=uniform_pre_queue_score(), limits=NO_LIMITS
+            )
+            assert reply.status is JoinStatus.WAITING
+        pre_order = await members(redis_client, keys_of(event_id).queue, 0, 39)
+        assert sorted(pre_order) == sorted(pre)
+        expected = pre_order + post
 
-    admitted_so_far: list[str] = []
-    for tick in itertools.count():
-        result = await store.admit(event_id, now_ms=NOW + MINUTE_MS + tick * 1000, epoch=1)
-        assert result is not None
-        admitted_now = set(await members(redis_client, keys_of(event_id).admitted))
-        # Exactly the first fans in join order, whatever the tick.
-        assert admitted_now == set(expected[: len(admitted_now)])
-        admitted_so_far = expected[: len(admitted_now)]
-        if len(admitted_now) == len(expected):
-            break
-    assert admitted_so_far == expected
-    last = await store.fan(event_id, expected[-1], now_ms=NOW + 2 * MINUTE_MS, op=FanOp.LOOK)
-    assert last is not None and last.state.name == "ADMITTED"
+        admitted_so_far: list[str] = []
+        for tick in itertools.count():
+            result = await store.admit(event_id, now_ms=NOW + MINUTE_MS + tick * 1000, epoch=1)
+            assert result is not None
+            admitted_now = set(await members(redis_client, keys_of(event_id).admitted))
+            # Exactly the first fans in join order, whatever the tick.
+            assert admitted_now == set(expected[: len(admitted_now)])
+            admitted_so_far = expected[: len(admitted_now)]
+            if len(admitted_now) == len(expected):
+                break
+        assert admitted_so_far == expected
+        last = await store.fan(event_id, expected[-1], now_ms=NOW + 2 * MINUTE_MS, op=FanOp.LOOK)
+        assert last is not None and last.state.name == "ADMITTED"

@@ -10,11 +10,8 @@ import pytest
 
 from boxoffice.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc import app
-from queue_svc.config import QueueSettings
-from queue_svc.events import PgEventQueueRepository
-from queue_svc.model import EventQueueConfig
-from tests.queue.queue_support import AlwaysLeader, keys_of, new_event_id, queue_service, rpc_error
+from queue_svc.model import WaitingRoomConfig
+from tests.queue.harness import keys_of, new_event_id, queue_service, rpc_error
 from tests.support import ManualClock, Stores
 
 
@@ -39,7 +36,7 @@ async def test_a_fan_joins_waits_is_admitted_and_gets_a_token_that_verifies(stor
         assert not rejoin.newly_joined and rejoin.position.score == joined[2].position.score
 
         rt = q.rt
-        _, admitter = app.build_admitter(rt, QueueSettings.from_env(rt.env), AlwaysLeader(1))
+        admitter = q.app.admitter
         await admitter.tick_event(event_id, 1)
         clock.advance(1.0)
         result = await admitter.tick_event(event_id, 1)
@@ -170,15 +167,15 @@ async def test_calls_for_an_unknown_event_do_not_each_query_postgres(stores: Sto
     async with queue_service(stores) as q:
         missing = new_event_id()
         queries = 0
-        events = q.handler._events
-        get = events.get
+        rooms = q.app.rooms  # the handler's repository
+        get = rooms.get
 
-        async def counting_get(event_id: int) -> EventQueueConfig | None:
+        async def counting_get(event_id: int) -> WaitingRoomConfig | None:
             nonlocal queries
             queries += 1
             return await get(event_id)
 
-        events.get = counting_get  # type: ignore[method-assign]
+        rooms.get = counting_get  # type: ignore[method-assign]
         for _ in range(20):
             err = await rpc_error(q.stub.JoinQueue(pb.JoinQueueRequest(event_id=missing, customer_id="ann")))
             assert isinstance(err, NotFound)
@@ -197,7 +194,7 @@ async def test_a_lost_redis_mirror_is_rebuilt_from_postgres(stores: Stores) -> N
         await q.redis.delete(keys_of(event_id).config)  # as after a failover that lost it
         joined = await q.stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id="ann"))
         assert joined.newly_joined
-        stored = await PgEventQueueRepository(q.rt.pool()).get(event_id)
+        stored = await q.app.rooms.get(event_id)
         assert (
             stored is not None and await q.redis.hget(keys_of(event_id).config, "ver") == str(stored.version).encode()
         )

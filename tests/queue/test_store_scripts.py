@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from queue_svc.app import QueueApp
 from queue_svc.model import PRE_QUEUE_BAND, QueueState, TickResult
-from queue_svc.store import FanOp, JoinLimits, JoinStatus, RedisQueueStore
-from tests.queue.queue_support import MINUTE_MS, event_config, keys_of, new_event_id, redis_store
+from queue_svc.ports import FanOp, JoinLimits, JoinStatus, QueueStore
+from tests.queue.harness import MINUTE_MS, NO_LIMITS, keys_of, new_event_id, queue_app, room_config
 from tests.support import Stores
 
 NOW = 1_900_000_000_000  # a fixed clock (ms): every script takes the time as an argument
-NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
 
 
 @pytest.fixture(params=["suite-redis", "embedded-redis-6.2"])
@@ -27,32 +27,35 @@ async def redis_url(request: pytest.FixtureRequest, stores: Stores) -> str:
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
+async def queue(stores: Stores, redis_url: str) -> AsyncIterator[QueueApp]:
+    """The app on that Redis."""
+    async with queue_app(stores, redis_url=redis_url) as queue:
+        yield queue
 
 
 @pytest.fixture
-async def store(client: aioredis.Redis) -> RedisQueueStore:
-    return redis_store(client)[0]
+def store(queue: QueueApp) -> QueueStore:
+    return queue.store
 
 
-async def _open_event(store: RedisQueueStore, **changes: object) -> int:
+@pytest.fixture
+def client(queue: QueueApp) -> aioredis.Redis:
+    return queue.rt.redis()
+
+
+async def _open_event(store: QueueStore, **changes: object) -> int:
     event_id = new_event_id()
-    await store.put_config(event_config(event_id, opens_at_ms=NOW - MINUTE_MS, **changes))
+    await store.put_config(room_config(event_id, opens_at_ms=NOW - MINUTE_MS, **changes))
     return event_id
 
 
-async def _join(store: RedisQueueStore, event_id: int, customer: str, *, now: int = NOW, score: int = 7) -> int:
+async def _join(store: QueueStore, event_id: int, customer: str, *, now: int = NOW, score: int = 7) -> int:
     reply = await store.join(event_id, customer, "", now_ms=now, random_score=score, limits=NO_LIMITS)
     assert reply.status is JoinStatus.WAITING, reply
     return reply.score
 
 
-async def test_join_is_idempotent_and_after_opening_in_arrival_order(store: RedisQueueStore) -> None:
+async def test_join_is_idempotent_and_after_opening_in_arrival_order(store: QueueStore) -> None:
     event_id = await _open_event(store)
     first = await store.join(event_id, "ann", "", now_ms=NOW, random_score=5, limits=NO_LIMITS)
     second = await store.join(event_id, "bob", "", now_ms=NOW, random_score=3, limits=NO_LIMITS)
@@ -63,9 +66,9 @@ async def test_join_is_idempotent_and_after_opening_in_arrival_order(store: Redi
     assert (first.ahead, second.ahead, again.ahead) == (0, 1, 0)
 
 
-async def test_pre_queue_places_are_random_and_below_every_later_place(store: RedisQueueStore) -> None:
+async def test_pre_queue_places_are_random_and_below_every_later_place(store: QueueStore) -> None:
     event_id = new_event_id()
-    await store.put_config(event_config(event_id, opens_at_ms=NOW + MINUTE_MS))
+    await store.put_config(room_config(event_id, opens_at_ms=NOW + MINUTE_MS))
     early = await _join(store, event_id, "early", score=12345)
     assert early == 12345
     progress = await store.progress(event_id, now_ms=NOW)
@@ -74,16 +77,16 @@ async def test_pre_queue_places_are_random_and_below_every_later_place(store: Re
     assert late == PRE_QUEUE_BAND + 1 > early
 
 
-async def test_join_before_the_pre_queue_window_is_refused(store: RedisQueueStore) -> None:
+async def test_join_before_the_pre_queue_window_is_refused(store: QueueStore) -> None:
     event_id = new_event_id()
-    await store.put_config(event_config(event_id, opens_at_ms=NOW + 60 * MINUTE_MS, pre_queue_window_ms=MINUTE_MS))
+    await store.put_config(room_config(event_id, opens_at_ms=NOW + 60 * MINUTE_MS, pre_queue_window_ms=MINUTE_MS))
     reply = await store.join(event_id, "eager", "", now_ms=NOW, random_score=1, limits=NO_LIMITS)
     assert reply.status is JoinStatus.NOT_OPEN
     place = await store.fan(event_id, "eager", now_ms=NOW, op=FanOp.LOOK)
     assert place is not None and place.state is QueueState.NOT_IN_QUEUE
 
 
-async def test_unknown_event_is_reported_by_every_script(store: RedisQueueStore) -> None:
+async def test_unknown_event_is_reported_by_every_script(store: QueueStore) -> None:
     event_id = new_event_id()
     reply = await store.join(event_id, "x", "", now_ms=NOW, random_score=1, limits=NO_LIMITS)
     assert reply.status is JoinStatus.UNKNOWN_EVENT
@@ -92,7 +95,7 @@ async def test_unknown_event_is_reported_by_every_script(store: RedisQueueStore)
     assert await store.progress(event_id, now_ms=NOW) is None
 
 
-async def test_admit_respects_the_cap_and_the_rate(store: RedisQueueStore) -> None:
+async def test_admit_respects_the_cap_and_the_rate(store: QueueStore) -> None:
     event_id = await _open_event(
         store, admission_rate_per_second=10, max_active_shoppers=25, claim_grace_ms=10 * MINUTE_MS
     )
@@ -114,7 +117,7 @@ async def test_admit_respects_the_cap_and_the_rate(store: RedisQueueStore) -> No
     assert result.queue_length == 75
 
 
-async def test_admission_pops_the_head_and_records_progress(store: RedisQueueStore) -> None:
+async def test_admission_pops_the_head_and_records_progress(store: QueueStore) -> None:
     event_id = await _open_event(store, admission_rate_per_second=3)
     scores = [await _join(store, event_id, f"fan{i}") for i in range(5)]
     await store.admit(event_id, now_ms=NOW, epoch=1)
@@ -129,7 +132,7 @@ async def test_admission_pops_the_head_and_records_progress(store: RedisQueueSto
     assert progress.rate_at_last_tick > 0
 
 
-async def test_stale_epoch_is_refused_and_changes_nothing(store: RedisQueueStore, client: aioredis.Redis) -> None:
+async def test_stale_epoch_is_refused_and_changes_nothing(store: QueueStore, client: aioredis.Redis) -> None:
     event_id = await _open_event(store, admission_rate_per_second=10)
     for i in range(20):
         await _join(store, event_id, f"fan{i}")
@@ -146,7 +149,7 @@ async def test_stale_epoch_is_refused_and_changes_nothing(store: RedisQueueStore
     assert again is not None and again.stale_epoch
 
 
-async def test_unclaimed_admissions_are_released_after_the_grace(store: RedisQueueStore) -> None:
+async def test_unclaimed_admissions_are_released_after_the_grace(store: QueueStore) -> None:
     event_id = await _open_event(store, admission_rate_per_second=2, max_active_shoppers=2, claim_grace_ms=5_000)
     for name in ("ann", "bob", "cat"):
         await _join(store, event_id, name)
@@ -168,7 +171,7 @@ async def test_unclaimed_admissions_are_released_after_the_grace(store: RedisQue
     assert ann is not None and ann.state is QueueState.ADMITTED and not ann.claimed_now
 
 
-async def test_sessions_expire_and_a_late_claim_finds_them_expired(store: RedisQueueStore) -> None:
+async def test_sessions_expire_and_a_late_claim_finds_them_expired(store: QueueStore) -> None:
     event_id = await _open_event(store, admission_rate_per_second=5, session_length_ms=20_000, claim_grace_ms=5_000)
     for name in ("ann", "bob"):
         await _join(store, event_id, name)
@@ -185,7 +188,7 @@ async def test_sessions_expire_and_a_late_claim_finds_them_expired(store: RedisQ
     assert await _join(store, event_id, "ann", now=NOW + 22_000) == PRE_QUEUE_BAND + 3
 
 
-async def test_leave_and_end_session(store: RedisQueueStore) -> None:
+async def test_leave_and_end_session(store: QueueStore) -> None:
     event_id = await _open_event(store, admission_rate_per_second=1)
     for name in ("ann", "bob", "cat"):
         await _join(store, event_id, name)
@@ -209,18 +212,18 @@ async def test_leave_and_end_session(store: RedisQueueStore) -> None:
     assert await _join(store, event_id, "bob") == PRE_QUEUE_BAND + 4
 
 
-async def test_pause_stops_admission(store: RedisQueueStore) -> None:
+async def test_pause_stops_admission(store: QueueStore) -> None:
     event_id = await _open_event(store, admission_rate_per_second=10, paused=True)
     await _join(store, event_id, "ann")
     await store.admit(event_id, now_ms=NOW, epoch=1)
     paused = await store.admit(event_id, now_ms=NOW + 5000, epoch=1)
     assert paused is not None and paused.admitted == 0
-    await store.put_config(event_config(event_id, opens_at_ms=NOW - MINUTE_MS, admission_rate_per_second=10, version=2))
+    await store.put_config(room_config(event_id, opens_at_ms=NOW - MINUTE_MS, admission_rate_per_second=10, version=2))
     resumed = await store.admit(event_id, now_ms=NOW + 6000, epoch=1)
     assert resumed is not None and resumed.admitted == 1
 
 
-async def test_join_limits_per_account_and_per_client(store: RedisQueueStore) -> None:
+async def test_join_limits_per_account_and_per_client(store: QueueStore) -> None:
     event_id = await _open_event(store)
     limits = JoinLimits(per_account=3, per_client=5, window_ms=10_000)
     statuses = [
@@ -237,8 +240,8 @@ async def test_join_limits_per_account_and_per_client(store: RedisQueueStore) ->
     assert later.status is JoinStatus.WAITING
 
 
-async def test_config_mirror_keeps_the_newest_version(store: RedisQueueStore, client: aioredis.Redis) -> None:
+async def test_config_mirror_keeps_the_newest_version(store: QueueStore, client: aioredis.Redis) -> None:
     event_id = new_event_id()
-    assert await store.put_config(event_config(event_id, opens_at_ms=NOW, admission_rate_per_second=7, version=2))
-    assert not await store.put_config(event_config(event_id, opens_at_ms=NOW, admission_rate_per_second=9, version=1))
+    assert await store.put_config(room_config(event_id, opens_at_ms=NOW, admission_rate_per_second=7, version=2))
+    assert not await store.put_config(room_config(event_id, opens_at_ms=NOW, admission_rate_per_second=9, version=1))
     assert await client.hget(keys_of(event_id).config, "rate") == b"7"

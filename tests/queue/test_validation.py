@@ -11,8 +11,7 @@ import pytest
 
 from boxoffice.errors import BoxofficeError, InvalidArgument, NotFound, from_rpc_error
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc.events import PgEventQueueRepository
-from tests.queue.queue_support import QueueUnderTest, event_keys_dump, new_event_id, queue_service, rpc_error
+from tests.queue.harness import QueueUnderTest, event_keys_dump, new_event_id, queue_service, rpc_error
 from tests.support import ManualClock, Stores
 
 LONG = "x" * 129
@@ -113,7 +112,7 @@ def _bad_configs(event_id: int, opens_ms: int) -> list[tuple[str, pb.EventQueueC
 
 
 async def _snapshot(q: QueueUnderTest, event_id: int) -> tuple[object, ...]:
-    stored = await PgEventQueueRepository(q.rt.pool()).get(event_id)
+    stored = await q.app.rooms.get(event_id)
     return (stored, await event_keys_dump(q.redis, event_id))
 
 

@@ -14,10 +14,8 @@ import grpc
 
 from boxoffice.errors import Unavailable, from_rpc_error
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc import app
-from queue_svc.admitter import Admitter
-from queue_svc.config import QueueSettings
-from tests.queue.queue_support import AlwaysLeader, QueueUnderTest, new_event_id, queue_service
+from queue_svc.jobs import Admitter
+from tests.queue.harness import QueueUnderTest, new_event_id, queue_app, queue_service
 from tests.support import ManualClock, Stores
 
 FAST = {"BOXOFFICE_QUEUE_WATCH_INTERVAL_SECONDS": "0.02"}
@@ -29,7 +27,7 @@ async def _ticking(
 ) -> AsyncIterator[Admitter]:
     """An admitter ticking every 20 ms of real time, each tick one
     ``step_seconds`` of the test's clock later."""
-    _, admitter = app.build_admitter(q.rt, QueueSettings.from_env(q.rt.env), AlwaysLeader(1))
+    admitter = q.app.admitter
 
     async def tick_forever() -> None:
         while True:
@@ -107,15 +105,16 @@ async def test_watchers_cost_no_redis_work_per_tick(stores: Stores) -> None:
         for stream in streams:
             assert (await stream.read()).position.state == pb.QUEUE_STATE_WAITING
         metrics = q.rt.registry
-        batcher = q.handler._store._batcher  # type: ignore[attr-defined]
+        batcher = q.app.batcher  # every Redis call of the server
         calls_before = batcher.calls_sent
         reads_before = metrics.get_sample_value("boxoffice_queue_progress_reads_total") or 0
         assert metrics.get_sample_value("boxoffice_queue_watchers_open", {"stream": "position"}) == 100
         # One tick admits fan-0 (nobody watches fan-0): every stream gets one update.
-        _, admitter = app.build_admitter(q.rt, QueueSettings.from_env(q.rt.env), AlwaysLeader(1))
-        await admitter.tick_event(event_id, 1)
-        clock.advance(1.0)
-        result = await admitter.tick_event(event_id, 1)
+        # The admitter is another process: its calls are not the server's.
+        async with queue_app(stores, clock=clock) as admitting:
+            await admitting.admitter.tick_event(event_id, 1)
+            clock.advance(1.0)
+            result = await admitting.admitter.tick_event(event_id, 1)
         assert result is not None and result.admitted == 1
         for stream in streams:
             update = await stream.read()
@@ -133,7 +132,7 @@ async def test_watchers_cost_no_redis_work_per_tick(stores: Stores) -> None:
                 break
             await asyncio.sleep(0.02)
         assert metrics.get_sample_value("boxoffice_queue_watchers_open", {"stream": "position"}) == 0
-        assert q.handler._hub.feeds == 0
+        assert q.app.hub.feeds == 0
 
 
 async def test_admission_progress_stream(stores: Stores) -> None:

@@ -1,4 +1,4 @@
-"""The waiting room in Redis, behind a small interface.
+"""The queue store on Redis (``ports.QueueStore``).
 
 Per event, under the hash tag ``{ev:<id>}``:
 
@@ -13,90 +13,36 @@ Per event, under the hash tag ``{ev:<id>}``:
 - ``rl:<window>`` hash: join counters of one rate-limit window
 
 A waiting fan costs one sorted-set member and nothing else. Every change is
-one Lua script (``lua/*.lua``), keys through KEYS and the clock through ARGV.
+one Lua script (the package's ``lua/*.lua``), keys through KEYS and the clock
+through ARGV. Each script's reply is decoded here, into the ports' values.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from boxoffice.redis import Arg, ScriptBatcher, event_key, load_script
-from queue_svc.model import PRE_QUEUE_BAND, RATE_WINDOW_MS, EventQueueConfig, Place, Progress, QueueState, TickResult
+from queue_svc.model import PRE_QUEUE_BAND, RATE_WINDOW_MS, Place, Progress, QueueState, TickResult, WaitingRoomConfig
+from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus
 
 # Expirations an admit tick processes per sorted set at most (bounds the
 # time one tick holds Redis; the rest go in the next tick).
 MAX_EXPIRED_PER_TICK = 10_000
 
 
-class JoinStatus(enum.Enum):
-    WAITING = "waiting"
-    ADMITTED = "admitted"
-    UNKNOWN_EVENT = "unknown_event"
-    NOT_OPEN = "not_open"
-    ACCOUNT_LIMITED = "account_limited"
-    CLIENT_LIMITED = "client_limited"
-
-
+# The scripts' reply codes: the join's outcomes; an unknown event (every
+# script); an admit tick refused for a stale leader epoch.
+_UNKNOWN_EVENT = -1
+_STALE_EPOCH = -5
 _JOIN_CODES = {
     1: JoinStatus.WAITING,
     2: JoinStatus.ADMITTED,
-    -1: JoinStatus.UNKNOWN_EVENT,
+    _UNKNOWN_EVENT: JoinStatus.UNKNOWN_EVENT,
     -2: JoinStatus.NOT_OPEN,
     -3: JoinStatus.ACCOUNT_LIMITED,
     -4: JoinStatus.CLIENT_LIMITED,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class JoinReply:
-    status: JoinStatus
-    score: int = 0
-    ahead: int = 0
-    newly_joined: bool = False
-    opens_at_ms: int = 0
-    paused: bool = False
-    admitted_total: int = 0
-    rate_at_last_tick: float = 0.0
-    last_tick_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class JoinLimits:
-    """Joins allowed per account / per client in each window (0: none)."""
-
-    per_account: int
-    per_client: int
-    window_ms: int
-
-
-class FanOp(enum.Enum):
-    LOOK = "look"
-    CLAIM = "claim"
-    LEAVE = "leave"
-    END = "end"
-
-
-class QueueStore(Protocol):
-    """The waiting room's storage."""
-
-    async def join(
-        self, event_id: int, customer_id: str, client_id: str, *, now_ms: int, random_score: int, limits: JoinLimits
-    ) -> JoinReply:
-        """Queue a fan (or return their place) in one round trip."""
-
-    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
-        """Read or change one fan's place; None for an unknown event."""
-
-    async def admit(self, event_id: int, *, now_ms: int, epoch: int) -> TickResult | None:
-        """One admit tick; None for an unknown event."""
-
-    async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
-        """The event's admission progress; None for an unknown event."""
-
-    async def put_config(self, config: EventQueueConfig) -> bool:
-        """Mirror a stored configuration (ignored when not newer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +90,7 @@ def _float(value: Any) -> float:
 
 
 class RedisQueueStore:
-    """The QueueStore on Redis; all calls go through a ScriptBatcher."""
+    """The queue store on Redis; all calls go through a ScriptBatcher."""
 
     def __init__(self, batcher: ScriptBatcher) -> None:
         self._batcher = batcher
@@ -220,11 +166,11 @@ class RedisQueueStore:
             self._admit, self.keys(event_id).common, (now_ms, epoch, MAX_EXPIRED_PER_TICK, RATE_WINDOW_MS)
         )
         code = int(reply[0])
-        if code == -1:
+        if code == _UNKNOWN_EVENT:
             return None
         return TickResult(
             event_id=event_id,
-            stale_epoch=code == -5,
+            stale_epoch=code == _STALE_EPOCH,
             admitted=int(reply[1]),
             expired=int(reply[2]),
             active_shoppers=int(reply[3]),
@@ -253,7 +199,7 @@ class RedisQueueStore:
             observed_at_ms=now_ms,
         )
 
-    async def put_config(self, config: EventQueueConfig) -> bool:
+    async def put_config(self, config: WaitingRoomConfig) -> bool:
         args: list[Arg] = [
             config.version,
             "opens",
@@ -275,7 +221,3 @@ class RedisQueueStore:
         ]
         reply = await self._batcher.call(self._config_put, (self.keys(config.event_id).config,), args)
         return bool(reply)
-
-
-def _compliance(batcher: ScriptBatcher) -> QueueStore:
-    return RedisQueueStore(batcher)

@@ -9,17 +9,14 @@ import logging
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
-from boxoffice.errors import BoxofficeError, Unavailable
+from boxoffice.errors import BoxofficeError
 from boxoffice.server import Drain
+from queue_svc.errors import draining
 from queue_svc.metrics import ServerMetrics
 from queue_svc.model import AdmissionState, Progress
-from queue_svc.store import QueueStore
+from queue_svc.ports import QueueStore
 
-_log = logging.getLogger("queue_svc.progress")
-
-
-def draining() -> Unavailable:
-    return Unavailable("the server is shutting down; watch again", reason="DRAINING")
+_log = logging.getLogger("queue_svc.jobs.progress")
 
 
 def _moved_key(progress: Progress) -> tuple[int, int, int, int, AdmissionState]:

@@ -8,28 +8,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 from queue_svc.config import QueueSettings
-from queue_svc.events import EventQueueRepository
 from queue_svc.metrics import AdmitterMetrics
 from queue_svc.model import TickResult
-from queue_svc.store import QueueStore
+from queue_svc.ports import Leadership, QueueStore, WaitingRoomRepository
 
-_log = logging.getLogger("queue_svc.admitter")
-
-LEADER_NAME = "queue-admitter"
-
-
-class Leadership(Protocol):
-    async def run(self, lead: Callable[[int], Awaitable[None]]) -> None:
-        """Campaign until cancelled; while this process leads, run
-        lead(epoch) and cancel it when leadership is lost. The epoch grows
-        with every change of leader."""
+_log = logging.getLogger("queue_svc.jobs.admitter")
 
 
 class Admitter:
@@ -39,14 +27,14 @@ class Admitter:
         self,
         *,
         store: QueueStore,
-        events: EventQueueRepository,
+        rooms: WaitingRoomRepository,
         clock: Clock,
         settings: QueueSettings,
         metrics: AdmitterMetrics,
         leadership: Leadership,
     ) -> None:
         self._store = store
-        self._events = events
+        self._rooms = rooms
         self._clock = clock
         self._settings = settings
         self._metrics = metrics
@@ -73,10 +61,11 @@ class Admitter:
             self._metrics.leading.set(0)
 
     async def refresh(self) -> None:
-        """Re-read the events and re-mirror their configuration to Redis
-        (a failed-over or flushed Redis gets it back within one refresh)."""
+        """Re-read the waiting rooms and re-mirror their configuration to
+        Redis (a failed-over or flushed Redis gets it back within one
+        refresh)."""
         with deadline.scope(max(self._settings.tick_seconds, 1.0) * 5):
-            configs = await self._events.list_all()
+            configs = await self._rooms.list_all()
             for config in configs:
                 await self._store.put_config(config)
         self._event_ids = [config.event_id for config in configs]
@@ -88,7 +77,7 @@ class Admitter:
             try:
                 await self.refresh()
             except BoxofficeError as err:
-                _log.warning("cannot refresh the events", extra={"reason": err.reason})
+                _log.warning("cannot refresh the waiting rooms", extra={"reason": err.reason})
         results: list[TickResult] = []
         for event_id in self._event_ids:
             result = await self.tick_event(event_id, epoch)

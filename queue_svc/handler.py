@@ -1,5 +1,6 @@
 """The waiting room's use cases, independent of gRPC: join, read, watch,
-leave, end a session, and the event administration."""
+leave, end a session, and the administration of waiting rooms. The stores
+come in through ``ports``; every error raised is built by ``errors``."""
 
 from __future__ import annotations
 
@@ -7,40 +8,32 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
-from boxoffice.errors import (
-    BoxofficeError,
-    FailedPrecondition,
-    NotFound,
-    ResourceExhausted,
-)
+from boxoffice.errors import BoxofficeError
 from boxoffice.tokens import TokenSigner
+from queue_svc import errors
 from queue_svc.config import QueueSettings
-from queue_svc.events import EventQueueRepository
+from queue_svc.jobs.progress import EventFeed, ProgressHub
 from queue_svc.metrics import ServerMetrics
 from queue_svc.model import (
     PRE_QUEUE_BAND,
     AdmissionState,
-    EventQueueConfig,
     Place,
     Position,
     Progress,
     QueueState,
+    WaitingRoomConfig,
     WatchBase,
     admission_state,
     estimate_ahead,
-    eta_seconds,
     measured_rate,
     passed,
-    poll_after_seconds,
 )
-from queue_svc.progress import EventFeed, ProgressHub, draining
-from queue_svc.store import FanOp, JoinLimits, JoinReply, JoinStatus, QueueStore
+from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus, QueueStore, WaitingRoomRepository
 
-_log = logging.getLogger("queue_svc.service")
+_log = logging.getLogger("queue_svc.handler")
 
 # How long an event found missing in Postgres is not looked up again.
 _UNKNOWN_EVENT_SECONDS = 2.0
@@ -52,16 +45,6 @@ def uniform_pre_queue_score() -> int:
     return secrets.randbelow(PRE_QUEUE_BAND)
 
 
-def unknown_event(event_id: int) -> NotFound:
-    return NotFound(
-        f"event {event_id} has no waiting room", reason="EVENT_NOT_FOUND", metadata={"event_id": str(event_id)}
-    )
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
-
-
 class QueueHandler:
     """Everything QueueService does, behind the servicer's parsing."""
 
@@ -69,7 +52,7 @@ class QueueHandler:
         self,
         *,
         store: QueueStore,
-        events: EventQueueRepository,
+        rooms: WaitingRoomRepository,
         hub: ProgressHub,
         signer: TokenSigner,
         clock: Clock,
@@ -78,7 +61,7 @@ class QueueHandler:
         random_score: Callable[[], int] = uniform_pre_queue_score,
     ) -> None:
         self._store = store
-        self._events = events
+        self._rooms = rooms
         self._hub = hub
         self._signer = signer
         self._clock = clock
@@ -108,7 +91,7 @@ class QueueHandler:
         now = time.monotonic()
         if self._unknown.get(event_id, 0.0) > now:
             return False
-        config = await self._events.get(event_id)
+        config = await self._rooms.get(event_id)
         if config is None:
             if len(self._unknown) >= _UNKNOWN_EVENTS_KEPT:
                 self._unknown.clear()
@@ -118,7 +101,7 @@ class QueueHandler:
         await self._store.put_config(config)
         return True
 
-    async def _mirror_quietly(self, config: EventQueueConfig) -> None:
+    async def _mirror_quietly(self, config: WaitingRoomConfig) -> None:
         try:
             await self._store.put_config(config)
         except BoxofficeError as err:
@@ -133,37 +116,18 @@ class QueueHandler:
         if reply.status is JoinStatus.UNKNOWN_EVENT and await self._mirror(event_id):
             reply = await self._join_once(event_id, customer_id, client_id)
         status = reply.status
-        if status is JoinStatus.WAITING:
-            (self._joined if reply.newly_joined else self._rejoined).inc()
+        if status is JoinStatus.WAITING or status is JoinStatus.ADMITTED:
             now = self._now_ms()
+            admission = admission_state(now_ms=now, opens_at_ms=reply.opens_at_ms, paused=reply.paused)
+            if status is JoinStatus.ADMITTED:
+                self._join_admitted.inc()
+                return Position.past_the_queue(event_id, customer_id, QueueState.ADMITTED, admission), False
+            (self._joined if reply.newly_joined else self._rejoined).inc()
             rate = measured_rate(reply.rate_at_last_tick, reply.last_tick_ms, now)
-            eta = eta_seconds(reply.ahead, rate)
-            position = Position(
-                event_id=event_id,
-                customer_id=customer_id,
-                state=QueueState.WAITING,
-                ahead=reply.ahead,
-                score=reply.score,
-                eta_seconds=eta,
-                poll_after_seconds=poll_after_seconds(reply.ahead, eta),
-                admission_state=admission_state(now_ms=now, opens_at_ms=reply.opens_at_ms, paused=reply.paused),
+            position = Position.waiting(
+                event_id, customer_id, score=reply.score, ahead=reply.ahead, rate_per_second=rate, admission=admission
             )
             return position, reply.newly_joined
-        if status is JoinStatus.ADMITTED:
-            self._join_admitted.inc()
-            position = Position(
-                event_id=event_id,
-                customer_id=customer_id,
-                state=QueueState.ADMITTED,
-                ahead=0,
-                score=0,
-                eta_seconds=None,
-                poll_after_seconds=None,
-                admission_state=admission_state(
-                    now_ms=self._now_ms(), opens_at_ms=reply.opens_at_ms, paused=reply.paused
-                ),
-            )
-            return position, False
         raise self._join_refused(event_id, reply)
 
     async def _join_once(self, event_id: int, customer_id: str, client_id: str) -> JoinReply:
@@ -177,25 +141,15 @@ class QueueHandler:
         )
 
     def _join_refused(self, event_id: int, reply: JoinReply) -> BoxofficeError:
-        joins = self._metrics.joins
-        if reply.status is JoinStatus.UNKNOWN_EVENT:
-            joins.labels("unknown_event").inc()
-            return unknown_event(event_id)
-        if reply.status is JoinStatus.NOT_OPEN:
-            joins.labels("not_open").inc()
-            return FailedPrecondition(
-                f"the waiting room of event {event_id} is not open yet",
-                reason="QUEUE_NOT_OPEN",
-                metadata={"event_id": str(event_id), "opens_at": _iso(reply.opens_at_ms)},
-            )
-        joins.labels("rate_limited").inc()
-        limit = "account" if reply.status is JoinStatus.ACCOUNT_LIMITED else "client"
-        window = self._settings.join_limit_window_seconds
-        return ResourceExhausted(
-            f"too many joins from this {limit}; retry later",
-            reason="RATE_LIMITED",
-            metadata={"limit": limit, "retry_after_seconds": f"{window:g}"},
-        )
+        status = reply.status
+        if status is JoinStatus.UNKNOWN_EVENT:
+            result = "unknown_event"
+        elif status is JoinStatus.NOT_OPEN:
+            result = "not_open"
+        else:
+            result = "rate_limited"
+        self._metrics.joins.labels(result).inc()
+        return errors.join_refused(event_id, reply, window_seconds=self._settings.join_limit_window_seconds)
 
     async def _fan(self, event_id: int, customer_id: str, op: FanOp) -> Place:
         now = self._now_ms()
@@ -203,7 +157,7 @@ class QueueHandler:
         if place is None and await self._mirror(event_id):
             place = await self._store.fan(event_id, customer_id, now_ms=now, op=op)
         if place is None:
-            raise unknown_event(event_id)
+            raise errors.unknown_event(event_id)
         return place
 
     def _position(self, event_id: int, customer_id: str, place: Place, *, with_token: bool) -> Position:
@@ -211,38 +165,19 @@ class QueueHandler:
         admission = admission_state(now_ms=now, opens_at_ms=place.opens_at_ms, paused=place.paused)
         if place.state is QueueState.WAITING:
             rate = measured_rate(place.rate_at_last_tick, place.last_tick_ms, now)
-            eta = eta_seconds(place.ahead, rate)
-            return Position(
-                event_id=event_id,
-                customer_id=customer_id,
-                state=place.state,
-                ahead=place.ahead,
-                score=place.score,
-                eta_seconds=eta,
-                poll_after_seconds=poll_after_seconds(place.ahead, eta),
-                admission_state=admission,
+            return Position.waiting(
+                event_id, customer_id, score=place.score, ahead=place.ahead, rate_per_second=rate, admission=admission
             )
-        token = ""
-        token_expires_at = 0
-        if place.state is QueueState.ADMITTED and with_token:
-            # The token never outlives the session it opens.
-            ttl_ms = min(place.token_ttl_ms, place.expires_at_ms - now)
-            token, claims = self._signer.issue(
-                event_id=event_id, customer_id=customer_id, ttl_seconds=max(1, ttl_ms // 1000)
-            )
-            token_expires_at = claims.expires_at
-            self._metrics.tokens_issued.inc()
-        return Position(
-            event_id=event_id,
-            customer_id=customer_id,
-            state=place.state,
-            ahead=0,
-            score=0,
-            eta_seconds=None,
-            poll_after_seconds=None,
-            admission_state=admission,
-            access_token=token,
-            access_token_expires_at=token_expires_at,
+        if place.state is not QueueState.ADMITTED or not with_token:
+            return Position.past_the_queue(event_id, customer_id, place.state, admission)
+        # The token never outlives the session it opens.
+        ttl_ms = min(place.token_ttl_ms, place.expires_at_ms - now)
+        token, claims = self._signer.issue(
+            event_id=event_id, customer_id=customer_id, ttl_seconds=max(1, ttl_ms // 1000)
+        )
+        self._metrics.tokens_issued.inc()
+        return Position.past_the_queue(
+            event_id, customer_id, place.state, admission, access_token=token, access_token_expires_at=claims.expires_at
         )
 
     async def position(self, event_id: int, customer_id: str) -> Position:
@@ -261,11 +196,7 @@ class QueueHandler:
         ended session again answers the same."""
         place = await self._fan(event_id, customer_id, FanOp.END)
         if place.state is not QueueState.COMPLETED:
-            raise FailedPrecondition(
-                f"customer is not admitted to event {event_id}",
-                reason="NOT_ADMITTED",
-                metadata={"event_id": str(event_id), "state": place.state.name},
-            )
+            raise errors.not_admitted(event_id, place.state)
         if place.changed:
             self._metrics.sessions_ended.labels(reason).inc()
         return self._position(event_id, customer_id, place, with_token=False)
@@ -295,26 +226,23 @@ class QueueHandler:
         return place, self._position(event_id, customer_id, place, with_token=True)
 
     def estimate(self, event_id: int, customer_id: str, score: int, ahead: int, progress: Progress) -> Position:
-        eta = eta_seconds(ahead, progress.rate_per_second)
-        return Position(
-            event_id=event_id,
-            customer_id=customer_id,
-            state=QueueState.WAITING,
-            ahead=ahead,
+        return Position.waiting(
+            event_id,
+            customer_id,
             score=score,
-            eta_seconds=eta,
-            poll_after_seconds=poll_after_seconds(ahead, eta),
-            admission_state=progress.admission_state,
+            ahead=ahead,
+            rate_per_second=progress.rate_per_second,
+            admission=progress.admission_state,
         )
 
-    # -- events -------------------------------------------------------------
+    # -- waiting rooms ------------------------------------------------------
 
     async def stats(self, event_id: int) -> Progress:
         progress = await self._store.progress(event_id, now_ms=self._now_ms())
         if progress is None and await self._mirror(event_id):
             progress = await self._store.progress(event_id, now_ms=self._now_ms())
         if progress is None:
-            raise unknown_event(event_id)
+            raise errors.unknown_event(event_id)
         return progress
 
     async def watch_progress(self, event_id: int) -> AsyncIterator[Progress]:
@@ -338,25 +266,25 @@ class QueueHandler:
             gauge.dec()
             self._hub.leave(feed)
 
-    async def create_event(self, config: EventQueueConfig) -> EventQueueConfig:
-        stored = await self._events.create(config)
+    async def create_waiting_room(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        stored = await self._rooms.create(config)
         self._unknown.pop(stored.event_id, None)
         await self._mirror_quietly(stored)
         return stored
 
-    async def update_event(self, config: EventQueueConfig) -> EventQueueConfig:
-        stored = await self._events.update(config)
+    async def update_waiting_room(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        stored = await self._rooms.update(config)
         await self._mirror_quietly(stored)
         return stored
 
-    async def get_event(self, event_id: int) -> EventQueueConfig:
-        stored = await self._events.get(event_id)
+    async def get_waiting_room(self, event_id: int) -> WaitingRoomConfig:
+        stored = await self._rooms.get(event_id)
         if stored is None:
-            raise unknown_event(event_id)
+            raise errors.unknown_event(event_id)
         return stored
 
-    async def set_paused(self, event_id: int, paused: bool) -> EventQueueConfig:
-        stored = await self._events.set_paused(event_id, paused)
+    async def set_paused(self, event_id: int, paused: bool) -> WaitingRoomConfig:
+        stored = await self._rooms.set_paused(event_id, paused)
         await self._mirror_quietly(stored)
         return stored
 
@@ -396,7 +324,7 @@ class PositionWatch:
         while True:
             progress = feed.latest
             if feed.closed:
-                raise draining()
+                raise errors.draining()
             if progress is None or progress is self._seen:
                 await feed.moved()
                 continue

@@ -1,0 +1,8 @@
+"""The queue's ports on real stores: ``RedisQueueStore`` (the live waiting
+room, ``redis_queue_store``) and ``PgWaitingRoomRepository`` (the durable
+configurations, ``pg_waiting_rooms``)."""
+
+from queue_svc.adapters.pg_waiting_rooms import PgWaitingRoomRepository
+from queue_svc.adapters.redis_queue_store import EventKeys, RedisQueueStore
+
+__all__ = ["EventKeys", "PgWaitingRoomRepository", "RedisQueueStore"]

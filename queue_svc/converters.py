@@ -1,0 +1,171 @@
+"""Wire <-> model for QueueService: request fields validated and parsed into
+the model's values, and the model's values built into response messages.
+Bad input raises ``boxoffice.validate``'s INVALID_ARGUMENT errors."""
+
+from __future__ import annotations
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from boxoffice import validate
+from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
+from queue_svc import model
+from queue_svc.model import Position, Progress, WaitingRoomConfig
+
+MAX_CUSTOMER_ID_LENGTH = 128
+MAX_CLIENT_ID_LENGTH = 128
+
+_SECOND_MS = 1000
+_MINUTE_MS = 60 * _SECOND_MS
+_HOUR_MS = 60 * _MINUTE_MS
+_DAY_MS = 24 * _HOUR_MS
+# 0001-01-01 .. 9999-12-31, the range of google.protobuf.Timestamp.
+_TIMESTAMP_MIN_SECONDS = -62135596800
+_TIMESTAMP_MAX_SECONDS = 253402300799
+
+_END_REASONS = {
+    pb.SESSION_END_REASON_COMPLETED: "completed",
+    pb.SESSION_END_REASON_ABANDONED: "abandoned",
+}
+
+
+def parse_event_id(value: int, field: str = "event_id") -> int:
+    return validate.positive_id(field, value)
+
+
+def parse_customer_id(value: str) -> str:
+    return validate.text("customer_id", value, max_length=MAX_CUSTOMER_ID_LENGTH)
+
+
+def parse_client_id(value: str) -> str:
+    """The client id a join is limited by ('' when the caller gives none)."""
+    return validate.text("client_id", value, max_length=MAX_CLIENT_ID_LENGTH, min_length=0)
+
+
+def parse_end_reason(value: pb.SessionEndReason.ValueType) -> str:
+    """Why a fan ends their session, as the metric label."""
+    if value == pb.SESSION_END_REASON_UNSPECIFIED:
+        raise validate.required("reason")
+    reason = _END_REASONS.get(value)
+    if reason is None:
+        raise validate.invalid("reason", f"unknown reason {value}")
+    return reason
+
+
+def position_pb(position: Position) -> pb.QueuePosition:
+    message = pb.QueuePosition(
+        event_id=position.event_id,
+        customer_id=position.customer_id,
+        state=pb.QueueState.ValueType(position.state.value),
+        ahead=position.ahead,
+        score=position.score,
+        admission_state=pb.AdmissionState.ValueType(position.admission_state.value),
+    )
+    if position.eta_seconds is not None:
+        message.eta.seconds = round(position.eta_seconds)
+    if position.poll_after_seconds is not None:
+        message.poll_after.seconds = round(position.poll_after_seconds)
+    if position.access_token:
+        message.access_token = position.access_token
+        message.access_token_expires_at.seconds = position.access_token_expires_at
+    return message
+
+
+def progress_pb(progress: Progress) -> pb.AdmissionProgress:
+    observed = timestamp_pb2.Timestamp()
+    observed.FromMilliseconds(progress.observed_at_ms)
+    return pb.AdmissionProgress(
+        event_id=progress.event_id,
+        admitted_through_score=progress.admitted_through_score,
+        queue_length=progress.queue_length,
+        active_shoppers=progress.active_shoppers,
+        admitted_total=progress.admitted_total,
+        admission_rate_per_second=round(progress.rate_per_second, 3),
+        admission_state=pb.AdmissionState.ValueType(progress.admission_state.value),
+        observed_at=observed,
+    )
+
+
+def _ms_duration(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def config_pb(config: WaitingRoomConfig) -> pb.EventQueueConfig:
+    opens_at = timestamp_pb2.Timestamp()
+    opens_at.FromMilliseconds(config.opens_at_ms)
+    return pb.EventQueueConfig(
+        event_id=config.event_id,
+        opens_at=opens_at,
+        pre_queue_window=_ms_duration(config.pre_queue_window_ms),
+        admission_rate_per_second=config.admission_rate_per_second,
+        max_active_shoppers=config.max_active_shoppers,
+        session_length=_ms_duration(config.session_length_ms),
+        token_ttl=_ms_duration(config.token_ttl_ms),
+        claim_grace=_ms_duration(config.claim_grace_ms),
+        paused=config.paused,
+    )
+
+
+# Each duration of a configuration: (default when unset, least, most), in ms.
+_DURATIONS_MS = {
+    "pre_queue_window": (model.DEFAULT_PRE_QUEUE_WINDOW_MS, 0, 7 * _DAY_MS),
+    "session_length": (model.DEFAULT_SESSION_LENGTH_MS, 10 * _SECOND_MS, _DAY_MS),
+    "token_ttl": (model.DEFAULT_TOKEN_TTL_MS, 10 * _SECOND_MS, _DAY_MS),
+    "claim_grace": (model.DEFAULT_CLAIM_GRACE_MS, 5 * _SECOND_MS, _HOUR_MS),
+}
+
+
+def _duration_ms(message: pb.EventQueueConfig, name: str) -> int:
+    default_ms, minimum_ms, maximum_ms = _DURATIONS_MS[name]
+    path = f"config.{name}"
+    if not message.HasField(name):  # type: ignore[arg-type]
+        return default_ms
+    value: duration_pb2.Duration = getattr(message, name)
+    if not -999_999_999 <= value.nanos <= 999_999_999 or (value.seconds * value.nanos < 0):
+        raise validate.invalid(path, "is not a valid duration")
+    if value.nanos % 1_000_000:
+        raise validate.invalid(path, "must be a whole number of milliseconds")
+    ms = value.seconds * 1000 + value.nanos // 1_000_000
+    if ms < minimum_ms or ms > maximum_ms:
+        raise validate.invalid(path, f"must be between {minimum_ms / 1000:g} s and {maximum_ms / 1000:g} s")
+    return ms
+
+
+def _count(field: str, value: int, *, default: int, maximum: int) -> int:
+    if value == 0:
+        return default
+    return validate.int_range(f"config.{field}", value, minimum=1, maximum=maximum)
+
+
+def parse_config(message: pb.EventQueueConfig, *, present: bool) -> WaitingRoomConfig:
+    """A validated configuration; unset fields take their defaults."""
+    if not present:
+        raise validate.required("config")
+    event_id = parse_event_id(message.event_id, "config.event_id")
+    if not message.HasField("opens_at"):
+        raise validate.required("config.opens_at")
+    opens = message.opens_at
+    if not (_TIMESTAMP_MIN_SECONDS <= opens.seconds <= _TIMESTAMP_MAX_SECONDS) or not 0 <= opens.nanos < 10**9:
+        raise validate.invalid("config.opens_at", "is not a valid timestamp")
+    if opens.seconds < 0:
+        raise validate.invalid("config.opens_at", "must be after 1970-01-01")
+    return WaitingRoomConfig(
+        event_id=event_id,
+        opens_at_ms=opens.seconds * 1000 + opens.nanos // 1_000_000,
+        pre_queue_window_ms=_duration_ms(message, "pre_queue_window"),
+        admission_rate_per_second=_count(
+            "admission_rate_per_second",
+            message.admission_rate_per_second,
+            default=model.DEFAULT_ADMISSION_RATE_PER_SECOND,
+            maximum=100_000,
+        ),
+        max_active_shoppers=_count(
+            "max_active_shoppers",
+            message.max_active_shoppers,
+            default=model.DEFAULT_MAX_ACTIVE_SHOPPERS,
+            maximum=10_000_000,
+        ),
+        session_length_ms=_duration_ms(message, "session_length"),
+        token_ttl_ms=_duration_ms(message, "token_ttl"),
+        claim_grace_ms=_duration_ms(message, "claim_grace"),
+        paused=message.paused,
+    )

@@ -1,0 +1,81 @@
+"""Every error the queue raises, built here and nowhere else.
+
+The stores report outcomes (a join script's status, a missing or duplicate
+waiting room); this module decides what each means to a caller: the
+``boxoffice.errors`` class (hence the gRPC code), the reason and the
+metadata. Input validation errors come from ``boxoffice.validate``.
+
+Reasons raised here: ``EVENT_NOT_FOUND``, ``EVENT_QUEUE_EXISTS``,
+``QUEUE_NOT_OPEN``, ``RATE_LIMITED``, ``NOT_ADMITTED``, ``DRAINING``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from boxoffice.errors import (
+    AlreadyExists,
+    BoxofficeError,
+    FailedPrecondition,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+from queue_svc.model import QueueState
+from queue_svc.ports import JoinReply, JoinStatus
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+def unknown_event(event_id: int) -> NotFound:
+    """The event has no waiting room (in Postgres, after a Redis miss)."""
+    return NotFound(
+        f"event {event_id} has no waiting room", reason="EVENT_NOT_FOUND", metadata={"event_id": str(event_id)}
+    )
+
+
+def waiting_room_exists(event_id: int) -> AlreadyExists:
+    """A create for an event that has a waiting room already."""
+    return AlreadyExists(
+        f"event {event_id} already has a waiting room",
+        reason="EVENT_QUEUE_EXISTS",
+        metadata={"event_id": str(event_id)},
+    )
+
+
+def join_refused(event_id: int, reply: JoinReply, *, window_seconds: float) -> BoxofficeError:
+    """The error for a join the store refused (any status but WAITING and
+    ADMITTED)."""
+    status = reply.status
+    if status is JoinStatus.UNKNOWN_EVENT:
+        return unknown_event(event_id)
+    if status is JoinStatus.NOT_OPEN:
+        return FailedPrecondition(
+            f"the waiting room of event {event_id} is not open yet",
+            reason="QUEUE_NOT_OPEN",
+            metadata={"event_id": str(event_id), "opens_at": _iso(reply.opens_at_ms)},
+        )
+    if status in (JoinStatus.ACCOUNT_LIMITED, JoinStatus.CLIENT_LIMITED):
+        limit = "account" if status is JoinStatus.ACCOUNT_LIMITED else "client"
+        return ResourceExhausted(
+            f"too many joins from this {limit}; retry later",
+            reason="RATE_LIMITED",
+            metadata={"limit": limit, "retry_after_seconds": f"{window_seconds:g}"},
+        )
+    raise ValueError(f"a join that ended {status.name} is not refused")
+
+
+def not_admitted(event_id: int, state: QueueState) -> FailedPrecondition:
+    """A session ended by a fan who is not admitted."""
+    return FailedPrecondition(
+        f"customer is not admitted to event {event_id}",
+        reason="NOT_ADMITTED",
+        metadata={"event_id": str(event_id), "state": state.name},
+    )
+
+
+def draining() -> Unavailable:
+    """A stream ended (or refused) because the process is shutting down."""
+    return Unavailable("the server is shutting down; watch again", reason="DRAINING")

@@ -1,0 +1,110 @@
+"""The queue's boundaries, as Protocols the use cases and jobs depend on:
+the queue store (Redis), the waiting-room configuration repository
+(Postgres) and the leadership the admitter campaigns with, plus the values
+that cross the store's boundary. Implementations live in ``adapters/``
+(and ``boxoffice.leader``); ``app`` wires each to its port."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from queue_svc.model import Place, Progress, TickResult, WaitingRoomConfig
+
+
+class JoinStatus(enum.Enum):
+    """How a join ended in the store; anything but WAITING and ADMITTED is
+    a refusal that ``errors.join_refused`` turns into a domain error."""
+
+    WAITING = "waiting"
+    ADMITTED = "admitted"
+    UNKNOWN_EVENT = "unknown_event"
+    NOT_OPEN = "not_open"
+    ACCOUNT_LIMITED = "account_limited"
+    CLIENT_LIMITED = "client_limited"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinReply:
+    """A join's outcome and the event's state the fan's position needs."""
+
+    status: JoinStatus
+    score: int = 0
+    ahead: int = 0
+    newly_joined: bool = False
+    opens_at_ms: int = 0
+    paused: bool = False
+    admitted_total: int = 0
+    rate_at_last_tick: float = 0.0
+    last_tick_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JoinLimits:
+    """Joins allowed per account / per client in each window (0: none)."""
+
+    per_account: int
+    per_client: int
+    window_ms: int
+
+
+class FanOp(enum.Enum):
+    """What a call does to one fan's place besides reading it."""
+
+    LOOK = "look"
+    CLAIM = "claim"
+    LEAVE = "leave"
+    END = "end"
+
+
+class QueueStore(Protocol):
+    """The waiting room's live state: queue, admitted and active fans,
+    progress, and the mirror of each event's configuration."""
+
+    async def join(
+        self, event_id: int, customer_id: str, client_id: str, *, now_ms: int, random_score: int, limits: JoinLimits
+    ) -> JoinReply:
+        """Queue a fan (or return their place) in one round trip."""
+
+    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
+        """Read or change one fan's place; None for an unknown event."""
+
+    async def admit(self, event_id: int, *, now_ms: int, epoch: int) -> TickResult | None:
+        """One admit tick; None for an unknown event."""
+
+    async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
+        """The event's admission progress; None for an unknown event."""
+
+    async def put_config(self, config: WaitingRoomConfig) -> bool:
+        """Mirror a stored configuration (ignored when not newer)."""
+
+
+class WaitingRoomRepository(Protocol):
+    """Where waiting-room configurations live durably."""
+
+    async def create(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        """Store a new configuration (version 1); ALREADY_EXISTS if there is one."""
+
+    async def update(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        """Replace a configuration (next version); NOT_FOUND if there is none."""
+
+    async def set_paused(self, event_id: int, paused: bool) -> WaitingRoomConfig:
+        """Pause or resume (next version); NOT_FOUND if there is none."""
+
+    async def get(self, event_id: int) -> WaitingRoomConfig | None:
+        """One configuration, or None."""
+
+    async def list_all(self) -> list[WaitingRoomConfig]:
+        """Every configuration."""
+
+
+class Leadership(Protocol):
+    """The election the admitter runs under (``boxoffice.leader`` in a
+    process, a double in tests)."""
+
+    async def run(self, lead: Callable[[int], Awaitable[None]]) -> None:
+        """Campaign until cancelled; while this process leads, run
+        lead(epoch) and cancel it when leadership is lost. The epoch grows
+        with every change of leader."""
