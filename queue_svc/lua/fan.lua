@@ -42,46 +42,30 @@ if score then
   return reply(1, tonumber(score), redis.call('ZRANK', KEYS[2], customer), 0, 0)
 end
 
-local claim_by = redis.call('ZSCORE', KEYS[3], customer)
-if claim_by then
-  claim_by = tonumber(claim_by)
-  if claim_by <= now then
-    finish(3, 'E')
-    return reply(3, 0, 0, 0, 0)
+-- Admitted: unclaimed (3, until the claim deadline) or shopping (4, until
+-- the session's end).
+for key = 3, 4 do
+  local ends = redis.call('ZSCORE', KEYS[key], customer)
+  if ends then
+    ends = tonumber(ends)
+    if ends <= now then
+      finish(key, 'E')
+      return reply(3, 0, 0, 0, 0)
+    end
+    if op == 'claim' and key == 3 then
+      local session_ends = now + tonumber(cfg[3])
+      redis.call('ZREM', KEYS[3], customer)
+      redis.call('ZADD', KEYS[4], session_ends, customer)
+      return reply(2, 0, 0, session_ends, 1)
+    end
+    if op == 'end' then
+      finish(key, 'C')
+      return reply(5, 0, 0, 0, 1)
+    end
+    return reply(2, 0, 0, ends, 0)
   end
-  if op == 'claim' then
-    local ends = now + tonumber(cfg[3])
-    redis.call('ZREM', KEYS[3], customer)
-    redis.call('ZADD', KEYS[4], ends, customer)
-    return reply(2, 0, 0, ends, 1)
-  end
-  if op == 'end' then
-    finish(3, 'C')
-    return reply(5, 0, 0, 0, 1)
-  end
-  return reply(2, 0, 0, claim_by, 0)
 end
 
-local ends = redis.call('ZSCORE', KEYS[4], customer)
-if ends then
-  ends = tonumber(ends)
-  if ends <= now then
-    finish(4, 'E')
-    return reply(3, 0, 0, 0, 0)
-  end
-  if op == 'end' then
-    finish(4, 'C')
-    return reply(5, 0, 0, 0, 1)
-  end
-  return reply(2, 0, 0, ends, 0)
-end
-
-local outcome = redis.call('HGET', KEYS[5], customer)
-if outcome == 'E' then
-  return reply(3, 0, 0, 0, 0)
-elseif outcome == 'L' then
-  return reply(4, 0, 0, 0, 0)
-elseif outcome == 'C' then
-  return reply(5, 0, 0, 0, 0)
-end
-return reply(6, 0, 0, 0, 0)
+-- Not queued nor admitted: how the last visit ended, if it did.
+local ended = {E = 3, L = 4, C = 5}
+return reply(ended[redis.call('HGET', KEYS[5], customer)] or 6, 0, 0, 0, 0)
