@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates gen/ from proto/: messages, gRPC stubs and .pyi type stubs.
-# Usage: scripts/gen_protos.sh [--check]   (--check fails when gen/ would change)
+# Regenerates what is derived from proto/: gen/ (messages, gRPC stubs and .pyi
+# type stubs) and docs/errors.md (the reasons of the ErrorReason enums).
+# Usage: scripts/gen_protos.sh [--check]   (--check fails when either would change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python}
@@ -30,3 +31,4 @@ if [ "${1:-}" = "--check" ]; then
   fi
   echo "gen/ matches proto/"
 fi
+"$py" scripts/gen_error_docs.py ${1:+"$1"}
