@@ -6,7 +6,9 @@ waiting room); this module decides what each means to a caller: the
 metadata. Input validation errors come from ``boxoffice.validate``.
 
 Reasons raised here: ``EVENT_NOT_FOUND``, ``EVENT_QUEUE_EXISTS``,
-``QUEUE_NOT_OPEN``, ``RATE_LIMITED``, ``NOT_ADMITTED``, ``DRAINING``.
+``QUEUE_NOT_OPEN``, ``RATE_LIMITED``, ``NOT_ADMITTED``, ``DRAINING``, each a
+value of the contract's ``boxoffice.queue.v1.ErrorReason``, which documents
+its code and metadata.
 """
 
 from __future__ import annotations
