@@ -1,1 +1,3 @@
-"""PaymentService: idempotent payments, refunds, the outbox relay and the ticket issuer."""
+"""PaymentService: idempotent payments through a provider, signed and
+deduplicated webhooks, refunds, and the ticket issuer that consumes booking's
+outbox stream. :mod:`payment_svc.app` composes it."""

@@ -1,39 +1,45 @@
-"""Composition of the payment service's processes.
+"""The payment service's composition root: the one place its objects are built.
 
-- ``payment-svc`` (role server): PaymentService, the sandbox provider and
-  its webhook delivery, the reconciliation job, and the consumer that
-  refunds cancelled bookings;
+Roles (``ROLES``):
+
+- ``payment-svc`` (role ``server``): PaymentService, the sandbox provider and
+  its webhook delivery, the reconciler, and the consumer that refunds
+  cancelled bookings;
 - ``issuer``: the ticket issuer.
 
-Booking's outbox relay publishes the stream both consumers read.
+Both consumers read booking's outbox stream, which booking's relay publishes.
+Tests and benchmarks build through :func:`compose_server` and
+:func:`compose_issuer`, replacing only what they must (:class:`Overrides`);
+the clock, the registry and the settings come with the :class:`Runtime`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
-import grpc
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
-from boxoffice.server import Registration
-from boxoffice.streams import StreamConsumer, consumer_name
-from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
-from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
-from payment_svc.booking_client import GrpcBookingClient
-from payment_svc.cancellations import CANCELLATION_GROUP, CancellationRefunds
+from boxoffice.server import GrpcServer
+from boxoffice.streams import ConsumerHooks, ConsumerMetrics, EntryHandler, StreamConsumer, consumer_name
+from payment_svc.adapters.booking import GrpcBookingClient
+from payment_svc.adapters.idempotency import PgIdempotencyStore
+from payment_svc.adapters.payments import PgPaymentStore
+from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider
+from payment_svc.adapters.tickets import PgTicketStore
+from payment_svc.adapters.webhook_events import PgWebhookStore
+from payment_svc.adapters.webhook_sink import GrpcWebhookSink
 from payment_svc.config import PaymentConfig
-from payment_svc.idempotency import Idempotent, PgIdempotencyStore
-from payment_svc.issuer import ISSUER_GROUP, PgTicketStore, TicketIssuer
+from payment_svc.handler import PaymentHandler, PaymentHooks
+from payment_svc.idempotency import Idempotent
+from payment_svc.jobs.cancellations import CANCELLATION_GROUP, CancellationRefunds
+from payment_svc.jobs.issuer import ISSUER_GROUP, TicketIssuer
+from payment_svc.jobs.reconciler import Reconciler
+from payment_svc.jobs.sandbox_webhooks import WebhookDelivery
 from payment_svc.metrics import IssuerMetrics, ServerMetrics
-from payment_svc.payments import Payments
-from payment_svc.reconciler import Reconciler
-from payment_svc.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider, WebhookDelivery
-from payment_svc.servicer import SERVICE_NAME, PaymentServicer
-from payment_svc.store import PgPaymentStore
-from payment_svc.webhook_handler import PgWebhookStore, WebhookHandler
+from payment_svc.ports import BookingClient, PaymentProvider
+from payment_svc.servicer import PaymentServicer
 from payment_svc.webhooks import WebhookVerifier
 
 COMPONENT = "payment"
@@ -45,31 +51,22 @@ def migrations() -> list[Migration]:
     return load_migrations(COMPONENT, "payment_svc")
 
 
-class GrpcWebhookSink:
-    """Delivers the sandbox's webhooks to PaymentService over gRPC."""
+@dataclass
+class Overrides:
+    """What a test or a benchmark replaces; ``None`` keeps what a process builds."""
 
-    def __init__(self, address: Callable[[], str]) -> None:
-        self._address = address
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: Any = None
-
-    async def deliver(self, signature: str, body: bytes) -> None:
-        if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self._address())
-            self._stub = pb_grpc.PaymentServiceStub(self._channel)
-        await self._stub.HandleProviderWebhook(
-            pb.HandleProviderWebhookRequest(signature=signature, body=body), timeout=10
-        )
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
+    # Default: BookingService over gRPC at BOXOFFICE_BOOKING_ADDR.
+    booking: BookingClient | None = None
+    # Default: the sandbox provider (its records in the service's database).
+    provider: PaymentProvider | None = None
+    # Default: no hooks.
+    hooks: PaymentHooks = field(default_factory=PaymentHooks)
 
 
 class _Closing:
     """Closes client channels when the process stops."""
 
-    def __init__(self, name: str, *closers: Callable[[], Any]) -> None:
+    def __init__(self, name: str, *closers: Callable[[], Awaitable[None]]) -> None:
         self.name = name
         self._closers = closers
 
@@ -81,88 +78,156 @@ class _Closing:
             await close()
 
 
-async def build(rt: Runtime, role: str) -> list[Component]:
+@dataclass(frozen=True)
+class PaymentServer:
+    """The ``server`` role: what it runs, and what tests and benchmarks look into."""
+
+    config: PaymentConfig
+    server: GrpcServer
+    handler: PaymentHandler
+    store: PgPaymentStore
+    booking: BookingClient
+    provider: PaymentProvider
+    # The sandbox when it is the provider (tests read its records and sign as it).
+    sandbox: SandboxProvider | None
+    reconciler: Reconciler
+    cancellations: StreamConsumer
+    metrics: ServerMetrics
+    hooks: PaymentHooks
+    # The background loops, started after the server.
+    loops: list[Component]
+    # Closes the clients' channels when the process stops.
+    clients: Component
+
+    @property
+    def components(self) -> list[Component]:
+        return [self.server, *self.loops, self.clients]
+
+
+@dataclass(frozen=True)
+class Issuer:
+    """The ``issuer`` role: the consumer, its handler and its metrics."""
+
+    consumer: StreamConsumer
+    handler: TicketIssuer
+    metrics: IssuerMetrics
+
+
+def _consumer(
+    rt: Runtime,
+    config: PaymentConfig,
+    *,
+    group: str,
+    handler: EntryHandler,
+    metrics: ConsumerMetrics,
+    name: str | None = None,
+    hooks: ConsumerHooks | None = None,
+) -> StreamConsumer:
+    return StreamConsumer(
+        redis=rt.redis(),
+        stream=config.stream,
+        group=group,
+        name=name or consumer_name(),
+        handler=handler,
+        metrics=metrics,
+        batch_size=config.consumer_batch_size,
+        block_ms=config.consumer_block_ms,
+        claim_idle_ms=config.claim_idle_ms,
+        concurrency=config.consumer_concurrency,
+        hooks=hooks,
+    )
+
+
+def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentServer:
+    """The ``server`` role's object graph."""
+    overrides = overrides or Overrides()
     config = PaymentConfig.from_env(rt.env)
-    if role == "server":
-        return _server(rt, config)
-    if role == "issuer":
-        pool = rt.pool()
-        metrics = IssuerMetrics.create(rt.registry)
-        consumer = StreamConsumer(
-            redis=rt.redis(),
-            stream=config.stream,
-            group=ISSUER_GROUP,
-            name=consumer_name(),
-            handler=TicketIssuer(pool, metrics),
-            metrics=metrics.consumer,
-            batch_size=config.consumer_batch_size,
-            block_ms=config.consumer_block_ms,
-            claim_idle_ms=config.claim_idle_ms,
-            concurrency=config.consumer_concurrency,
-        )
-        return [Loop("ticket-issuer", consumer.run)]
-    raise ValueError(f"unknown payment role {role!r}")
-
-
-def _server(rt: Runtime, config: PaymentConfig) -> list[Component]:
     pool = rt.pool()
     metrics = ServerMetrics.create(rt.registry)
-    provider = SandboxProvider(config.sandbox, rt.clock, pool)
-    booking = GrpcBookingClient(config.booking_addr)
+    sandbox: SandboxProvider | None = None
+    provider: PaymentProvider
+    if overrides.provider is None:
+        provider = sandbox = SandboxProvider(config.sandbox, rt.clock, pool)
+    else:
+        provider = overrides.provider
+    booking_channel: GrpcBookingClient | None = None
+    booking: BookingClient
+    if overrides.booking is None:
+        booking = booking_channel = GrpcBookingClient(config.booking_addr)
+    else:
+        booking = overrides.booking
     store = PgPaymentStore(pool)
-    payments = Payments(
-        store=store, booking=booking, provider=provider, tokens=rt.token_signer, config=config, metrics=metrics
-    )
     idempotency = PgIdempotencyStore(
         pool, retention_seconds=config.idempotency_retention_seconds, lock_seconds=config.idempotency_lock_seconds
     )
-    webhooks = WebhookHandler(
-        verifier=WebhookVerifier(config.webhook_secrets, rt.clock, config.webhook_tolerance_seconds),
-        store=PgWebhookStore(pool, lock_seconds=config.idempotency_lock_seconds),
-        payments=payments,
-        metrics=metrics,
-    )
-    servicer = PaymentServicer(
-        payments=payments,
-        idempotent=Idempotent(idempotency),
-        webhooks=webhooks,
+    handler = PaymentHandler(
+        store=store,
+        webhook_events=PgWebhookStore(pool, lock_seconds=config.idempotency_lock_seconds),
         tickets=PgTicketStore(pool),
+        booking=booking,
+        provider=provider,
         tokens=rt.token_signer,
+        verifier=WebhookVerifier(config.webhook_secrets, rt.clock, config.webhook_tolerance_seconds),
+        config=config,
+        metrics=metrics,
+        hooks=overrides.hooks,
     )
-    server = rt.grpc_server(
-        COMPONENT,
-        [Registration(SERVICE_NAME, lambda s: pb_grpc.add_PaymentServiceServicer_to_server(servicer, s))],
-    )
+    servicer = PaymentServicer(handler=handler, idempotent=Idempotent(idempotency))
+    server = rt.grpc_server(COMPONENT, [servicer.registration()])
     reconciler = Reconciler(
-        payments=payments,
+        payments=handler,
         store=store,
         idempotency=idempotency,
         metrics=metrics,
         interval_seconds=config.reconcile_interval_seconds,
         after_seconds=config.reconcile_after_seconds,
     )
-    cancellations = StreamConsumer(
-        redis=rt.redis(),
-        stream=config.stream,
-        group=CANCELLATION_GROUP,
-        name=consumer_name(),
-        handler=CancellationRefunds(payments),
-        metrics=metrics.cancellations,
-        batch_size=config.consumer_batch_size,
-        block_ms=config.consumer_block_ms,
-        claim_idle_ms=config.claim_idle_ms,
-        concurrency=config.consumer_concurrency,
+    cancellations = _consumer(
+        rt, config, group=CANCELLATION_GROUP, handler=CancellationRefunds(handler), metrics=metrics.cancellations
     )
-    sink = GrpcWebhookSink(lambda: server.address)
-    components: list[Component] = [server]
-    if config.sandbox.webhook_mode == "auto":
-        components.append(Loop("sandbox-webhooks", WebhookDelivery(provider, sink, pool).run))
-    components += [
-        Loop("payment-reconciler", reconciler.run),
-        Loop("cancellation-refunds", cancellations.run),
-        _Closing("payment-clients", booking.close, sink.close),
-    ]
-    return components
+    loops: list[Component] = []
+    closers: list[Callable[[], Awaitable[None]]] = []
+    if booking_channel is not None:
+        closers.append(booking_channel.close)
+    if sandbox is not None and config.sandbox.webhook_mode == "auto":
+        sink = GrpcWebhookSink(lambda: server.address)
+        loops.append(Loop("sandbox-webhooks", WebhookDelivery(sandbox, sink, pool).run))
+        closers.append(sink.close)
+    loops += [Loop("payment-reconciler", reconciler.run), Loop("cancellation-refunds", cancellations.run)]
+    return PaymentServer(
+        config=config,
+        server=server,
+        handler=handler,
+        store=store,
+        booking=booking,
+        provider=provider,
+        sandbox=sandbox,
+        reconciler=reconciler,
+        cancellations=cancellations,
+        metrics=metrics,
+        hooks=overrides.hooks,
+        loops=loops,
+        clients=_Closing("payment-clients", *closers),
+    )
+
+
+def compose_issuer(rt: Runtime, *, name: str | None = None, hooks: ConsumerHooks | None = None) -> Issuer:
+    """The ``issuer`` role's object graph (``name`` and ``hooks`` for tests)."""
+    config = PaymentConfig.from_env(rt.env)
+    metrics = IssuerMetrics.create(rt.registry)
+    handler = TicketIssuer(PgTicketStore(rt.pool()), metrics)
+    consumer = _consumer(
+        rt, config, group=ISSUER_GROUP, handler=handler, metrics=metrics.consumer, name=name, hooks=hooks
+    )
+    return Issuer(consumer=consumer, handler=handler, metrics=metrics)
+
+
+async def build(rt: Runtime, role: str) -> list[Component]:
+    if role == "server":
+        return compose_server(rt).components
+    if role == "issuer":
+        return [Loop("ticket-issuer", compose_issuer(rt).consumer.run)]
+    raise ValueError(f"unknown payment role {role!r}")
 
 
 async def seed_demo(rt: Runtime) -> list[str]:

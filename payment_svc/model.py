@@ -34,16 +34,6 @@ TRANSITIONS: dict[PaymentState, frozenset[PaymentState]] = {
     PaymentState.REFUNDED: frozenset(),
 }
 
-# States in which the provider holds the customer's money for this payment.
-MONEY_TAKEN = frozenset(
-    {
-        PaymentState.CAPTURED,
-        PaymentState.SUCCEEDED,
-        PaymentState.PARTIALLY_REFUNDED,
-        PaymentState.REFUND_REQUIRED,
-    }
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Payment:
@@ -114,3 +104,8 @@ def provider_key(hold_id: str, attempt: int) -> str:
 def confirm_key(payment_id: str) -> str:
     """The key BookingService.ConfirmHold deduplicates this payment's confirm by."""
     return f"payment:{payment_id}"
+
+
+def refund_provider_key(refund_id: str) -> str:
+    """The provider idempotency key of a refund."""
+    return f"refund_{refund_id}"

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from boxoffice.runtime import Pool
-from tests.payment.support import FakeBooking, PaymentStack, open_pool, payment_stack, signer
+from tests.payment.harness import FakeBooking, PaymentStack, fake_booking, open_pool, payment_stack
 from tests.support import Stores
 
 
@@ -18,11 +18,14 @@ async def pool(stores: Stores) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture
-def booking(pool: Pool) -> FakeBooking:
-    return FakeBooking(pool, signer())
+async def stack(stores: Stores) -> AsyncIterator[PaymentStack]:
+    """PaymentService with the in-memory BookingService stand-in."""
+    async with payment_stack(stores, booking=fake_booking) as opened:
+        yield opened
 
 
 @pytest.fixture
-async def stack(pool: Pool, booking: FakeBooking) -> AsyncIterator[PaymentStack]:
-    async with payment_stack(pool, booking, tokens=booking.tokens) as opened:
-        yield opened
+def booking(stack: PaymentStack) -> FakeBooking:
+    """The stand-in the ``stack`` calls."""
+    assert isinstance(stack.booking, FakeBooking)
+    return stack.booking

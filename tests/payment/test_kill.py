@@ -16,7 +16,7 @@ import pytest
 
 from boxoffice import db
 from boxoffice.runtime import Pool
-from tests.payment.support import insert_outbox, new_event_id
+from tests.payment.harness import insert_outbox, new_event_id
 from tests.support import Stores
 
 pytestmark = pytest.mark.slow

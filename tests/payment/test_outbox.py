@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from booking_svc.jobs.relay import _BATCH_SQL, OutboxRelay, OutboxRow, RelayHooks
+from booking_svc.jobs.relay import OutboxRelay, OutboxRow, RelayHooks
 from booking_svc.metrics import RelayMetrics
 from boxoffice import db
 from boxoffice.runtime import Pool
-from boxoffice.streams import ConsumerHooks, StreamConsumer, StreamEntry
-from payment_svc.issuer import TicketIssuer
-from payment_svc.metrics import IssuerMetrics
-from tests.payment.support import insert_outbox, new_event_id, open_redis
+from boxoffice.streams import ConsumerHooks, StreamEntry
+from tests.payment.harness import IssuerFactory, insert_outbox, issuers, new_event_id, open_redis
 from tests.support import Stores
 
 
@@ -40,6 +38,12 @@ def stream() -> str:
     return f"ticket-issued-test-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture
+async def make_issuer(stores: Stores, stream: str) -> AsyncIterator[IssuerFactory]:
+    async with issuers(stores, stream) as make:
+        yield make
+
+
 def _relay(pool: Pool, redis_conn: aioredis.Redis, stream: str, hooks: RelayHooks | None = None) -> OutboxRelay:
     return OutboxRelay(
         pool=pool,
@@ -48,30 +52,6 @@ def _relay(pool: Pool, redis_conn: aioredis.Redis, stream: str, hooks: RelayHook
         groups=["ticket-issuer"],
         metrics=RelayMetrics.create(CollectorRegistry()),
         batch_size=50,
-        hooks=hooks,
-    )
-
-
-def _issuer(
-    pool: Pool,
-    redis_conn: aioredis.Redis,
-    stream: str,
-    name: str,
-    *,
-    hooks: ConsumerHooks | None = None,
-    claim_idle_ms: int = 60_000,
-    registry: CollectorRegistry | None = None,
-) -> StreamConsumer:
-    metrics = IssuerMetrics.create(registry or CollectorRegistry())
-    return StreamConsumer(
-        redis=redis_conn,
-        stream=stream,
-        group="ticket-issuer",
-        name=name,
-        handler=TicketIssuer(pool, metrics),
-        metrics=metrics.consumer,
-        block_ms=0,
-        claim_idle_ms=claim_idle_ms,
         hooks=hooks,
     )
 
@@ -171,7 +151,7 @@ async def test_relay_crash_before_publish_loses_nothing(pool: Pool, redis_conn: 
 
 
 async def test_relay_crash_after_publish_redelivers_and_the_issuer_deduplicates(
-    pool: Pool, redis_conn: aioredis.Redis, stream: str
+    pool: Pool, redis_conn: aioredis.Redis, stream: str, make_issuer: IssuerFactory
 ) -> None:
     hold = str(uuid.uuid4())
     event_id = new_event_id()
@@ -183,7 +163,7 @@ async def test_relay_crash_after_publish_redelivers_and_the_issuer_deduplicates(
     assert await _unpublished(pool, ids) == 1  # published but never marked
     await _drain(_relay(pool, redis_conn, stream))
     assert await _entries(redis_conn, stream, [hold]) == [(hold, ids[0]), (hold, ids[0])]
-    issuer = _issuer(pool, redis_conn, stream, "c1")
+    issuer = (await make_issuer("c1")).consumer
     await issuer.prepare()
     while await issuer.read_once() > 0:
         pass
@@ -204,7 +184,9 @@ async def test_control_two_relays_without_row_locks_publish_twice(
     LOCKED publishes rows twice, which the test above would catch."""
 
     class UnlockedRelay(OutboxRelay):
-        batch_sql = _BATCH_SQL.replace("FOR UPDATE SKIP LOCKED", "")
+        batch_sql = OutboxRelay.batch_sql.replace("FOR UPDATE SKIP LOCKED", "")
+
+    assert UnlockedRelay.batch_sql != OutboxRelay.batch_sql
 
     aggregates = [str(uuid.uuid4()) for _ in range(20)]
     ids = [await insert_outbox(pool, agg, "BookingConfirmed", {}) for agg in aggregates]
@@ -221,22 +203,21 @@ async def _race_two_relays(
         # Each relay has read its batch before either publishes.
         await asyncio.wait_for(both_read.wait(), timeout=1.0)
 
-    relays = [
-        cls(
+    def relay(hooks: RelayHooks | None) -> OutboxRelay:
+        return cls(
             pool=pool,
             redis=redis_conn,
             stream=stream,
             groups=[],
             metrics=RelayMetrics.create(CollectorRegistry()),
             batch_size=10_000,
-            hooks=RelayHooks(before_publish=window),
+            hooks=hooks,
         )
-        for _ in range(2)
-    ]
-    await asyncio.gather(*(r.publish_once() for r in relays), return_exceptions=True)
-    for relay in relays:
-        relay._hooks = RelayHooks()
-        await _drain(relay)
+
+    racing = [relay(RelayHooks(before_publish=window)) for _ in range(2)]
+    await asyncio.gather(*(r.publish_once() for r in racing), return_exceptions=True)
+    for _ in racing:  # whatever a timed-out window left unpublished
+        await _drain(relay(None))
     return [e for _, e in await _entries(redis_conn, stream, aggregates)]
 
 
@@ -285,7 +266,7 @@ async def test_a_row_committed_late_is_published(pool: Pool, redis_conn: aioredi
 
 
 async def test_issuer_crash_after_ticket_before_ack_is_claimed_without_duplicates(
-    pool: Pool, redis_conn: aioredis.Redis, stream: str
+    pool: Pool, redis_conn: aioredis.Redis, stream: str, make_issuer: IssuerFactory
 ) -> None:
     holds = [str(uuid.uuid4()) for _ in range(3)]
     event_id = new_event_id()
@@ -297,33 +278,34 @@ async def test_issuer_crash_after_ticket_before_ack_is_claimed_without_duplicate
         if entry.aggregate_id in holds:
             raise Crash
 
-    dying = _issuer(pool, redis_conn, stream, "dying", hooks=ConsumerHooks(after_handle=crash_on_ours))
+    dying = (await make_issuer("dying", hooks=ConsumerHooks(after_handle=crash_on_ours))).consumer
     await dying.prepare()
     with pytest.raises(Crash):
         await dying.read_once()
     # Tickets are committed, nothing is acknowledged: every entry is still pending.
     assert 1 <= len(await _tickets(pool, holds)) <= 3
     assert (await redis_conn.xpending(stream, "ticket-issuer"))["pending"] >= 3
-    registry = CollectorRegistry()
-    survivor = _issuer(pool, redis_conn, stream, "survivor", claim_idle_ms=1, registry=registry)
+    surviving = await make_issuer("survivor", claim_idle_ms=1)
+    survivor = surviving.consumer
     await asyncio.sleep(0.01)
     await survivor.claim_once()
     while await survivor.read_once() > 0:
         pass
     assert await _tickets(pool, holds) == [(h, 1, 100 + holds.index(h), False) for h in sorted(holds)]
     assert (await redis_conn.xpending(stream, "ticket-issuer"))["pending"] == 0
-    assert (registry.get_sample_value("boxoffice_issuer_entries_claimed_total") or 0) >= 1
+    assert (surviving.registry.get_sample_value("boxoffice_issuer_entries_claimed_total") or 0) >= 1
 
 
 async def test_issuer_general_admission_cancellation_and_out_of_order_cancel(
-    pool: Pool, redis_conn: aioredis.Redis, stream: str
+    pool: Pool, redis_conn: aioredis.Redis, stream: str, make_issuer: IssuerFactory
 ) -> None:
     event_id = new_event_id()
     ga, early_cancel = str(uuid.uuid4()), str(uuid.uuid4())
     await insert_outbox(pool, ga, "BookingConfirmed", _confirmed(ga, event_id, quantity=3))
     await insert_outbox(pool, ga, "BookingCancelled", {"hold_id": ga, "event_id": event_id})
     await _drain(_relay(pool, redis_conn, stream))
-    issuer = _issuer(pool, redis_conn, stream, "c")
+    issuing = await make_issuer("c")
+    issuer = issuing.consumer
     await issuer.prepare()
     while await issuer.read_once() > 0:
         pass
@@ -334,7 +316,7 @@ async def test_issuer_general_admission_cancellation_and_out_of_order_cancel(
     confirm = StreamEntry(
         "0-2", str(uuid.uuid4()), early_cancel, "BookingConfirmed", _confirmed(early_cancel, event_id, seats=[7]), 0.0
     )
-    handler = TicketIssuer(pool, IssuerMetrics.create(CollectorRegistry()))
+    handler = issuing.handler
     await handler.handle(cancel)
     await handler.handle(confirm)
     await handler.handle(confirm)  # redelivered: nothing new
@@ -342,12 +324,12 @@ async def test_issuer_general_admission_cancellation_and_out_of_order_cancel(
 
 
 async def test_issuer_leaves_a_seat_conflict_pending_until_it_resolves(
-    pool: Pool, redis_conn: aioredis.Redis, stream: str
+    pool: Pool, redis_conn: aioredis.Redis, stream: str, make_issuer: IssuerFactory
 ) -> None:
     event_id = new_event_id()
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
-    registry = CollectorRegistry()
-    issuer = _issuer(pool, redis_conn, stream, "c", claim_idle_ms=1, registry=registry)
+    issuing = await make_issuer("c", claim_idle_ms=1)
+    issuer, registry = issuing.consumer, issuing.registry
     await issuer.prepare()
     await insert_outbox(pool, first, "BookingConfirmed", _confirmed(first, event_id, seats=[5]))
     await insert_outbox(pool, second, "BookingConfirmed", _confirmed(second, event_id, seats=[5]))
@@ -368,7 +350,9 @@ async def test_issuer_leaves_a_seat_conflict_pending_until_it_resolves(
     assert (await redis_conn.xpending(stream, "ticket-issuer"))["pending"] == 0
 
 
-async def test_relay_and_issuer_on_redis_6_2(pool: Pool, embedded_redis_url: str, stream: str) -> None:
+async def test_relay_and_issuer_on_redis_6_2(
+    pool: Pool, embedded_redis_url: str, stream: str, make_issuer: IssuerFactory
+) -> None:
     """The same stream commands (XAUTOCLAIM, XTRIM MINID, XINFO) on the
     embedded Redis 6.2: claim what a dead consumer left, then trim what
     every group acknowledged."""
@@ -388,10 +372,11 @@ async def test_relay_and_issuer_on_redis_6_2(pool: Pool, embedded_redis_url: str
             if entry.aggregate_id in holds:
                 raise Crash
 
-        dying = _issuer(pool, client, stream, "dying", hooks=ConsumerHooks(after_handle=crash_on_ours))
+        hooks = ConsumerHooks(after_handle=crash_on_ours)
+        dying = (await make_issuer("dying", hooks=hooks, redis_url=embedded_redis_url)).consumer
         with pytest.raises(Crash):
             await dying.read_once()
-        survivor = _issuer(pool, client, stream, "survivor", claim_idle_ms=1)
+        survivor = (await make_issuer("survivor", claim_idle_ms=1, redis_url=embedded_redis_url)).consumer
         await asyncio.sleep(0.01)
         await survivor.claim_once()
         while await survivor.read_once() > 0:
@@ -432,7 +417,7 @@ async def test_trim_keeps_whatever_a_group_has_not_acknowledged(
 
 
 async def test_rows_lost_with_the_stream_are_published_again(
-    pool: Pool, redis_conn: aioredis.Redis, stream: str
+    pool: Pool, redis_conn: aioredis.Redis, stream: str, make_issuer: IssuerFactory
 ) -> None:
     """Redis loses the stream (no persistence, a failover): once the issuer
     has caught up with what the stream still holds, the relay publishes the
@@ -449,7 +434,7 @@ async def test_rows_lost_with_the_stream_are_published_again(
         repair_after_seconds=0.001,
     )
     await relay.prepare()
-    issuer = _issuer(pool, redis_conn, stream, "c")
+    issuer = (await make_issuer("c")).consumer
     await insert_outbox(pool, holds[0], "BookingConfirmed", _confirmed(holds[0], event_id, seats=[400]))
     await _drain(relay)
     while await issuer.read_once() > 0:

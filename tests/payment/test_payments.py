@@ -13,12 +13,14 @@ import pytest
 
 from boxoffice import db
 from boxoffice.errors import BoxofficeError, from_rpc_error
+from boxoffice.runtime import Pool
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
-from payment_svc.booking_client import HoldState
-from payment_svc.idempotency import Claimed, PgIdempotencyStore, Stored
+from payment_svc.adapters.idempotency import PgIdempotencyStore
+from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT
+from payment_svc.idempotency import Idempotent
 from payment_svc.model import Payment
-from payment_svc.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT
-from tests.payment.support import FakeBooking, PaymentStack, age, new_event_id, snapshot
+from payment_svc.ports import Claimed, HoldState, IdempotencyStore, Stored
+from tests.payment.harness import FakeBooking, PaymentStack, age, new_event_id, snapshot
 
 
 def _token(stack: PaymentStack, event_id: int, customer: str) -> str:
@@ -229,19 +231,33 @@ async def test_control_without_the_in_flight_marker_the_work_runs_many_times(
     in-flight claim) lets every concurrent duplicate run; the assertion
     ``executions == 1`` above would catch it."""
 
-    class RecordAfterStore(PgIdempotencyStore):
+    class RecordAfterStore:
+        """Claims by reading a stored answer only: no in-flight marker."""
+
+        def __init__(self, pool: Pool, recorder: IdempotencyStore) -> None:
+            self.pool = pool
+            self.recorder = recorder
+
         async def claim(self, scope: str, key: str, fingerprint: bytes) -> Claimed | Stored:
-            async with db.transaction(self._pool) as conn:
+            async with db.transaction(self.pool) as conn:
                 cur = await conn.execute(
-                    "SELECT status_code, response FROM payment_idempotency_keys WHERE scope = %s AND key = %s",
+                    "SELECT response FROM payment_idempotency_keys WHERE scope = %s AND key = %s AND status_code = 0",
                     (scope, key),
                 )
                 row = await cur.fetchone()
-            return Claimed(str(uuid.uuid4())) if row is None else Stored(row[0], bytes(row[1]))
+            return Claimed(str(uuid.uuid4())) if row is None else Stored(response=bytes(row[0]))
 
-    from payment_svc.idempotency import Idempotent
+        async def complete(self, scope: str, key: str, token: str, outcome: bytes | BoxofficeError) -> None:
+            await self.recorder.complete(scope, key, token, outcome)
 
-    idem = Idempotent(RecordAfterStore(stack.pool, retention_seconds=60, lock_seconds=60))
+        async def release(self, scope: str, key: str, token: str) -> None:
+            await self.recorder.release(scope, key, token)
+
+        async def purge_expired(self, limit: int) -> int:
+            return await self.recorder.purge_expired(limit)
+
+    recorder = PgIdempotencyStore(stack.pool, retention_seconds=60, lock_seconds=60)
+    idem = Idempotent(RecordAfterStore(stack.pool, recorder))
     _, payment = await _started(stack, booking)
     release = asyncio.Event()
     executions = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,35 +16,27 @@ from typing import Any
 
 import grpc
 import pytest
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from booking_svc import app as booking_app
 from booking_svc.jobs.relay import OutboxRelay
-from booking_svc.metrics import BookingMetrics, RelayMetrics
-from booking_svc.store import PgBookingStore
+from booking_svc.metrics import RelayMetrics
 from boxoffice.errors import from_rpc_error
-from boxoffice.streams import ConsumerMetrics, StreamConsumer
+from boxoffice.streams import StreamConsumer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
-from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
-from payment_svc.booking_client import GrpcBookingClient
-from payment_svc.cancellations import CANCELLATION_GROUP, CancellationRefunds
-from payment_svc.issuer import ISSUER_GROUP, TicketIssuer
-from payment_svc.metrics import IssuerMetrics
+from payment_svc.adapters.sandbox import PM_DECLINED, PM_OK
+from payment_svc.jobs.cancellations import CANCELLATION_GROUP
+from payment_svc.jobs.issuer import ISSUER_GROUP
 from payment_svc.model import Payment
-from payment_svc.sandbox import PM_DECLINED, PM_OK
-from tests.booking.harness import Booking, create_event, general, hold_request, query, seated
-from tests.payment.support import PaymentStack, age, open_pool, open_redis, payment_stack
-from tests.support import ManualClock, Stores, make_runtime, running
+from tests.booking.harness import Booking, booking_server, create_event, general, hold_request, query, seated
+from tests.payment.harness import PaymentStack, age, issuers, open_pool, open_redis, payment_stack
+from tests.support import Stores
 
 
 @dataclass
 class Mesh:
     booking: Booking
     payment: PaymentStack
-    redis: aioredis.Redis
-    stream: str
     relay: OutboxRelay
     issuer: StreamConsumer
     refunds: StreamConsumer
@@ -60,71 +53,45 @@ class Mesh:
                 pass
 
 
-@contextlib.asynccontextmanager
-async def booking_of(stores: Stores) -> AsyncIterator[tuple[Booking, str]]:
-    """BookingService as ``boxoffice booking-svc`` composes it, on loopback,
-    with a clock the test moves."""
-    clock = ManualClock()
-    rt = make_runtime(stores, environ={"BOXOFFICE_DB_POOL_MAX": "20"}, clock=clock)
-    components = await booking_app.build(rt, "server")
-    server = components[0]
-    async with running([*rt.infrastructure(), *components]):
-        address = str(getattr(server, "address"))  # noqa: B009 - a GrpcServer, typed as Component
-        channel = grpc.aio.insecure_channel(address)
-        try:
-            booking = Booking(
-                rt,
-                bpb_grpc.BookingServiceStub(channel),
-                clock,
-                PgBookingStore(rt.pool()),
-                BookingMetrics.create(CollectorRegistry()),
-                stores.database_url,
-            )
-            yield booking, address
-        finally:
-            await channel.close()
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
 async def mesh_of(stores: Stores) -> AsyncIterator[Mesh]:
+    """BookingService and PaymentService on loopback, sharing a clock the
+    test moves, PaymentService calling BookingService over gRPC as its
+    process does; booking's relay and the two consumers of its stream (the
+    issuer, the cancellation refunds), driven by the test."""
     stream = f"ticket-issued-proof-{uuid.uuid4().hex[:12]}"
+    port = _free_port()
     async with (
-        booking_of(stores) as (booking, address),
+        booking_server(stores, environ={"BOXOFFICE_GRPC_PORT": str(port)}) as booking,
+        payment_stack(
+            stores,
+            environ={
+                "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{port}",
+                "BOXOFFICE_TICKET_STREAM": stream,
+                "BOXOFFICE_DB_POOL_MAX": "20",
+            },
+            clock=booking.clock,
+        ) as payment,
+        issuers(stores, stream) as make_issuer,
         open_pool(stores, max_size=20) as pool,
         open_redis(stores) as redis_conn,
     ):
-        client = GrpcBookingClient(address)
-        async with payment_stack(pool, client, tokens=booking.rt.token_signer, clock=booking.clock) as payment:
-            registry = CollectorRegistry()
-            issuer_metrics = IssuerMetrics.create(registry)
-            relay = OutboxRelay(
-                pool=pool,
-                redis=redis_conn,
-                stream=stream,
-                groups=[ISSUER_GROUP, CANCELLATION_GROUP],
-                metrics=RelayMetrics.create(registry),
-            )
-            await relay.prepare()
-            issuer = StreamConsumer(
-                redis=redis_conn,
-                stream=stream,
-                group=ISSUER_GROUP,
-                name="issuer-1",
-                handler=TicketIssuer(pool, issuer_metrics),
-                metrics=issuer_metrics.consumer,
-            )
-            refunds = StreamConsumer(
-                redis=redis_conn,
-                stream=stream,
-                group=CANCELLATION_GROUP,
-                name="refunds-1",
-                handler=CancellationRefunds(payment.payments),
-                metrics=ConsumerMetrics.create(registry, "test_refunds"),
-            )
-            try:
-                yield Mesh(booking, payment, redis_conn, stream, relay, issuer, refunds)
-            finally:
-                await client.close()
+        relay = OutboxRelay(
+            pool=pool,
+            redis=redis_conn,
+            stream=stream,
+            groups=[ISSUER_GROUP, CANCELLATION_GROUP],
+            metrics=RelayMetrics.create(CollectorRegistry()),
+        )
+        await relay.prepare()
+        issuer = (await make_issuer("issuer-1")).consumer
+        yield Mesh(booking, payment, relay, issuer, payment.parts.cancellations)
 
 
 @pytest.fixture

@@ -12,15 +12,19 @@ from dataclasses import dataclass, field
 import pytest
 
 from boxoffice.clock import SystemClock
+from boxoffice.config import Env
 from boxoffice.runtime import Pool
-from payment_svc.provider import ChargeRequest, ChargeStatus, ProviderError, RefundRequest, RefundStatus
-from payment_svc.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider, WebhookDelivery
+from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider
+from payment_svc.config import PaymentConfig
+from payment_svc.jobs.sandbox_webhooks import WebhookDelivery
+from payment_svc.ports import ChargeRequest, ChargeStatus, ProviderError, RefundRequest, RefundStatus
 from payment_svc.webhooks import WebhookVerifier, parse_event
-from tests.payment.support import WEBHOOK_SECRET, payment_config
+from tests.payment.harness import PAYMENT_ENV, WEBHOOK_SECRET
 
 
 def _provider(pool: Pool, **environ: str) -> SandboxProvider:
-    return SandboxProvider(payment_config(**environ).sandbox, SystemClock(), pool, rng=random.Random(11))
+    config = PaymentConfig.from_env(Env({**PAYMENT_ENV, **environ}))
+    return SandboxProvider(config.sandbox, SystemClock(), pool, rng=random.Random(11))
 
 
 def _charge(method: str = PM_OK, amount: int = 700, key: str | None = None) -> ChargeRequest:

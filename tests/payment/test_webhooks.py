@@ -12,10 +12,10 @@ import pytest
 
 from boxoffice.errors import Unauthenticated, from_rpc_error
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
+from payment_svc.adapters.sandbox import PM_OK, PM_TIMEOUT
 from payment_svc.model import PaymentState
-from payment_svc.sandbox import PM_OK, PM_TIMEOUT
 from payment_svc.webhooks import WebhookEvent, WebhookVerifier, sign, signature_header
-from tests.payment.support import WEBHOOK_SECRET, FakeBooking, PaymentStack, new_event_id, snapshot
+from tests.payment.harness import WEBHOOK_SECRET, FakeBooking, PaymentStack, new_event_id, snapshot
 from tests.support import ManualClock
 
 BODY = b'{"id":"evt_1","type":"charge.succeeded","created":1,"data":{}}'

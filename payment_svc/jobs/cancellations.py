@@ -1,4 +1,5 @@
-"""Refunds for cancelled bookings, consumed from the ``ticket-issued`` stream.
+"""Refunds for cancelled bookings (in the payment server's process), a
+consumer group on booking's outbox stream (``ticket-issued``).
 
 Each BookingCancelled event refunds what the event's refund policy granted,
 once: the refund's key is derived from the outbox event id, so a redelivered
@@ -12,8 +13,8 @@ import uuid
 
 from boxoffice.errors import FailedPrecondition, InvalidArgument, NotFound
 from boxoffice.streams import StreamEntry
+from payment_svc.handler import PaymentHandler
 from payment_svc.model import RefundSource
-from payment_svc.payments import Payments
 
 _log = logging.getLogger("payment_svc.cancellations")
 
@@ -21,7 +22,7 @@ CANCELLATION_GROUP = "payment-refunds"
 
 
 class CancellationRefunds:
-    def __init__(self, payments: Payments) -> None:
+    def __init__(self, payments: PaymentHandler) -> None:
         self._payments = payments
 
     async def handle(self, entry: StreamEntry) -> None:

@@ -1,4 +1,4 @@
-"""Payments and refunds in Postgres.
+"""Payments and refunds in Postgres (the :class:`~payment_svc.ports.PaymentStore`).
 
 Every change of a payment's state is one conditional UPDATE from the states
 it may come from: two settlers racing on one payment (a webhook and a
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
@@ -19,14 +19,15 @@ from boxoffice import db
 from boxoffice.errors import FailedPrecondition, InvalidArgument, NotFound
 from boxoffice.runtime import Pool
 from payment_svc.model import (
-    MONEY_TAKEN,
     Payment,
     PaymentState,
     Refund,
     RefundSource,
     RefundState,
     provider_key,
+    refund_provider_key,
 )
+from payment_svc.ports import PaymentStore
 
 _PAYMENT_COLUMNS = (
     "payment_id::text, hold_id::text, attempt, event_id, customer_id, amount_minor, currency, payment_method, "
@@ -80,61 +81,6 @@ def _refund(row: Sequence[Any]) -> Refund:
         provider_refund_id=row[8],
         failure_reason=row[9],
     )
-
-
-class PaymentStore(Protocol):
-    async def create(
-        self,
-        *,
-        hold_id: str,
-        event_id: int,
-        customer_id: str,
-        amount_minor: int,
-        currency: str,
-        payment_method: str,
-    ) -> tuple[Payment, bool]:
-        """A new PENDING payment for the hold, or (the live one, False) when
-        another is live (the caller has looked; a concurrent start loses on
-        the unique index and answers with the winner's)."""
-
-    async def get(self, payment_id: str) -> Payment | None: ...
-
-    async def live_for_hold(self, hold_id: str) -> Payment | None: ...
-
-    async def transition(
-        self,
-        payment_id: str,
-        sources: Collection[PaymentState],
-        target: PaymentState,
-        *,
-        provider_payment_id: str | None = None,
-        failure_reason: str | None = None,
-    ) -> Payment | None:
-        """Move from one of ``sources`` to ``target``; None if it was not in one."""
-
-    async def unsettled(self, older_than_seconds: float, limit: int) -> list[str]: ...
-
-    async def count_by_state(self) -> dict[str, int]: ...
-
-    async def reserve_refund(
-        self,
-        payment_id: str,
-        *,
-        request_key: str,
-        amount_minor: int | None,
-        currency: str | None,
-        reason: str,
-        source: RefundSource,
-    ) -> Refund:
-        """A PENDING refund for the key (the existing one on a repeat)."""
-
-    async def finish_refund(
-        self, refund_id: str, *, succeeded: bool, provider_refund_id: str, failure_reason: str = ""
-    ) -> Payment: ...
-
-    async def refund_by_provider_key(self, request_key: str) -> Refund | None: ...
-
-    async def pending_refunds(self, older_than_seconds: float, limit: int) -> list[Refund]: ...
 
 
 class PgPaymentStore:
@@ -357,8 +303,8 @@ class PgPaymentStore:
         return _payment(row)
 
     async def refund_by_provider_key(self, request_key: str) -> Refund | None:
-        """The refund whose provider key (``refund_<id>``) is given."""
-        refund_id = request_key.removeprefix("refund_")
+        """The refund whose provider key (:func:`refund_provider_key`) is given."""
+        refund_id = request_key.removeprefix(refund_provider_key(""))
         try:
             uuid.UUID(refund_id)
         except ValueError:
@@ -379,14 +325,6 @@ class PgPaymentStore:
                 (older_than_seconds, limit),
             )
             return [_refund(row) for row in await cur.fetchall()]
-
-
-def refund_provider_key(refund: Refund) -> str:
-    return f"refund_{refund.refund_id}"
-
-
-def money_taken(payment: Payment) -> bool:
-    return payment.state in MONEY_TAKEN
 
 
 def _compliance(store: PgPaymentStore) -> PaymentStore:

@@ -15,8 +15,8 @@ what happens, as with a real provider's test cards:
 Its records are kept in its own tables (``sandbox_*``), standing for the
 provider's database: they outlive the service's processes and are shared by
 its replicas. Every outcome is announced by a signed webhook that leaves late
-(a random delay), sometimes twice, sometimes never, and so out of order; a
-delivery the service refuses is retried with backoff. In ``manual`` mode
+(a random delay), sometimes twice, sometimes never, and so out of order;
+:mod:`payment_svc.jobs.sandbox_webhooks` delivers them. In ``manual`` mode
 nothing is delivered and tests take the events from :meth:`events`.
 """
 
@@ -25,20 +25,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import random
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
-from boxoffice import db, deadline
+from boxoffice import db
 from boxoffice.clock import Clock
-from boxoffice.errors import BoxofficeError
 from boxoffice.runtime import Pool
 from payment_svc.config import SandboxConfig
-from payment_svc.provider import (
+from payment_svc.ports import (
     ChargeRequest,
     ChargeResult,
     ChargeStatus,
@@ -50,15 +48,10 @@ from payment_svc.provider import (
 )
 from payment_svc.webhooks import WebhookEvent, parse_event, signature_header
 
-_log = logging.getLogger("payment_svc.sandbox")
-
 PM_OK = "pm_card_ok"
 PM_DECLINED = "pm_card_declined"
 PM_FAIL = "pm_card_fail"
 PM_TIMEOUT = "pm_card_timeout"
-
-_DELIVERY_ATTEMPTS = 6
-_DELIVERY_BATCH = 20
 
 _OUTCOMES = {
     PM_OK: (ChargeStatus.CAPTURED, ""),
@@ -70,13 +63,6 @@ _OUTCOMES = {
 _CHARGE_COLUMNS = (
     "idempotency_key, charge_id, amount_minor, currency, status, failure_code, refunded_minor, metadata, fingerprint"
 )
-
-
-class WebhookSink(Protocol):
-    """Where the sandbox sends its webhooks (PaymentService's endpoint)."""
-
-    async def deliver(self, signature: str, body: bytes) -> None:
-        """Deliver one signed body; raise when the receiver refuses it."""
 
 
 def _fingerprint(*parts: Any) -> bytes:
@@ -340,84 +326,6 @@ class SandboxProvider:
     async def _sleep(seconds: float) -> None:
         if seconds > 0:
             await asyncio.sleep(seconds)
-
-
-class WebhookDelivery:
-    """Delivers the sandbox's webhooks as a real provider does: each late by
-    a random delay (so they overtake each other), some twice, some never,
-    each attempt freshly signed, refused ones retried with backoff. Safe on
-    several replicas (rows are taken with SKIP LOCKED)."""
-
-    def __init__(
-        self, provider: SandboxProvider, sink: WebhookSink, pool: Pool, *, rng: random.Random | None = None
-    ) -> None:
-        self._provider = provider
-        self._sink = sink
-        self._pool = pool
-        self._rng = rng or random.Random()
-        self.delivered = 0
-        self.refused = 0
-
-    async def deliver_due(self) -> int:
-        """Send what is due; the number of webhooks attempted."""
-        async with db.transaction(self._pool, default_seconds=30) as conn:
-            cur = await conn.execute(
-                """
-                SELECT provider_event_id, body, copies_left, attempts FROM sandbox_webhooks
-                 WHERE done_at IS NULL AND deliver_after <= now()
-                 ORDER BY deliver_after LIMIT %s
-                   FOR UPDATE SKIP LOCKED
-                """,
-                (_DELIVERY_BATCH,),
-            )
-            rows = await cur.fetchall()
-            outcomes = await asyncio.gather(*(self._send(bytes(row[1])) for row in rows))
-            for (event_id, _, copies_left, attempts), delivered in zip(rows, outcomes, strict=True):
-                if delivered:
-                    self.delivered += 1
-                    copies_left -= 1
-                    attempts = 0
-                else:
-                    self.refused += 1
-                    attempts += 1
-                finished = copies_left <= 0 or attempts >= _DELIVERY_ATTEMPTS
-                if attempts >= _DELIVERY_ATTEMPTS:
-                    _log.warning("sandbox gave up delivering a webhook", extra={"provider_event_id": event_id})
-                # The second copy of a duplicate leaves later, as does a retry.
-                wait = (
-                    self._rng.uniform(0, self._provider.config.webhook_delay_seconds)
-                    if delivered
-                    else 0.2 * 2**attempts * (1 + self._rng.random())
-                )
-                await conn.execute(
-                    """
-                    UPDATE sandbox_webhooks
-                       SET copies_left = %s, attempts = %s, deliver_after = now() + make_interval(secs => %s),
-                           done_at = CASE WHEN %s THEN now() END
-                     WHERE provider_event_id = %s
-                    """,
-                    (copies_left, attempts, wait, finished, event_id),
-                )
-        return len(rows)
-
-    async def _send(self, body: bytes) -> bool:
-        try:
-            await self._sink.deliver(self._provider.sign(body), body)
-            return True
-        except Exception:  # the receiver refused or was unreachable: retried later
-            return False
-
-    async def run(self) -> None:
-        while True:
-            try:
-                with deadline.scope(30):
-                    await self._provider.settle_due()
-                    sent = await self.deliver_due()
-            except (BoxofficeError, psycopg.Error, OSError) as err:
-                _log.warning("sandbox webhook delivery failed; retrying", extra={"error": repr(err)})
-                sent = 0
-            if sent < _DELIVERY_BATCH:
-                await asyncio.sleep(0.05)
 
 
 def _compliance(provider: SandboxProvider) -> PaymentProvider:

@@ -1,4 +1,5 @@
-"""Reconciliation: what a lost webhook or a crashed call left half done.
+"""Reconciliation (in the payment server's process): what a lost webhook or
+a crashed call left half done.
 
 Every interval: payments still PENDING, CAPTURED or REFUND_REQUIRED after a
 while are settled (the provider is asked by key; captured money confirms the
@@ -16,11 +17,10 @@ import psycopg
 
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
-from payment_svc.idempotency import IdempotencyStore
+from payment_svc.handler import PaymentHandler
 from payment_svc.metrics import ServerMetrics
 from payment_svc.model import PaymentState
-from payment_svc.payments import Payments
-from payment_svc.store import PaymentStore
+from payment_svc.ports import IdempotencyStore, PaymentStore
 
 _log = logging.getLogger("payment_svc.reconciler")
 
@@ -32,7 +32,7 @@ class Reconciler:
     def __init__(
         self,
         *,
-        payments: Payments,
+        payments: PaymentHandler,
         store: PaymentStore,
         idempotency: IdempotencyStore,
         metrics: ServerMetrics,

@@ -1,10 +1,9 @@
-"""BookingService as the payment service calls it."""
+"""BookingService over gRPC, as the payment service calls it (the
+:class:`~payment_svc.ports.BookingClient`)."""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2
@@ -13,16 +12,7 @@ from boxoffice import deadline
 from boxoffice.errors import from_rpc_error
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
-
-
-class HoldState(enum.StrEnum):
-    HELD = "HELD"
-    CONFIRMED = "CONFIRMED"
-    EXPIRED = "EXPIRED"
-    RELEASED = "RELEASED"
-    CANCELLED = "CANCELLED"
-    UNKNOWN = "UNKNOWN"
-
+from payment_svc.ports import BookingClient, HoldState, HoldView
 
 _HOLD_STATES = {
     pb.HOLD_STATE_HELD: HoldState.HELD,
@@ -33,42 +23,16 @@ _HOLD_STATES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class HoldView:
-    """What the payment service needs to know of a hold."""
-
-    hold_id: str
-    event_id: int
-    customer_id: str
-    state: HoldState
-    amount_minor: int
-    currency: str
-    payment_id: str
-
-    @classmethod
-    def from_proto(cls, hold: pb.Hold) -> HoldView:
-        return cls(
-            hold_id=hold.hold_id,
-            event_id=hold.event_id,
-            customer_id=hold.customer_id,
-            state=_HOLD_STATES.get(hold.state, HoldState.UNKNOWN),
-            amount_minor=hold.amount.amount_minor,
-            currency=hold.amount.currency_code,
-            payment_id=hold.payment_id,
-        )
-
-
-class BookingClient(Protocol):
-    async def get_hold(self, access_token: str, hold_id: str) -> HoldView:
-        """The hold, if the token's customer owns it."""
-
-    async def extend_hold(self, hold_id: str, customer_id: str, extend_by_seconds: int) -> HoldView:
-        """Push the hold's expiry to at least now + extend_by_seconds."""
-
-    async def confirm_hold(
-        self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
-    ) -> HoldView:
-        """Turn the hold into a booking; FAILED_PRECONDITION when it is gone."""
+def _hold_view(hold: pb.Hold) -> HoldView:
+    return HoldView(
+        hold_id=hold.hold_id,
+        event_id=hold.event_id,
+        customer_id=hold.customer_id,
+        state=_HOLD_STATES.get(hold.state, HoldState.UNKNOWN),
+        amount_minor=hold.amount.amount_minor,
+        currency=hold.amount.currency_code,
+        payment_id=hold.payment_id,
+    )
 
 
 class GrpcBookingClient:
@@ -94,14 +58,14 @@ class GrpcBookingClient:
 
     async def get_hold(self, access_token: str, hold_id: str) -> HoldView:
         reply = await self._call("GetHold", pb.GetHoldRequest(access_token=access_token, hold_id=hold_id))
-        return HoldView.from_proto(reply.hold)
+        return _hold_view(reply.hold)
 
     async def extend_hold(self, hold_id: str, customer_id: str, extend_by_seconds: int) -> HoldView:
         request = pb.ExtendHoldRequest(
             hold_id=hold_id, customer_id=customer_id, extend_by=duration_pb2.Duration(seconds=extend_by_seconds)
         )
         reply = await self._call("ExtendHold", request)
-        return HoldView.from_proto(reply.hold)
+        return _hold_view(reply.hold)
 
     async def confirm_hold(
         self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
@@ -113,7 +77,7 @@ class GrpcBookingClient:
             amount_paid=pb.Money(currency_code=currency, amount_minor=amount_minor),
         )
         reply = await self._call("ConfirmHold", request)
-        return HoldView.from_proto(reply.hold)
+        return _hold_view(reply.hold)
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -1,47 +1,62 @@
-"""Paying for a hold (DESIGN.md flow 6): start, settle, refund.
+"""The payment use cases: start, settle, refund, list tickets, and the
+provider's webhooks.
 
 Money moves only through the provider, with keys derived from the order, so
 any step may be repeated: a charge per (hold, attempt), a confirm per
 payment, a refund per refund row. The payment row is the recovery point
 between those calls: whatever stopped half way, the next settle (a
 ConfirmPayment, a webhook, the reconciler) picks up from its state.
+
+A webhook is verified, then deduplicated by the provider's event id: it is
+recorded (with a lock) before it is applied and marked applied after; a
+later delivery of an applied event changes nothing, one that arrives while
+it is being applied is ABORTED (the provider retries), and one whose first
+application failed applies it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from boxoffice import deadline, validate
+from boxoffice import deadline
 from boxoffice.errors import (
+    Aborted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    Unauthenticated,
     Unavailable,
 )
 from boxoffice.tokens import TokenSigner
-from payment_svc.booking_client import BookingClient, HoldState
 from payment_svc.config import PaymentConfig
+from payment_svc.idempotency import detached
 from payment_svc.metrics import ServerMetrics
-from payment_svc.model import Payment, PaymentState, RefundSource, RefundState, confirm_key
-from payment_svc.provider import (
+from payment_svc.model import Payment, PaymentState, RefundSource, RefundState, Ticket, confirm_key, refund_provider_key
+from payment_svc.ports import (
+    BookingClient,
     ChargeRequest,
     ChargeResult,
     ChargeStatus,
+    ClaimState,
+    HoldState,
     PaymentProvider,
+    PaymentStore,
     ProviderError,
     RefundRequest,
     RefundStatus,
+    TicketStore,
+    WebhookStore,
 )
-from payment_svc.store import PaymentStore, refund_provider_key
-from payment_svc.webhooks import WebhookEvent
+from payment_svc.webhooks import MAX_BODY_BYTES, WebhookEvent, WebhookVerifier, parse_event
 
-_log = logging.getLogger("payment_svc.payments")
+_log = logging.getLogger("payment_svc.handler")
 
 T = TypeVar("T")
 
@@ -65,34 +80,37 @@ class PaymentHooks:
     before_confirm_hold: Callable[[Payment], Awaitable[None]] | None = None
 
 
-def parse_uuid(field: str, value: str) -> str:
-    """A canonical UUID string; INVALID_ARGUMENT otherwise."""
-    if not value:
-        raise validate.required(field)
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise validate.invalid(field, "must be a UUID") from None
+@dataclass(frozen=True, slots=True)
+class WebhookOutcome:
+    provider_event_id: str
+    duplicate: bool
+    payment: Payment | None
 
 
-class Payments:
-    """The payment use cases, over a store, BookingService and a provider."""
+class PaymentHandler:
+    """The payment use cases, over the stores, BookingService and a provider."""
 
     def __init__(
         self,
         *,
         store: PaymentStore,
+        webhook_events: WebhookStore,
+        tickets: TicketStore,
         booking: BookingClient,
         provider: PaymentProvider,
         tokens: TokenSigner,
+        verifier: WebhookVerifier,
         config: PaymentConfig,
         metrics: ServerMetrics,
         hooks: PaymentHooks | None = None,
     ) -> None:
         self._store = store
+        self._webhook_events = webhook_events
+        self._tickets = tickets
         self._booking = booking
         self._provider = provider
         self._tokens = tokens
+        self._verifier = verifier
         self._config = config
         self._metrics = metrics
         self._hooks = hooks or PaymentHooks()
@@ -105,8 +123,18 @@ class Payments:
             raise NotFound("no such payment", reason="PAYMENT_NOT_FOUND", metadata={"payment_id": payment_id})
         return payment
 
-    async def get_or_none(self, payment_id: str) -> Payment | None:
-        return await self._store.get(payment_id)
+    async def list_tickets(
+        self, access_token: str, *, event_id: int, hold_id: str | None, page_size: int, page_token: str
+    ) -> tuple[list[Ticket], str]:
+        """A page of the token's customer's tickets for the event."""
+        claims = self._tokens.verify(access_token, event_id=event_id)
+        return await self._tickets.list_for_customer(
+            event_id=event_id,
+            customer_id=claims.customer_id,
+            hold_id=hold_id,
+            page_size=page_size,
+            page_token=page_token,
+        )
 
     # -- StartPayment
 
@@ -285,7 +313,7 @@ class Payments:
         if refund.state != RefundState.PENDING:
             return payment
         request = RefundRequest(
-            refund_provider_key(refund), payment.provider_payment_id, refund.amount_minor, refund.currency
+            refund_provider_key(refund.refund_id), payment.provider_payment_id, refund.amount_minor, refund.currency
         )
         try:
             result = await self._bounded(lambda: self._provider.refund(request))
@@ -317,9 +345,42 @@ class Payments:
             payment_id, request_key=request_key, amount_minor=None, currency=None, reason="", source=source
         )
 
-    # -- webhooks
+    # -- HandleProviderWebhook
 
-    async def apply_webhook(self, event: WebhookEvent) -> Payment | None:
+    async def handle_webhook(self, signature: str, body: bytes) -> WebhookOutcome:
+        """Verify a delivery, then apply its event once (see the module docstring)."""
+        if len(body) > MAX_BODY_BYTES:
+            raise InvalidArgument("the webhook body is larger than 64 KiB", reason="WEBHOOK_TOO_LARGE")
+        try:
+            self._verifier.verify(signature, body)
+        except Unauthenticated as err:
+            self._metrics.webhook_verification_failures.labels(err.reason).inc()
+            raise
+        event = parse_event(body)
+        payment_id = _uuid_or_none(event.payment_id)
+        claim = await self._webhook_events.claim(
+            event.event_id, event.type, payment_id, hashlib.sha256(body).digest(), body
+        )
+        if claim.state == ClaimState.APPLIED:
+            self._metrics.webhooks.labels(event.type, "duplicate").inc()
+            payment = None if payment_id is None else await self._store.get(payment_id)
+            return WebhookOutcome(event.event_id, True, payment)
+        if claim.state == ClaimState.IN_FLIGHT:
+            raise Aborted(
+                "this event is being applied; retry later",
+                reason="WEBHOOK_IN_FLIGHT",
+                metadata={"provider_event_id": event.event_id},
+            )
+        try:
+            applied = await self._apply_webhook(event)
+        except BaseException:
+            await detached(self._webhook_events.release(event.event_id, claim.token))
+            raise
+        await detached(self._webhook_events.applied(event.event_id, claim.token))
+        self._metrics.webhooks.labels(event.type, "applied").inc()
+        return WebhookOutcome(event.event_id, False, applied)
+
+    async def _apply_webhook(self, event: WebhookEvent) -> Payment | None:
         """Apply one provider event; facts only move a payment forward, so
         events arriving twice or out of order change nothing more."""
         payment = await self._webhook_payment(event)
@@ -365,11 +426,8 @@ class Payments:
         return payment
 
     async def _webhook_payment(self, event: WebhookEvent) -> Payment | None:
-        try:
-            payment_id = str(uuid.UUID(event.payment_id))
-        except ValueError:
-            return None
-        return await self._store.get(payment_id)
+        payment_id = _uuid_or_none(event.payment_id)
+        return None if payment_id is None else await self._store.get(payment_id)
 
     # -- helpers
 
@@ -411,3 +469,10 @@ class Payments:
                 extra={"payment_id": payment.payment_id, "from": payment.state.value, "to": target.value},
             )
         return moved
+
+
+def _uuid_or_none(value: str) -> str | None:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None

@@ -1,15 +1,18 @@
-"""Helpers for the payment tests: a PaymentService on a real loopback gRPC
-server against the test stores, with the sandbox provider in manual mode,
-and an in-memory BookingService stand-in that writes the outbox as booking
-does (the proof tests use the real BookingService instead)."""
+"""The payment tests' harness: PaymentService as ``boxoffice payment-svc``
+composes it (:func:`payment_svc.app.compose_server`) on a loopback port
+against the test stores, with the sandbox provider in manual mode; the
+ticket issuer as ``boxoffice issuer`` composes it; and an in-memory
+BookingService stand-in that writes the outbox as booking does (the proof
+tests use the real BookingService instead)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,52 +21,40 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from boxoffice import db
-from boxoffice.clock import Clock, SystemClock
-from boxoffice.config import Env, ServerConfig
 from boxoffice.errors import FailedPrecondition, NotFound, PermissionDenied, Unavailable
-from boxoffice.metrics import GrpcServerMetrics
-from boxoffice.runtime import Pool
-from boxoffice.server import Drain, GrpcServer, Registration
+from boxoffice.runtime import Pool, Runtime
+from boxoffice.streams import ConsumerHooks, StreamConsumer
 from boxoffice.tokens import TokenSigner
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
-from payment_svc.booking_client import BookingClient, HoldState, HoldView
-from payment_svc.config import PaymentConfig
-from payment_svc.idempotency import Idempotent, PgIdempotencyStore
-from payment_svc.issuer import PgTicketStore
-from payment_svc.metrics import ServerMetrics
-from payment_svc.payments import PaymentHooks, Payments
-from payment_svc.reconciler import Reconciler
-from payment_svc.sandbox import SandboxProvider
-from payment_svc.servicer import SERVICE_NAME, PaymentServicer
-from payment_svc.store import PgPaymentStore
-from payment_svc.webhook_handler import PgWebhookStore, WebhookHandler
-from payment_svc.webhooks import WebhookVerifier
-from tests.support import Stores
+from payment_svc import app as payment_app
+from payment_svc.adapters.payments import PgPaymentStore
+from payment_svc.adapters.sandbox import SandboxProvider
+from payment_svc.handler import PaymentHooks
+from payment_svc.jobs.issuer import TicketIssuer
+from payment_svc.jobs.reconciler import Reconciler
+from payment_svc.ports import BookingClient, HoldState, HoldView
+from tests.support import ManualClock, Stores, make_runtime, running
 
-TOKEN_KEYS = {"test": b"payment-tests-signing-key-0123456789"}
 WEBHOOK_SECRET = "whsec_payment_tests_0123456789"
+
+# The settings every payment test runs with: the sandbox answers at once and
+# keeps its webhooks for the test to deliver; a charge that hangs settles
+# after 0.2 s; the reconciler takes only what a test ages.
+PAYMENT_ENV = {
+    "BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "10",
+    "BOXOFFICE_DB_POOL_MAX": "10",
+    "BOXOFFICE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+    "BOXOFFICE_SANDBOX_WEBHOOK_MODE": "manual",
+    "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0",
+    "BOXOFFICE_PROVIDER_TIMEOUT_SECONDS": "1",
+    "BOXOFFICE_SANDBOX_HANG_SECONDS": "5",
+    "BOXOFFICE_SANDBOX_TIMEOUT_SETTLE_SECONDS": "0.2",
+    "BOXOFFICE_RECONCILE_AFTER_SECONDS": "3600",
+}
 
 
 def new_event_id() -> int:
     return secrets.randbelow(2**40) + 1
-
-
-def signer(clock: Clock | None = None) -> TokenSigner:
-    return TokenSigner(TOKEN_KEYS, "test", clock or SystemClock())
-
-
-def payment_config(**environ: str) -> PaymentConfig:
-    env = {
-        "BOXOFFICE_WEBHOOK_SECRETS": WEBHOOK_SECRET,
-        "BOXOFFICE_SANDBOX_WEBHOOK_MODE": "manual",
-        "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0",
-        "BOXOFFICE_PROVIDER_TIMEOUT_SECONDS": "1",
-        "BOXOFFICE_SANDBOX_HANG_SECONDS": "5",
-        "BOXOFFICE_SANDBOX_TIMEOUT_SETTLE_SECONDS": "0.2",
-        "BOXOFFICE_RECONCILE_AFTER_SECONDS": "3600",
-        **environ,
-    }
-    return PaymentConfig.from_env(Env(env))
 
 
 @dataclass
@@ -101,8 +92,7 @@ class FakeBooking:
 
     def set_state(self, hold_id: str, state: HoldState) -> None:
         hold = self.holds[hold_id]
-        v = hold.view
-        hold.view = HoldView(v.hold_id, v.event_id, v.customer_id, state, v.amount_minor, v.currency, v.payment_id)
+        hold.view = dataclasses.replace(hold.view, state=state)
 
     async def get_hold(self, access_token: str, hold_id: str) -> HoldView:
         hold = self.holds.get(hold_id)
@@ -144,11 +134,14 @@ class FakeBooking:
             "currency": currency,
         }
         await insert_outbox(self.pool, hold_id, "BookingConfirmed", payload)
-        hold.view = HoldView(
-            v.hold_id, v.event_id, v.customer_id, HoldState.CONFIRMED, v.amount_minor, v.currency, payment_id
-        )
+        hold.view = dataclasses.replace(v, state=HoldState.CONFIRMED, payment_id=payment_id)
         hold.confirm_key = idempotency_key
         return hold.view
+
+
+def fake_booking(rt: Runtime) -> FakeBooking:
+    """The stand-in, on the payment process's pool and token keys."""
+    return FakeBooking(rt.pool(), rt.token_signer)
 
 
 def _compliance(booking: FakeBooking) -> BookingClient:
@@ -188,91 +181,113 @@ async def open_redis(stores: Stores) -> AsyncIterator[aioredis.Redis]:
 class PaymentStack:
     """A PaymentService served on loopback and what tests look into."""
 
-    address: str
+    parts: payment_app.PaymentServer
+    rt: Runtime
+    booking: BookingClient
     channel: grpc.aio.Channel
     stub: Any
-    provider: SandboxProvider
-    payments: Payments
-    store: PgPaymentStore
-    reconciler: Reconciler
-    metrics: ServerMetrics
-    registry: CollectorRegistry
-    pool: Pool
-    tokens: TokenSigner
-    hooks: PaymentHooks
+
+    @property
+    def provider(self) -> SandboxProvider:
+        assert self.parts.sandbox is not None
+        return self.parts.sandbox
+
+    @property
+    def store(self) -> PgPaymentStore:
+        return self.parts.store
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.parts.reconciler
+
+    @property
+    def hooks(self) -> PaymentHooks:
+        return self.parts.hooks
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.rt.registry
+
+    @property
+    def pool(self) -> Pool:
+        return self.rt.pool()
+
+    @property
+    def tokens(self) -> TokenSigner:
+        return self.rt.token_signer
 
 
 @contextlib.asynccontextmanager
 async def payment_stack(
-    pool: Pool,
-    booking: BookingClient,
+    stores: Stores,
     *,
-    tokens: TokenSigner | None = None,
-    clock: Clock | None = None,
-    config: PaymentConfig | None = None,
+    booking: Callable[[Runtime], BookingClient] | None = None,
+    environ: dict[str, str] | None = None,
+    clock: ManualClock | None = None,
 ) -> AsyncIterator[PaymentStack]:
-    clock = clock or SystemClock()
-    tokens = tokens or signer(clock)
-    config = config or payment_config()
-    registry = CollectorRegistry()
-    metrics = ServerMetrics.create(registry)
-    provider = SandboxProvider(config.sandbox, clock, pool)
-    store = PgPaymentStore(pool)
-    hooks = PaymentHooks()
-    payments = Payments(
-        store=store, booking=booking, provider=provider, tokens=tokens, config=config, metrics=metrics, hooks=hooks
-    )
-    idempotency = PgIdempotencyStore(
-        pool, retention_seconds=config.idempotency_retention_seconds, lock_seconds=config.idempotency_lock_seconds
-    )
-    webhooks = WebhookHandler(
-        verifier=WebhookVerifier(config.webhook_secrets, clock, config.webhook_tolerance_seconds),
-        store=PgWebhookStore(pool, lock_seconds=config.idempotency_lock_seconds),
-        payments=payments,
-        metrics=metrics,
-    )
-    servicer = PaymentServicer(
-        payments=payments,
-        idempotent=Idempotent(idempotency),
-        webhooks=webhooks,
-        tickets=PgTicketStore(pool),
-        tokens=tokens,
-    )
-    server = GrpcServer(
-        name="payment",
-        config=ServerConfig.from_env(Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "10"}), default_grpc_port=0),
-        metrics=GrpcServerMetrics.create(registry),
-        services=[Registration(SERVICE_NAME, lambda s: pb_grpc.add_PaymentServiceServicer_to_server(servicer, s))],
-        drain=Drain(),
-    )
-    reconciler = Reconciler(
-        payments=payments,
-        store=store,
-        idempotency=idempotency,
-        metrics=metrics,
-        interval_seconds=config.reconcile_interval_seconds,
-        after_seconds=config.reconcile_after_seconds,
-    )
-    await server.start()
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield PaymentStack(
-            address=server.address,
-            channel=channel,
-            stub=pb_grpc.PaymentServiceStub(channel),
-            provider=provider,
-            payments=payments,
-            store=store,
-            reconciler=reconciler,
-            metrics=metrics,
-            registry=registry,
-            pool=pool,
-            tokens=tokens,
-            hooks=hooks,
-        )
-    finally:
-        await channel.close()
-        await server.stop(0)
+    """The ``server`` role's gRPC server (its background loops are left to the
+    test to drive: ``stack.reconciler``, ``stack.parts.cancellations``).
+    ``booking`` makes the BookingService client from the runtime; without it
+    the app's own calls BOXOFFICE_BOOKING_ADDR."""
+    rt = make_runtime(stores, environ={**PAYMENT_ENV, **(environ or {})}, clock=clock)
+    client = booking(rt) if booking is not None else None
+    parts = payment_app.compose_server(rt, payment_app.Overrides(booking=client))
+    async with running([*rt.infrastructure(), parts.server, parts.clients]):
+        channel = grpc.aio.insecure_channel(parts.server.address)
+        try:
+            yield PaymentStack(
+                parts=parts,
+                rt=rt,
+                booking=parts.booking,
+                channel=channel,
+                stub=pb_grpc.PaymentServiceStub(channel),
+            )
+        finally:
+            await channel.close()
+
+
+@dataclass(frozen=True)
+class RunningIssuer:
+    """A ticket issuer as its process composes it, and its metrics registry."""
+
+    consumer: StreamConsumer
+    handler: TicketIssuer
+    registry: CollectorRegistry
+
+
+IssuerFactory = Callable[..., Awaitable[RunningIssuer]]
+
+
+@contextlib.asynccontextmanager
+async def issuers(stores: Stores, stream: str) -> AsyncIterator[IssuerFactory]:
+    """Make ticket issuers on ``stream`` as ``boxoffice issuer`` composes
+    them, each in a runtime of its own (its own registry); all stop at the end.
+
+    The factory takes ``name``, and optionally ``hooks``, ``claim_idle_ms``
+    and ``redis_url`` (another Redis than the suite's)."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def make(
+            name: str,
+            *,
+            hooks: ConsumerHooks | None = None,
+            claim_idle_ms: int = 60_000,
+            redis_url: str | None = None,
+        ) -> RunningIssuer:
+            environ = {
+                "BOXOFFICE_TICKET_STREAM": stream,
+                "BOXOFFICE_CONSUMER_BLOCK_MS": "1",
+                "BOXOFFICE_CONSUMER_CLAIM_IDLE_MS": str(claim_idle_ms),
+                "BOXOFFICE_DB_POOL_MIN": "1",
+                "BOXOFFICE_DB_POOL_MAX": "4",
+            }
+            own = stores if redis_url is None else dataclasses.replace(stores, redis_url=redis_url)
+            rt = make_runtime(own, environ=environ)
+            issuer = payment_app.compose_issuer(rt, name=name, hooks=hooks)
+            await stack.enter_async_context(running(rt.infrastructure()))
+            return RunningIssuer(issuer.consumer, issuer.handler, rt.registry)
+
+        yield make
 
 
 async def snapshot(pool: Pool, hold_ids: list[str]) -> dict[str, Any]:
