@@ -35,7 +35,7 @@ DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
 
 
 def _commands() -> set[str]:
-    return {*cli._commands(cli._modules()), "up", "migrate"}
+    return {*cli.commands(cli.service_modules()), "up", "migrate"}
 
 
 def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
