@@ -62,6 +62,10 @@ _PASS_THROUGH: dict[tuple[str, str], str] = {
         "replays a stored ConfirmHold answer written by booking's SQL functions, whose 'reason' literals the "
         "SQL scan checks"
     ),
+    ("booking_svc", "_stored_error"): (
+        "replays a ConfirmHold answer stored before outcomes had names, with the reason the SQL of that time "
+        "wrote (HOLD_NOT_FOUND, HOLD_ALREADY_CONFIRMED, HOLD_EXPIRED, AMOUNT_MISMATCH: all published)"
+    ),
 }
 
 
