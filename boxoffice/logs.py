@@ -36,3 +36,5 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Warnings (an unpublished error reason, say) become log lines too.
+    logging.captureWarnings(True)
