@@ -30,11 +30,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import psycopg
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from bench.common import LoadFigures, Row, closed_loop, echo_call, echo_server, report, server_process
 from booking_svc import app as booking_app
-from booking_svc.model import EventKind, EventSpec, Money, RefundPolicy, SectionKind, SectionSpec
-from booking_svc.store import PgBookingStore
 from boxoffice import db
 from boxoffice.clock import SystemClock
 from boxoffice.config import Env, TokenConfig
@@ -64,25 +63,33 @@ def bench_database(admin_url: str) -> Iterator[str]:
 
 async def prepare_database(url: str) -> None:
     await db.migrate(url, [*booking_app.migrations(), *payment_app.migrations()])
-    pool = db.create_pool(url, min_size=1, max_size=2, name="bench-seed")
-    await pool.open()
-    try:
-        await PgBookingStore(pool).create_event(
-            EventSpec(
-                event_id=EVENT_ID,
-                display_name="payment bench",
-                kind=EventKind.CONCERT,
-                starts_at=datetime.now(UTC) + timedelta(days=30),
-                hold_ttl_seconds=3600,
-                max_seats_per_customer=4,
-                refund_policy=RefundPolicy(None, 0),
-                sections=(
-                    SectionSpec("GA", "standing", SectionKind.GENERAL_ADMISSION, 5_000_000, 0, Money("EUR", 5000)),
-                ),
-            )
-        )
-    finally:
-        await pool.close()
+
+
+async def create_event(booking: Any) -> None:
+    """The benchmark's event, through BookingService: one standing section
+    large enough for every order."""
+    starts_at = timestamp_pb2.Timestamp()
+    starts_at.FromDatetime(datetime.now(UTC) + timedelta(days=30))
+    await booking.CreateEvent(
+        bpb.CreateEventRequest(
+            event_id=EVENT_ID,
+            display_name="payment bench",
+            kind=bpb.EVENT_KIND_CONCERT,
+            starts_at=starts_at,
+            hold_ttl=duration_pb2.Duration(seconds=3600),
+            max_seats_per_customer=4,
+            sections=[
+                bpb.SectionSpec(
+                    section_id="GA",
+                    display_name="standing",
+                    kind=bpb.SECTION_KIND_GENERAL_ADMISSION,
+                    capacity=1_000_000,
+                    price=bpb.Money(currency_code="EUR", amount_minor=5000),
+                )
+            ],
+        ),
+        timeout=60,
+    )
 
 
 async def _parallel(calls: Sequence[Callable[[], Awaitable[Any]]], concurrency: int = 64) -> list[Any]:
@@ -127,6 +134,7 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
                 ):
                     booking: Any = bpb_grpc.BookingServiceStub(booking_channel)
                     payment: Any = ppb_grpc.PaymentServiceStub(payment_channel)
+                    await create_event(booking)
                     figures = await _measure(booking, payment, token, seconds, concurrency, orders)
 
     start, confirm, replay, confirm_hold = figures
