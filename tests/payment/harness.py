@@ -7,6 +7,7 @@ tests use the real BookingService instead)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -21,10 +22,18 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from boxoffice import db
-from boxoffice.errors import FailedPrecondition, NotFound, PermissionDenied, Unavailable
+from boxoffice.errors import (
+    BoxofficeError,
+    FailedPrecondition,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+    from_rpc_error,
+)
 from boxoffice.runtime import Pool, Runtime
 from boxoffice.streams import ConsumerHooks, StreamConsumer
 from boxoffice.tokens import TokenSigner
+from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc import app as payment_app
 from payment_svc.adapters.payments import PgPaymentStore
@@ -32,6 +41,7 @@ from payment_svc.adapters.sandbox import SandboxProvider
 from payment_svc.handler import PaymentHooks
 from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
+from payment_svc.model import Payment
 from payment_svc.ports import BookingClient, HoldState, HoldView
 from tests.support import ManualClock, Stores, make_runtime, running
 
@@ -288,6 +298,48 @@ async def issuers(stores: Stores, stream: str) -> AsyncIterator[IssuerFactory]:
             return RunningIssuer(issuer.consumer, issuer.handler, rt.registry)
 
         yield make
+
+
+@dataclass(frozen=True)
+class ConfirmRace:
+    """What concurrent ConfirmPayment calls with one key answered."""
+
+    answers: list[pb.ConfirmPaymentResponse]
+    refused: list[BoxofficeError]
+    # The refused calls made again once the first had answered.
+    retried: list[pb.ConfirmPaymentResponse]
+    # How many calls reached BookingService.ConfirmHold's window.
+    executions: int
+
+
+async def race_confirms(stack: PaymentStack, request: pb.ConfirmPaymentRequest, calls: int = 50) -> ConfirmRace:
+    """``calls`` ConfirmPayment calls with one key at once; whichever reaches
+    the confirm is held there until every other call has answered."""
+    release = asyncio.Event()
+    executions = 0
+
+    async def window(payment: Payment) -> None:
+        nonlocal executions
+        executions += 1
+        await release.wait()
+
+    stack.hooks.before_confirm_hold = window
+    try:
+        running_calls: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(stack.stub.ConfirmPayment(request)) for _ in range(calls)
+        ]
+        pending = set(running_calls)
+        while len(pending) > 1:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        release.set()
+        results = await asyncio.gather(*running_calls, return_exceptions=True)
+    finally:
+        release.set()
+        stack.hooks.before_confirm_hold = None
+    answers = [r for r in results if not isinstance(r, BaseException)]
+    refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    retried = list(await asyncio.gather(*(stack.stub.ConfirmPayment(request) for _ in refused)))
+    return ConfirmRace(answers, refused, retried, executions)
 
 
 async def snapshot(pool: Pool, hold_ids: list[str]) -> dict[str, Any]:

@@ -18,9 +18,8 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from payment_svc.adapters.idempotency import PgIdempotencyStore
 from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT
 from payment_svc.idempotency import Idempotent
-from payment_svc.model import Payment
 from payment_svc.ports import Claimed, HoldState, IdempotencyStore, Stored
-from tests.payment.harness import FakeBooking, PaymentStack, age, new_event_id, snapshot
+from tests.payment.harness import FakeBooking, PaymentStack, age, new_event_id, race_confirms, snapshot
 
 
 def _token(stack: PaymentStack, event_id: int, customer: str) -> str:
@@ -195,32 +194,15 @@ async def test_confirm_replays_errors_too(stack: PaymentStack) -> None:
 
 async def test_concurrent_confirms_one_key_one_sale(stack: PaymentStack, booking: FakeBooking) -> None:
     hold_id, payment = await _started(stack, booking)
-    release = asyncio.Event()
-    executions = 0
-
-    async def hold_the_window(p: Payment) -> None:
-        nonlocal executions
-        executions += 1
-        await release.wait()
-
-    stack.hooks.before_confirm_hold = hold_the_window
     request = pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"race-{payment.payment_id}")
-    calls: list[asyncio.Future[Any]] = [asyncio.ensure_future(stack.stub.ConfirmPayment(request)) for _ in range(50)]
     # Every duplicate answers while the first is held inside the window.
-    pending = set(calls)
-    while len(pending) > 1:
-        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-    release.set()
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    answers = [r for r in results if not isinstance(r, BaseException)]
-    refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
-    assert len(answers) == 1 and len(refused) == 49
-    assert {(e.code, e.reason) for e in refused} == {(grpc.StatusCode.ABORTED, "IDEMPOTENCY_KEY_IN_FLIGHT")}
-    retried = await asyncio.gather(*(stack.stub.ConfirmPayment(request) for _ in refused))
-    first = answers[0].SerializeToString(deterministic=True)
-    assert all(r.SerializeToString(deterministic=True) == first for r in retried)
-    assert executions == 1 and booking.confirm_calls == 1
-    assert answers[0].payment.state == pb.PAYMENT_STATE_SUCCEEDED
+    race = await race_confirms(stack, request)
+    assert len(race.answers) == 1 and len(race.refused) == 49
+    assert {(e.code, e.reason) for e in race.refused} == {(grpc.StatusCode.ABORTED, "IDEMPOTENCY_KEY_IN_FLIGHT")}
+    first = race.answers[0].SerializeToString(deterministic=True)
+    assert all(r.SerializeToString(deterministic=True) == first for r in race.retried)
+    assert race.executions == 1 and booking.confirm_calls == 1
+    assert race.answers[0].payment.state == pb.PAYMENT_STATE_SUCCEEDED
     assert await _outbox_rows(stack, hold_id) == 1
 
 

@@ -27,9 +27,8 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from payment_svc.adapters.sandbox import PM_DECLINED, PM_OK
 from payment_svc.jobs.cancellations import CANCELLATION_GROUP
 from payment_svc.jobs.issuer import ISSUER_GROUP
-from payment_svc.model import Payment
 from tests.booking.harness import Booking, booking_server, create_event, general, hold_request, query, seated
-from tests.payment.harness import PaymentStack, age, issuers, open_pool, open_redis, payment_stack
+from tests.payment.harness import PaymentStack, age, issuers, open_pool, open_redis, payment_stack, race_confirms
 from tests.support import Stores
 
 
@@ -166,32 +165,13 @@ async def test_fifty_concurrent_confirms_with_one_key(mesh: Mesh) -> None:
     hold = await _hold(mesh, "ann", event.event_id, section="A", quantity=2)
     payment = await _start(mesh, "ann", hold)
     assert payment.state == pb.PAYMENT_STATE_CAPTURED
-    release = asyncio.Event()
-    executions = 0
-
-    async def window(p: Payment) -> None:
-        nonlocal executions
-        executions += 1
-        await release.wait()
-
-    mesh.payment.hooks.before_confirm_hold = window
     request = pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"one-{payment.payment_id}")
-    calls: list[asyncio.Future[Any]] = [
-        asyncio.ensure_future(mesh.payment.stub.ConfirmPayment(request)) for _ in range(50)
-    ]
-    pending = set(calls)
-    while len(pending) > 1:  # every duplicate answers while the first is in the window
-        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-    release.set()
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    answers = [r for r in results if not isinstance(r, BaseException)]
-    refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
-    assert len(answers) == 1
-    assert {(e.code, e.reason) for e in refused} == {(grpc.StatusCode.ABORTED, "IDEMPOTENCY_KEY_IN_FLIGHT")}
-    retried = await asyncio.gather(*(mesh.payment.stub.ConfirmPayment(request) for _ in refused))
-    first = answers[0].SerializeToString(deterministic=True)
-    assert all(r.SerializeToString(deterministic=True) == first for r in retried)
-    assert answers[0].payment.state == pb.PAYMENT_STATE_SUCCEEDED and executions == 1
+    race = await race_confirms(mesh.payment, request)  # every duplicate answers while the first is in the window
+    assert len(race.answers) == 1
+    assert {(e.code, e.reason) for e in race.refused} == {(grpc.StatusCode.ABORTED, "IDEMPOTENCY_KEY_IN_FLIGHT")}
+    first = race.answers[0].SerializeToString(deterministic=True)
+    assert all(r.SerializeToString(deterministic=True) == first for r in race.retried)
+    assert race.answers[0].payment.state == pb.PAYMENT_STATE_SUCCEEDED and race.executions == 1
     # One payment, one sale, one outbox row, one ticket per seat.
     payments = await query(mesh.booking, "SELECT count(*) FROM payments WHERE hold_id = %s", (hold.hold_id,))
     assert payments[0][0] == 1
