@@ -38,7 +38,17 @@ from boxoffice.tokens import TokenSigner
 from payment_svc.config import PaymentConfig
 from payment_svc.idempotency import detached
 from payment_svc.metrics import ServerMetrics
-from payment_svc.model import Payment, PaymentState, RefundSource, RefundState, Ticket, confirm_key, refund_provider_key
+from payment_svc.model import (
+    Payment,
+    PaymentState,
+    Refund,
+    RefundOrder,
+    RefundSource,
+    RefundState,
+    Ticket,
+    confirm_key,
+    refund_provider_key,
+)
 from payment_svc.ports import (
     BookingClient,
     ChargeRequest,
@@ -236,12 +246,14 @@ class PaymentHandler:
             elif payment.state == PaymentState.REFUND_REQUIRED:
                 before = payment
                 payment = await self.refund(
-                    payment_id,
-                    request_key=AUTOMATIC_REFUND_KEY,
-                    amount_minor=None,
-                    currency=None,
-                    reason=payment.failure_reason or "automatic refund",
-                    source=RefundSource.AUTOMATIC,
+                    RefundOrder(
+                        payment_id,
+                        request_key=AUTOMATIC_REFUND_KEY,
+                        amount_minor=None,
+                        currency=None,
+                        reason=payment.failure_reason or "automatic refund",
+                        source=RefundSource.AUTOMATIC,
+                    )
                 )
                 if payment.state == before.state:
                     return payment  # the refund failed; the reconciler retries
@@ -290,26 +302,11 @@ class PaymentHandler:
 
     # -- refunds
 
-    async def refund(
-        self,
-        payment_id: str,
-        *,
-        request_key: str,
-        amount_minor: int | None,
-        currency: str | None,
-        reason: str,
-        source: RefundSource,
-    ) -> Payment:
+    async def refund(self, order: RefundOrder) -> Payment:
         """Refund (part of) a captured payment once per key."""
-        refund = await self._store.reserve_refund(
-            payment_id,
-            request_key=request_key,
-            amount_minor=amount_minor,
-            currency=currency,
-            reason=reason,
-            source=source,
-        )
-        payment = await self.get(payment_id)
+        refund = await self._store.reserve_refund(order)
+        source = order.source
+        payment = await self.get(order.payment_id)
         if refund.state != RefundState.PENDING:
             return payment
         request = RefundRequest(
@@ -339,10 +336,10 @@ class PaymentHandler:
             self._metrics.payments_entered.labels(updated.state.value).inc()
         return updated
 
-    async def retry_refund(self, payment_id: str, request_key: str, source: RefundSource) -> Payment:
+    async def retry_refund(self, refund: Refund) -> Payment:
         """Send a pending refund again (same key: at most one refund)."""
         return await self.refund(
-            payment_id, request_key=request_key, amount_minor=None, currency=None, reason="", source=source
+            RefundOrder(refund.payment_id, refund.request_key, None, None, reason="", source=refund.source)
         )
 
     # -- HandleProviderWebhook

@@ -67,6 +67,20 @@ class RefundSource(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class RefundOrder:
+    """A request to give (part of) a payment back, honoured once per key."""
+
+    payment_id: str
+    request_key: str
+    # None: all that is left to refund.
+    amount_minor: int | None
+    # None: the payment's currency.
+    currency: str | None
+    reason: str
+    source: RefundSource
+
+
+@dataclass(frozen=True, slots=True)
 class Refund:
     refund_id: str
     payment_id: str

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from boxoffice.errors import Aborted, BoxofficeError
-from payment_svc.model import Payment, PaymentState, Refund, RefundSource, Ticket
+from payment_svc.model import Payment, PaymentState, Refund, RefundOrder, Ticket
 
 # -- payments and refunds
 
@@ -50,17 +50,8 @@ class PaymentStore(Protocol):
 
     async def count_by_state(self) -> dict[str, int]: ...
 
-    async def reserve_refund(
-        self,
-        payment_id: str,
-        *,
-        request_key: str,
-        amount_minor: int | None,
-        currency: str | None,
-        reason: str,
-        source: RefundSource,
-    ) -> Refund:
-        """A PENDING refund for the key (the existing one on a repeat)."""
+    async def reserve_refund(self, order: RefundOrder) -> Refund:
+        """A PENDING refund for the order's key (the existing one on a repeat)."""
 
     async def finish_refund(
         self, refund_id: str, *, succeeded: bool, provider_refund_id: str, failure_reason: str = ""

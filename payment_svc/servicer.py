@@ -19,7 +19,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc.converters import CURRENCY, access_token, parse_uuid, payment_to_proto, ticket_to_proto
 from payment_svc.handler import PaymentHandler
 from payment_svc.idempotency import Idempotent, fingerprint
-from payment_svc.model import RefundSource
+from payment_svc.model import RefundOrder, RefundSource
 
 SERVICE_NAME = "boxoffice.payment.v1.PaymentService"
 
@@ -94,7 +94,7 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
             amount = validate.int_range("amount.amount_minor", request.amount.amount_minor, minimum=1, maximum=2**62)
 
         async def work() -> pb.RefundPaymentResponse:
-            payment = await self._handler.refund(
+            order = RefundOrder(
                 payment_id,
                 request_key=f"request:{request_id}",
                 amount_minor=amount,
@@ -102,6 +102,7 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
                 reason=reason,
                 source=RefundSource.REQUEST,
             )
+            payment = await self._handler.refund(order)
             return pb.RefundPaymentResponse(payment=payment_to_proto(payment))
 
         parameters = fingerprint(payment_id, currency or "", str(amount or ""), reason)

@@ -22,6 +22,7 @@ from payment_svc.model import (
     Payment,
     PaymentState,
     Refund,
+    RefundOrder,
     RefundSource,
     RefundState,
     provider_key,
@@ -195,16 +196,8 @@ class PgPaymentStore:
             cur = await conn.execute("SELECT state, count(*) FROM payments GROUP BY state")
             return {row[0]: int(row[1]) for row in await cur.fetchall()}
 
-    async def reserve_refund(
-        self,
-        payment_id: str,
-        *,
-        request_key: str,
-        amount_minor: int | None,
-        currency: str | None,
-        reason: str,
-        source: RefundSource,
-    ) -> Refund:
+    async def reserve_refund(self, order: RefundOrder) -> Refund:
+        payment_id, request_key, currency = order.payment_id, order.request_key, order.currency
         async with db.transaction(self._pool) as conn:
             # The row lock serialises refunds of one payment: what is left to
             # refund is read and reserved without a concurrent refund between.
@@ -241,7 +234,7 @@ class PgPaymentStore:
             total = await cur.fetchone()
             reserved = int(total[0]) if total else 0
             left = payment.amount_minor - reserved
-            amount = left if amount_minor is None else amount_minor
+            amount = left if order.amount_minor is None else order.amount_minor
             if left <= 0:
                 raise FailedPrecondition(
                     "the payment is already fully refunded",
@@ -260,7 +253,15 @@ class PgPaymentStore:
                 VALUES (%s, %s, %s, %s, %s, %s, %s, 'PENDING')
                 RETURNING {_REFUND_COLUMNS}
                 """,
-                (str(uuid.uuid4()), payment_id, request_key, amount, payment.currency, reason, source.value),
+                (
+                    str(uuid.uuid4()),
+                    payment_id,
+                    request_key,
+                    amount,
+                    payment.currency,
+                    order.reason,
+                    order.source.value,
+                ),
             )
             created = await cur.fetchone()
             assert created is not None

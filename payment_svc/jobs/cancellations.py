@@ -14,7 +14,7 @@ import uuid
 from boxoffice.errors import FailedPrecondition, InvalidArgument, NotFound
 from boxoffice.streams import StreamEntry
 from payment_svc.handler import PaymentHandler
-from payment_svc.model import RefundSource
+from payment_svc.model import RefundOrder, RefundSource
 
 _log = logging.getLogger("payment_svc.cancellations")
 
@@ -40,12 +40,14 @@ class CancellationRefunds:
             return
         try:
             await self._payments.refund(
-                payment_id,
-                request_key=f"booking-cancelled:{entry.event_id}",
-                amount_minor=amount,
-                currency=str(payload.get("currency") or "") or None,
-                reason=str(payload.get("reason") or "booking cancelled")[:500],
-                source=RefundSource.BOOKING_CANCELLED,
+                RefundOrder(
+                    payment_id,
+                    request_key=f"booking-cancelled:{entry.event_id}",
+                    amount_minor=amount,
+                    currency=str(payload.get("currency") or "") or None,
+                    reason=str(payload.get("reason") or "booking cancelled")[:500],
+                    source=RefundSource.BOOKING_CANCELLED,
+                )
             )
         except (NotFound, FailedPrecondition, InvalidArgument) as err:
             # Final: nothing left to refund, not refundable. Recorded in the log;

@@ -63,7 +63,7 @@ class Reconciler:
         for refund in refunds:
             try:
                 with deadline.scope(_STEP_SECONDS):
-                    await self._payments.retry_refund(refund.payment_id, refund.request_key, refund.source)
+                    await self._payments.retry_refund(refund)
                 settled += 1
             except BoxofficeError as err:
                 _log.info("refund not settled yet", extra={"refund_id": refund.refund_id, "reason": err.reason})
