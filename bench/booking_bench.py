@@ -52,8 +52,8 @@ import psycopg
 
 from bench.common import LoadFigures, Row, closed_loop, echo_call, echo_server, report, server_process
 from booking_svc import app
+from booking_svc.config import BookingConfig
 from booking_svc.model import EventKind, EventSpec, Money, RefundPolicy, RowSpec, SectionKind, SectionSpec
-from booking_svc.store import PgBookingStore
 from boxoffice import db
 from boxoffice.clock import SystemClock
 from boxoffice.config import Env, TokenConfig
@@ -117,7 +117,7 @@ async def seed(url: str, seats_per_event: int) -> None:
     pool = db.create_pool(url, min_size=1, max_size=2, name="bench-seed")
     await pool.open()
     try:
-        store = PgBookingStore(pool)
+        store = app.build_store(pool, BookingConfig.from_env(Env({})))
         starts = datetime.now(UTC) + timedelta(days=30)
         layouts = {
             HOLD_EVENT: 1,

@@ -17,7 +17,7 @@ from booking_svc.model import (
     SectionSpec,
     utc,
 )
-from booking_svc.store import BookingStore
+from booking_svc.ports import BookingStore
 from boxoffice.clock import Clock
 from boxoffice.errors import NotFound
 

@@ -1,5 +1,5 @@
-"""The booking use cases, between the wire (servicer) and storage (store):
-who may do what, the seat gate, the seat map cache, the metrics."""
+"""The booking use cases, between the wire (servicer) and the ports (the
+store and the seat gate): who may do what, the seat map cache, the metrics."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from prometheus_client import Counter
 
 from booking_svc.config import BookingConfig
-from booking_svc.gate import SeatGate, attempt_token
 from booking_svc.metrics import BookingMetrics
 from booking_svc.model import (
     Event,
@@ -29,8 +28,8 @@ from booking_svc.model import (
     Selection,
     utc,
 )
+from booking_svc.ports import BookingStore, SeatGate, attempt_token
 from booking_svc.seatmap import SeatMapCache
-from booking_svc.store import BookingStore
 from boxoffice.clock import Clock
 from boxoffice.errors import Aborted, BoxofficeError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from boxoffice.tokens import TokenSigner

@@ -9,7 +9,7 @@ import time
 from collections import OrderedDict
 
 from booking_svc.model import SeatMap, utc
-from booking_svc.store import BookingStore
+from booking_svc.ports import BookingStore
 from boxoffice.clock import Clock
 
 # Events kept; the least recently read is dropped first.

@@ -1,2 +1,2 @@
-"""Booking's background roles: the hold-expiry sweeper, the seat gauges and
-the outbox relay."""
+"""Booking's background roles: the hold-expiry sweeper (:mod:`.sweeper`), the
+seat gauges (:mod:`.gauges`) and the outbox relay (:mod:`.relay`)."""

@@ -1,22 +1,23 @@
--- ConfirmHold in one statement. As a transaction driven from the service it
--- took ten round trips, and the counter stripe it moves (for a
--- general-admission section, the section's only counter row) stayed locked
--- from its update through three more round trips and the commit: every
--- confirm of a section queued on that row for as long as the service took
--- to come back to it. In one statement the row is locked from its update
--- to the commit, inside Postgres.
+-- ConfirmHold in one statement, so that the counter stripe it moves (for a
+-- general-admission section, the section's only counter row) is locked
+-- from its update to the commit inside Postgres, never across a round
+-- trip to the service.
 --
--- The same transaction as before, in the same lock order (idempotency key,
--- hold row, seats by ascending id, counter stripes in ascending order):
--- HELD -> CONFIRMED, seats SOLD, counters moved, an outbox row. The first
--- answer for a key, a hold or an error, is stored with the key and replayed;
--- a twin in flight waits on the key's row.
+-- Locks in the order every transaction takes them (idempotency key, hold
+-- row, seats by ascending id, counter stripes in ascending order): HELD ->
+-- CONFIRMED, seats SOLD, counters moved, an outbox row. The first answer
+-- for a key, a hold or an error, is stored with the key and replayed; a
+-- twin in flight waits on the key's row.
 --
--- Answers (outcome, in_flight, key_reused): outcome is the stored answer in
--- the service's format ({"hold": {...}} or {"error": {"code", "reason",
--- "message", "metadata"}}); in_flight or key_reused say that there is no
--- answer to give (the key's first confirmation has none yet, or was for
--- another hold, payment or amount). p_timeout_ms bounds the lock waits.
+-- Answers (outcome, in_flight, key_reused): outcome is the stored answer,
+-- {"hold": {...}} or {"error": {"outcome", "metadata"}} where outcome names
+-- what stopped the confirm (HOLD_NOT_FOUND, HOLD_ALREADY_CONFIRMED,
+-- HOLD_EXPIRED, HOLD_SEATS_TAKEN, AMOUNT_MISMATCH) and the service owns
+-- the code, reason and message of each (answers stored before outcomes had
+-- names carry the code, reason and message themselves). in_flight or
+-- key_reused say that there is no answer to give (the key's first
+-- confirmation has none yet, or was for another hold, payment or amount).
+-- p_timeout_ms bounds the lock waits.
 
 CREATE OR REPLACE FUNCTION booking_confirm_hold(
     p_hold_id      uuid,
@@ -62,26 +63,19 @@ BEGIN
     SELECT * INTO v_hold FROM holds h WHERE h.hold_id = p_hold_id FOR UPDATE;
     IF NOT FOUND THEN
         v_error := jsonb_build_object(
-            'code', 'NOT_FOUND', 'reason', 'HOLD_NOT_FOUND',
-            'message', format('hold %s does not exist', p_hold_id),
-            'metadata', jsonb_build_object('hold_id', p_hold_id::text));
+            'outcome', 'HOLD_NOT_FOUND', 'metadata', jsonb_build_object('hold_id', p_hold_id::text));
     ELSIF v_hold.state = 'CONFIRMED' THEN
         IF v_hold.payment_id IS DISTINCT FROM p_payment_id THEN
             v_error := jsonb_build_object(
-                'code', 'FAILED_PRECONDITION', 'reason', 'HOLD_ALREADY_CONFIRMED',
-                'message', 'the hold was already confirmed by another payment',
-                'metadata', jsonb_build_object('hold_id', p_hold_id::text));
+                'outcome', 'HOLD_ALREADY_CONFIRMED', 'metadata', jsonb_build_object('hold_id', p_hold_id::text));
         END IF;
     ELSIF v_hold.state <> 'HELD' THEN
         v_error := jsonb_build_object(
-            'code', 'FAILED_PRECONDITION', 'reason', 'HOLD_EXPIRED',
-            'message', format('the hold is %s; it can no longer be confirmed', v_hold.state),
+            'outcome', 'HOLD_EXPIRED',
             'metadata', jsonb_build_object('hold_id', p_hold_id::text, 'state', v_hold.state));
     ELSIF (p_amount_minor, p_currency) IS DISTINCT FROM (v_hold.amount_minor, v_hold.currency) THEN
         v_error := jsonb_build_object(
-            'code', 'FAILED_PRECONDITION', 'reason', 'AMOUNT_MISMATCH',
-            'message', format('paid %s %s, the hold costs %s %s', p_amount_minor, p_currency,
-                              v_hold.amount_minor, v_hold.currency),
+            'outcome', 'AMOUNT_MISMATCH',
             'metadata', jsonb_build_object(
                 'expected_amount_minor', v_hold.amount_minor::text, 'expected_currency', v_hold.currency,
                 'paid_amount_minor', p_amount_minor::text, 'paid_currency', p_currency));
@@ -111,11 +105,11 @@ BEGIN
                  WHERE s.event_id = v_hold.event_id AND s.seat_id = ANY (v_sold) AND s.hold_id = p_hold_id;
                 UPDATE holds h SET state = 'EXPIRED', ended_at = p_now WHERE h.hold_id = p_hold_id;
                 IF cardinality(v_sold) > 0 THEN
-                    PERFORM booking_move_counters(v_hold.event_id, v_hold.section_id, v_sold, 0, -1, 0);
+                    PERFORM booking_move_counters(
+                        booking_hold_moves(v_hold.event_id, v_hold.section_id, v_sold, 0, -1, 0));
                 END IF;
                 v_error := jsonb_build_object(
-                    'code', 'FAILED_PRECONDITION', 'reason', 'HOLD_EXPIRED',
-                    'message', 'the hold expired and its seats went to another customer',
+                    'outcome', 'HOLD_SEATS_TAKEN',
                     'metadata', jsonb_build_object('hold_id', p_hold_id::text, 'state', 'EXPIRED'));
             END IF;
         END IF;
@@ -132,7 +126,8 @@ BEGIN
                                             FROM hold_seats hs WHERE hs.hold_id = p_hold_id), '[]'::jsonb),
                        'quantity', v_hold.quantity, 'payment_id', p_payment_id,
                        'amount_minor', v_hold.amount_minor, 'currency', v_hold.currency);
-            PERFORM booking_move_counters(v_hold.event_id, v_hold.section_id, v_sold, v_hold.quantity, -1, 1);
+            PERFORM booking_move_counters(
+                booking_hold_moves(v_hold.event_id, v_hold.section_id, v_sold, v_hold.quantity, -1, 1));
         END IF;
     END IF;
 

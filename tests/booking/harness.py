@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,11 +15,9 @@ import grpc
 import psycopg
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from booking_svc.app import build_handler
-from booking_svc.config import BookingConfig
+from booking_svc import app
+from booking_svc.adapters.postgres import PgBookingStore
 from booking_svc.metrics import BookingMetrics
-from booking_svc.servicer import BookingServicer
-from booking_svc.store import PgBookingStore, Pool
 from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.runtime import Runtime
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
@@ -50,21 +48,20 @@ async def booking_server(
     *,
     environ: dict[str, str] | None = None,
     race_pause_seconds: float = 0.0,
-    store_factory: Callable[[Pool], PgBookingStore] | None = None,
+    store_class: app.StoreClass = PgBookingStore,
 ) -> AsyncIterator[Booking]:
+    """The server role as ``booking_svc.app`` builds it, with the test's
+    overrides (a store class, the store's test pause), on a loopback port."""
     clock = ManualClock()
     env = {"BOXOFFICE_DB_POOL_MAX": "30", "BOXOFFICE_BOOKING_SEAT_MAP_MAX_AGE_SECONDS": "0", **(environ or {})}
     rt = make_runtime(stores, environ=env, clock=clock)
-    config = BookingConfig.from_env(rt.env)
-    pool = rt.pool()
-    store = store_factory(pool) if store_factory else PgBookingStore(pool, race_pause_seconds=race_pause_seconds)
-    metrics = BookingMetrics.create(rt.registry)
-    servicer = BookingServicer(build_handler(rt, config, store, metrics))
-    server = rt.grpc_server("booking", [servicer.registration()])
-    async with running([*rt.infrastructure(), server]):
-        channel = grpc.aio.insecure_channel(server.address)
+    server = app.build_server(rt, app.Overrides(store_class=store_class, race_pause_seconds=race_pause_seconds))
+    async with running([*rt.infrastructure(), *server.components]):
+        channel = grpc.aio.insecure_channel(server.grpc.address)
         try:
-            yield Booking(rt, pb_grpc.BookingServiceStub(channel), clock, store, metrics, stores.database_url)
+            yield Booking(
+                rt, pb_grpc.BookingServiceStub(channel), clock, server.store, server.metrics, stores.database_url
+            )
         finally:
             await channel.close()
 
@@ -151,6 +148,12 @@ async def query(booking: Booking, sql: str, params: Sequence[Any] = ()) -> list[
     async with await psycopg.AsyncConnection.connect(booking.database_url, autocommit=True) as conn:
         cur = await conn.execute(sql.encode(), params)
         return await cur.fetchall()
+
+
+async def execute(booking: Booking, sql: str) -> None:
+    """Run a statement that answers no rows (DDL of a test)."""
+    async with await psycopg.AsyncConnection.connect(booking.database_url, autocommit=True) as conn:
+        await conn.execute(sql.encode())
 
 
 async def call(coro: Any) -> tuple[Any, BoxofficeError | None]:
@@ -242,7 +245,7 @@ async def audit(booking: Booking, event_id: int) -> None:
                COALESCE(c.held, 0)
           FROM section_stripes st
           JOIN sections sc ON sc.event_id = st.event_id AND sc.section_id = st.section_id AND sc.kind = 'SEATED'
-          LEFT JOIN (SELECT section_id, seat_id %% 16 AS stripe, count(*) AS seats,
+          LEFT JOIN (SELECT section_id, seat_id %% booking_stripes() AS stripe, count(*) AS seats,
                             count(*) FILTER (WHERE status = 'SOLD') AS sold,
                             count(*) FILTER (WHERE status = 'HELD') AS held
                        FROM seats WHERE event_id = %s GROUP BY 1, 2) c

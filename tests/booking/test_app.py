@@ -9,9 +9,9 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from booking_svc import app
+from booking_svc.config import BookingConfig
+from booking_svc.jobs.gauges import SeatGauges
 from booking_svc.metrics import BookingMetrics
-from booking_svc.stats import SeatGauges
-from booking_svc.store import PgBookingStore
 from boxoffice.lifecycle import Loop
 from boxoffice.server import GrpcServer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
@@ -75,7 +75,8 @@ async def test_metrics_count_holds_and_seats(stores: Stores) -> None:
         assert registry.get_sample_value("boxoffice_booking_holds_total", {"result": "held"}) == 2
         assert registry.get_sample_value("boxoffice_booking_hold_seconds_count") == 2
         metrics = BookingMetrics.create(CollectorRegistry())
-        await SeatGauges(PgBookingStore(booking.rt.pool()), metrics, interval_seconds=1).refresh()
+        store = app.build_store(booking.rt.pool(), BookingConfig.from_env(booking.rt.env))
+        await SeatGauges(store, metrics, interval_seconds=1).refresh()
         labels = (str(event.event_id), "G")
         assert metrics.seats.labels(*labels, "held")._value.get() == 4
         assert metrics.seats.labels(*labels, "available")._value.get() == 6

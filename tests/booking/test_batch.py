@@ -1,7 +1,8 @@
-"""HoldSeats in batches (booking_hold_batch): a batch answers every hold as
-booking_hold_seats would have answered it, had the holds run one by one in
-the batch's order; a failing hold fails alone; concurrent calls share one
-statement; a batch that fails as a whole falls back to one by one."""
+"""HoldSeats's one path (booking_hold_seats) in batches: a batch answers
+every hold as it would have been answered alone, had the holds run one by
+one in the batch's order, and the database passes the audit after either; a
+failing hold fails alone; concurrent calls share one statement; a batch
+that fails as a whole falls back to one by one."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-import pytest
 
-import booking_svc.store as store_module
+from booking_svc.adapters.postgres import HoldAttempt, PgBookingStore
 from booking_svc.model import (
     EventKind,
     EventSpec,
@@ -30,10 +30,9 @@ from booking_svc.model import (
     SectionSpec,
     Selection,
 )
-from booking_svc.store import HoldAttempt, PgBookingStore
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError, DeadlineExceeded
-from tests.booking.harness import Booking, audit, booking_server, new_event_id, query
+from tests.booking.harness import Booking, audit, booking_server, execute, new_event_id, query
 from tests.booking.unsafe import OneTransactionBatchStore
 from tests.support import Stores
 
@@ -227,7 +226,8 @@ def to_selection(spec: Any, base: int) -> Selection:
 
 async def test_a_batch_answers_as_its_holds_would_one_by_one(stores: Stores) -> None:
     """The same requests against two identical events: in one batch, and
-    one by one in the same order. Every answer and every row agree."""
+    one by one (batches of one) in the same order. Every answer and every
+    row agree, and both events pass the audit."""
     async with booking_server(stores) as booking:
         store = booking.store
         kinds: set[str] = set()
@@ -336,10 +336,7 @@ async def test_control_one_transaction_batch_fails_every_neighbour(stores: Store
     first, so that the first failure rolls back the batch. The test above
     catches it: the neighbours of a taken seat get nothing."""
 
-    def unsafe(pool: store_module.Pool) -> PgBookingStore:
-        return OneTransactionBatchStore(pool)
-
-    async with booking_server(stores, store_factory=unsafe) as booking:
+    async with booking_server(stores, store_class=OneTransactionBatchStore) as booking:
         event_id = await make_event(booking)
         base = await first_seat(booking, event_id)
         await booking.store.hold_one(attempt(booking, event_id, "early", seats([5], base)))
@@ -536,20 +533,40 @@ async def test_concurrent_calls_share_one_statement(stores: Stores) -> None:
         await audit(booking, event_id)
 
 
-async def test_a_batch_that_fails_as_a_whole_runs_its_holds_one_by_one(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_batch_that_fails_as_a_whole_runs_its_holds_one_by_one(stores: Stores) -> None:
     async with booking_server(stores) as booking:
         event_id = await make_event(booking)
         base = await first_seat(booking, event_id)
-        monkeypatch.setattr(store_module, "_HOLD_BATCH_SQL", b"SELECT * FROM booking_hold_batch_missing()")
-        outcomes = await booking.store.hold_batch(
-            [
-                attempt(booking, event_id, "a", seats([0], base)),
-                attempt(booking, event_id, "b", seats([0], base)),
-                attempt(booking, event_id, "c", QuantitySelection("G", 1)),
-            ]
+        # A statement that writes two holds of this event fails as a whole;
+        # one hold at a time passes.
+        await execute(
+            booking,
+            f"""
+            CREATE FUNCTION test_one_hold_per_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF (SELECT count(*) FROM made WHERE event_id = {event_id}) > 1 THEN
+                    RAISE EXCEPTION 'test: one hold per statement';
+                END IF;
+                RETURN NULL;
+            END $$
+            """,
         )
+        await execute(
+            booking,
+            "CREATE TRIGGER test_one_hold_per_statement AFTER INSERT ON holds REFERENCING NEW TABLE AS made "
+            "FOR EACH STATEMENT EXECUTE FUNCTION test_one_hold_per_statement()",
+        )
+        try:
+            outcomes = await booking.store.hold_batch(
+                [
+                    attempt(booking, event_id, "a", seats([0], base)),
+                    attempt(booking, event_id, "b", seats([0], base)),
+                    attempt(booking, event_id, "c", QuantitySelection("G", 1)),
+                ]
+            )
+        finally:
+            await execute(booking, "DROP TRIGGER test_one_hold_per_statement ON holds")
+            await execute(booking, "DROP FUNCTION test_one_hold_per_statement()")
         assert [o.reason if isinstance(o, BoxofficeError) else "held" for o in outcomes].count("held") == 2
         assert [o.reason for o in outcomes if isinstance(o, BoxofficeError)] == ["SEAT_UNAVAILABLE"]
         await audit(booking, event_id)
@@ -557,14 +574,17 @@ async def test_a_batch_that_fails_as_a_whole_runs_its_holds_one_by_one(
 
 async def test_hold_functions_never_plan_a_sequential_scan(stores: Stores) -> None:
     """Plans cached while a table was nearly empty must not scan it whole
-    once it has grown: both hold functions run with sequential scans off."""
+    once it has grown: the hold, confirm and counter functions run with
+    sequential scans off (and only one hold function exists)."""
     async with booking_server(stores) as booking:
         rows = await query(
             booking,
-            "SELECT proname, proconfig FROM pg_proc WHERE proname IN ('booking_hold_seats', 'booking_hold_batch') "
+            "SELECT proname, proconfig FROM pg_proc WHERE proname IN "
+            "('booking_hold_seats', 'booking_hold_batch', 'booking_confirm_hold', 'booking_move_counters') "
             "ORDER BY 1",
         )
         assert [(name, "enable_seqscan=off" in (config or [])) for name, config in rows] == [
-            ("booking_hold_batch", True),
+            ("booking_confirm_hold", True),
             ("booking_hold_seats", True),
+            ("booking_move_counters", True),
         ]

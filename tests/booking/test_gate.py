@@ -9,7 +9,7 @@ import asyncio
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from booking_svc.gate import RedisSeatGate
+from booking_svc.adapters.gate import RedisSeatGate
 from booking_svc.metrics import BookingMetrics
 from boxoffice.errors import FailedPrecondition
 from boxoffice.redis import event_key

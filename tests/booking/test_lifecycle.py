@@ -13,9 +13,9 @@ from datetime import timedelta
 import grpc
 from prometheus_client import CollectorRegistry
 
+from booking_svc.jobs.sweeper import Sweeper
 from booking_svc.metrics import SweeperMetrics
 from booking_svc.model import utc
-from booking_svc.sweeper import Sweeper
 from boxoffice.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from tests.booking.harness import (

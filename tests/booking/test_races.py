@@ -12,7 +12,6 @@ from collections import Counter
 import grpc
 
 from booking_svc.model import utc
-from booking_svc.store import PgBookingStore, Pool
 from boxoffice.errors import FailedPrecondition, ResourceExhausted
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from tests.booking.harness import (
@@ -61,10 +60,9 @@ async def test_control_check_then_update_lets_several_win(stores: Stores) -> Non
     """The same race against SELECT-then-UPDATE: several customers get the
     seat. The race test above would fail for such a store."""
 
-    def unsafe(pool: Pool) -> PgBookingStore:
-        return CheckThenUpdateStore(pool, pause_seconds=RACE_PAUSE_SECONDS)
-
-    async with booking_server(stores, store_factory=unsafe) as booking:
+    async with booking_server(
+        stores, store_class=CheckThenUpdateStore, race_pause_seconds=RACE_PAUSE_SECONDS
+    ) as booking:
         winners, holders, _ = await race_for_one_seat(booking)
         # (The stripe's CHECK, the last net, stops it at 10: the seat's
         # stripe counts 10 seats. The losers past that get INTERNAL.)

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from booking_svc.adapters.postgres import retry_deadlock_once
 from booking_svc.model import Hold, HoldState, Money, RefundPolicy, SeatMap, SeatRef
 from booking_svc.seatmap import SeatMapCache
-from booking_svc.store import _retry_deadlock_once
 from boxoffice.errors import Unavailable
 from tests.support import ManualClock
 
@@ -27,7 +27,7 @@ async def test_a_deadlock_is_retried_once_and_only_once() -> None:
             raise psycopg.errors.DeadlockDetected("deadlock detected")
         return "held"
 
-    assert await _retry_deadlock_once(deadlocks_once) == "held" and calls == 2
+    assert await retry_deadlock_once(deadlocks_once) == "held" and calls == 2
 
     calls = 0
 
@@ -41,14 +41,14 @@ async def test_a_deadlock_is_retried_once_and_only_once() -> None:
             raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
 
     with pytest.raises(Unavailable):
-        await _retry_deadlock_once(deadlocks_inside_a_transaction)
+        await retry_deadlock_once(deadlocks_inside_a_transaction)
     assert calls == 2
 
     async def down() -> str:
         raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE")
 
     with pytest.raises(Unavailable):
-        await _retry_deadlock_once(down)
+        await retry_deadlock_once(down)
 
 
 def test_refund_policy() -> None:

@@ -9,22 +9,27 @@ tests catch the bugs they are written for.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
+from booking_svc.adapters.postgres import HOLD_COLUMNS, HoldAttempt, PgBookingStore, Pool, hold_from_row
 from booking_svc.model import Hold, SeatSelection, Selection
-from booking_svc.store import HOLD_COLUMNS, HoldAttempt, PgBookingStore, Pool, _hold_from_row
 from boxoffice.db import transaction
 from boxoffice.errors import FailedPrecondition
 
 
 class CheckThenUpdateStore(PgBookingStore):
-    def __init__(self, pool: Pool, *, pause_seconds: float) -> None:
-        super().__init__(pool)
+    """Built as the real store is; its test pause is the window between
+    the check and the write."""
+
+    def __init__(self, pool: Pool, *, race_pause_seconds: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(pool, **kwargs)
         self._pool_ = pool
-        self._pause = pause_seconds
+        self._pause = race_pause_seconds
 
     async def hold_seats(
         self,
@@ -72,8 +77,9 @@ class CheckThenUpdateStore(PgBookingStore):
             )
             for seat_id in ids:
                 await conn.execute(
-                    "UPDATE section_stripes SET held = held + 1 WHERE event_id = %s AND section_id = %s AND stripe = %s",
-                    (event_id, section_id, seat_id % 16),
+                    "UPDATE section_stripes SET held = held + 1 "
+                    "WHERE event_id = %s AND section_id = %s AND stripe = %s %% booking_stripes()",
+                    (event_id, section_id, seat_id),
                 )
         hold = await self.get_hold(hold_id)
         assert hold is not None
@@ -82,11 +88,11 @@ class CheckThenUpdateStore(PgBookingStore):
 
 class OneTransactionBatchStore(PgBookingStore):
     """Batched holds the naive way: every hold of the batch in one
-    transaction, one booking_hold_seats call after another, so that the
-    first hold that fails rolls back (and fails) all of them."""
+    transaction, one hold statement after another, so that the first hold
+    that fails rolls back (and fails) all of them."""
 
-    def __init__(self, pool: Pool) -> None:
-        super().__init__(pool)
+    def __init__(self, pool: Pool, **kwargs: Any) -> None:
+        super().__init__(pool, **kwargs)
         self._pool_ = pool
 
     async def hold_batch(self, attempts: list[HoldAttempt]) -> list[tuple[Hold, bool] | BaseException]:
@@ -94,25 +100,16 @@ class OneTransactionBatchStore(PgBookingStore):
             async with transaction(self._pool_) as conn:
                 answers: list[tuple[Hold, bool] | BaseException] = []
                 for a in attempts:
-                    seats = sorted(a.selection.seat_ids) if isinstance(a.selection, SeatSelection) else None
                     cur = await conn.execute(
-                        f"SELECT {HOLD_COLUMNS}, replayed FROM booking_hold_seats("
-                        "%s, %s, %s::bigint[], %s, %s, %s, %s, %s, %s, 0, 5000)",
-                        (
-                            a.event_id,
-                            a.customer_id,
-                            seats,
-                            None if seats is not None else getattr(a.selection, "section_id", None),
-                            None if seats is not None else getattr(a.selection, "quantity", None),
-                            a.hold_id,
-                            a.request_id,
-                            a.fingerprint,
-                            a.now,
-                        ),
+                        f"SELECT outcome, {HOLD_COLUMNS}, replayed FROM booking_hold_seats("
+                        "ARRAY[jsonb_populate_record(NULL::booking_hold_request, %s::jsonb)], %s, 0)",
+                        (json.dumps(a.request(5000)), a.now),
                     )
                     row = await cur.fetchone()
                     assert row is not None
-                    answers.append((_hold_from_row(row), bool(row[17])))
+                    if row[0] is not None:
+                        raise FailedPrecondition(f"hold failed: {row[0]}", reason="SEAT_UNAVAILABLE")
+                    answers.append((hold_from_row(row[1:]), bool(row[18])))
                 return answers
-        except psycopg.Error as err:
+        except (psycopg.Error, FailedPrecondition) as err:
             return [err] * len(attempts)

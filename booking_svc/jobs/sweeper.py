@@ -13,12 +13,12 @@ import psycopg
 
 from booking_svc.metrics import SweeperMetrics
 from booking_svc.model import SweepResult, utc
-from booking_svc.store import PgBookingStore
+from booking_svc.ports import BookingStore
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 
-_log = logging.getLogger("booking_svc.sweeper")
+_log = logging.getLogger("booking_svc.jobs.sweeper")
 
 # Batches per pass before the sweeper yields to its interval again.
 _MAX_BATCHES_PER_PASS = 50
@@ -31,7 +31,7 @@ _PRUNE_EVERY = 600
 class Sweeper:
     def __init__(
         self,
-        store: PgBookingStore,
+        store: BookingStore,
         clock: Clock,
         metrics: SweeperMetrics,
         *,

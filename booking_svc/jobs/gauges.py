@@ -8,11 +8,11 @@ import logging
 import psycopg
 
 from booking_svc.metrics import BookingMetrics
-from booking_svc.store import BookingStore
+from booking_svc.ports import BookingStore
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
 
-_log = logging.getLogger("booking_svc.stats")
+_log = logging.getLogger("booking_svc.jobs.gauges")
 
 
 class SeatGauges:

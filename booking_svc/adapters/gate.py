@@ -7,41 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Sequence
-from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from booking_svc.metrics import BookingMetrics
+from booking_svc.ports import SeatGate
 from boxoffice import deadline
 from boxoffice.redis import event_key, load_script
 
-_log = logging.getLogger("booking_svc.gate")
+_log = logging.getLogger("booking_svc.adapters.gate")
 
 # The gate is an optimisation: it never spends more than this of a call.
 _GATE_BUDGET_SECONDS = 0.2
-
-
-class SeatGate(Protocol):
-    async def claim(self, event_id: int, seat_ids: Sequence[int], token: str) -> list[int]:
-        """Claim the seats for one attempt; the ids another attempt holds
-        (empty when the attempt may go on to Postgres)."""
-
-    async def release(self, event_id: int, seat_ids: Sequence[int], token: str) -> None:
-        """Drop the attempt's keys (it failed in Postgres)."""
-
-    async def clear(self, event_id: int, seat_ids: Sequence[int]) -> None:
-        """Drop the seats' keys, whoever set them (the seats are free again)."""
-
-
-def attempt_token(customer_id: str, request_id: str | None) -> str:
-    """The gate owner of one attempt; a retry with the same request id is the
-    same owner, so it is not turned away by its own first try."""
-    if request_id:
-        return f"{customer_id}\x00{request_id}"
-    return secrets.token_hex(8)
 
 
 class OpenGate:

@@ -1,0 +1,96 @@
+"""The booking service's ports: what the handlers need from storage and
+from the seat gate, as Protocols. Adapters (``booking_svc.adapters``)
+implement them; the handlers and jobs see only these."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from booking_svc.model import (
+    Event,
+    EventSpec,
+    Hold,
+    Money,
+    RowSpec,
+    SeatMap,
+    SectionCounters,
+    Selection,
+    SweepResult,
+)
+
+
+class BookingStore(Protocol):
+    """What the booking handlers need from storage."""
+
+    async def create_event(self, spec: EventSpec) -> Event: ...
+
+    async def get_event(self, event_id: int) -> Event: ...
+
+    async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int: ...
+
+    async def seat_map(self, event_id: int, now: datetime) -> SeatMap: ...
+
+    async def hold_seats(
+        self,
+        *,
+        event_id: int,
+        customer_id: str,
+        selection: Selection,
+        hold_id: uuid.UUID,
+        request_id: str | None,
+        fingerprint: str,
+        now: datetime,
+    ) -> tuple[Hold, bool]: ...
+
+    async def get_hold(self, hold_id: uuid.UUID) -> Hold | None: ...
+
+    async def list_holds(
+        self, *, event_id: int, customer_id: str | None, limit: int, after: tuple[datetime, uuid.UUID] | None
+    ) -> list[Hold]: ...
+
+    async def release_hold(self, *, hold_id: uuid.UUID, customer_id: str, now: datetime) -> Hold: ...
+
+    async def extend_hold(
+        self, *, hold_id: uuid.UUID, customer_id: str, extend_by: timedelta, max_lifetime: timedelta, now: datetime
+    ) -> Hold: ...
+
+    async def confirm_hold(
+        self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
+    ) -> Hold: ...
+
+    async def cancel_booking(
+        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime
+    ) -> tuple[Hold, int]: ...
+
+    async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult: ...
+
+    async def forget_requests(self, *, older_than: datetime) -> int: ...
+
+    async def section_counters(self) -> list[SectionCounters]: ...
+
+
+class SeatGate(Protocol):
+    """A fast first "no" in front of HoldSeats for seats another attempt has
+    just claimed; Postgres still decides every hold."""
+
+    async def claim(self, event_id: int, seat_ids: Sequence[int], token: str) -> list[int]:
+        """Claim the seats for one attempt; the ids another attempt holds
+        (empty when the attempt may go on to Postgres)."""
+
+    async def release(self, event_id: int, seat_ids: Sequence[int], token: str) -> None:
+        """Drop the attempt's keys (it failed in Postgres)."""
+
+    async def clear(self, event_id: int, seat_ids: Sequence[int]) -> None:
+        """Drop the seats' keys, whoever set them (the seats are free again)."""
+
+
+def attempt_token(customer_id: str, request_id: str | None) -> str:
+    """The gate owner of one attempt; a retry with the same request id is the
+    same owner, so it is not turned away by its own first try."""
+    if request_id:
+        return f"{customer_id}\x00{request_id}"
+    return secrets.token_hex(8)
