@@ -135,6 +135,7 @@ DECLARE
     o_counted    boolean[] := '{}';
     v_inserted   uuid[] := '{}';
     -- One hold at a time.
+    req          booking_hold_request;
     v_e          integer;
     v_c          integer;
     v_u          integer;
@@ -309,12 +310,13 @@ BEGIN
 
     -- The decisions, hold after hold.
     FOR i IN 1 .. v_n LOOP
+        req := p_requests[i];
         CONTINUE WHEN h_status[i] IS NOT NULL;
         -- An earlier hold of the batch won with this request id: a replay
         -- of it, or an error for another selection.
         v_first := h_winner[h_group[i]];
         IF v_first IS NOT NULL THEN
-            IF (p_requests[i]).fingerprint = (p_requests[v_first]).fingerprint THEN
+            IF req.fingerprint = (p_requests[v_first]).fingerprint THEN
                 h_status[i] := 'TWIN';
                 h_twin[i] := v_first;
             ELSE
@@ -322,13 +324,13 @@ BEGIN
             END IF;
             CONTINUE;
         END IF;
-        IF clock_timestamp() > v_started + make_interval(secs => (p_requests[i]).timeout_ms / 1000.0) THEN
+        IF clock_timestamp() > v_started + make_interval(secs => req.timeout_ms / 1000.0) THEN
             h_status[i] := 'DEADLINE_EXCEEDED';
             CONTINUE;
         END IF;
-        v_e := array_position(e_ids, (p_requests[i]).event_id);
-        v_u := array_position(u_keys, (p_requests[i]).event_id || '/' || (p_requests[i]).customer_id);
-        v_need := CASE WHEN v_seat_counts[i] > 0 THEN v_seat_counts[i] ELSE (p_requests[i]).quantity END;
+        v_e := array_position(e_ids, req.event_id);
+        v_u := array_position(u_keys, req.event_id || '/' || req.customer_id);
+        v_need := CASE WHEN v_seat_counts[i] > 0 THEN v_seat_counts[i] ELSE req.quantity END;
         IF u_active[v_u] + v_need > e_max[v_e] THEN
             h_status[i] := 'CUSTOMER_HOLD_LIMIT';
             h_detail[i] := e_max[v_e] || ',' || u_active[v_u];
@@ -359,7 +361,7 @@ BEGIN
                 CONTINUE;
             END IF;
             FOR k IN h_offset[i] + 1 .. h_offset[i] + v_seat_counts[i] LOOP
-                IF NOT s_free[k] OR ((p_requests[i]).event_id || '/' || v_seat_ids[k]) = ANY (o_keys) THEN
+                IF NOT s_free[k] OR (req.event_id || '/' || v_seat_ids[k]) = ANY (o_keys) THEN
                     v_bad := v_bad || v_seat_ids[k];
                 END IF;
                 v_ids := v_ids || v_seat_ids[k];
@@ -374,8 +376,8 @@ BEGIN
                 CONTINUE;
             END IF;
         ELSE
-            v_section := (p_requests[i]).section_id;
-            v_c := array_position(c_keys, (p_requests[i]).event_id || '/' || v_section);
+            v_section := req.section_id;
+            v_c := array_position(c_keys, req.event_id || '/' || v_section);
             IF v_c IS NULL THEN
                 h_status[i] := 'UNKNOWN_SECTION';
                 h_detail[i] := v_section;
@@ -384,7 +386,7 @@ BEGIN
             IF c_kinds[v_c] = 'SEATED' THEN
                 -- Best available, as booking_hold_seats picks, past the
                 -- seats this batch has already given away.
-                v_taken := ARRAY(SELECT t.id FROM unnest(o_events, o_ids) AS t(e, id) WHERE t.e = (p_requests[i]).event_id);
+                v_taken := ARRAY(SELECT t.id FROM unnest(o_events, o_ids) AS t(e, id) WHERE t.e = req.event_id);
                 SELECT COALESCE(array_agg(q.seat_id ORDER BY q.seat_id), '{}'),
                        COALESCE(array_agg(q.row_label ORDER BY q.seat_id), '{}'),
                        COALESCE(array_agg(q.seat_number ORDER BY q.seat_id), '{}'),
@@ -392,12 +394,12 @@ BEGIN
                        COALESCE(array_agg(false ORDER BY q.seat_id), '{}')
                   INTO v_ids, v_rows, v_numbers, v_labels, v_lapsed
                   FROM (SELECT s.seat_id, s.row_label, s.seat_number, s.label FROM seats s
-                         WHERE s.event_id = (p_requests[i]).event_id AND s.section_id = v_section AND s.status = 'AVAILABLE'
+                         WHERE s.event_id = req.event_id AND s.section_id = v_section AND s.status = 'AVAILABLE'
                            AND s.seat_id <> ALL (v_taken)
                          ORDER BY s.seat_id
-                         LIMIT (p_requests[i]).quantity * 3
+                         LIMIT req.quantity * 3
                            FOR UPDATE SKIP LOCKED) q;
-                IF cardinality(v_ids) < (p_requests[i]).quantity THEN
+                IF cardinality(v_ids) < req.quantity THEN
                     SELECT u.ids, u.rws, u.nums, u.lbls, u.lps
                       INTO v_ids, v_rows, v_numbers, v_labels, v_lapsed
                       FROM (SELECT array_agg(a.id ORDER BY a.id) AS ids, array_agg(a.rw ORDER BY a.id) AS rws,
@@ -408,23 +410,23 @@ BEGIN
                                     UNION ALL
                                     SELECT q.seat_id, q.row_label, q.seat_number, q.label, true
                                       FROM (SELECT s.seat_id, s.row_label, s.seat_number, s.label FROM seats s
-                                             WHERE s.event_id = (p_requests[i]).event_id AND s.section_id = v_section
+                                             WHERE s.event_id = req.event_id AND s.section_id = v_section
                                                AND s.status = 'HELD' AND s.hold_expires_at < p_now
                                                AND s.seat_id <> ALL (v_taken)
                                              ORDER BY s.seat_id
-                                             LIMIT (p_requests[i]).quantity
+                                             LIMIT req.quantity
                                                FOR UPDATE SKIP LOCKED) q) a) u;
                     v_ids := COALESCE(v_ids, '{}');
                 END IF;
-                IF cardinality(v_ids) < (p_requests[i]).quantity THEN
+                IF cardinality(v_ids) < req.quantity THEN
                     SELECT count(*) INTO v_free FROM seats s
-                     WHERE s.event_id = (p_requests[i]).event_id AND s.section_id = v_section
+                     WHERE s.event_id = req.event_id AND s.section_id = v_section
                        AND (s.status = 'AVAILABLE' OR (s.status = 'HELD' AND s.hold_expires_at < p_now))
                        AND s.seat_id <> ALL (v_taken);
                     IF v_free = 0 THEN
                         h_status[i] := 'SOLD_OUT';
                         h_detail[i] := '0';
-                    ELSIF v_free < (p_requests[i]).quantity THEN
+                    ELSIF v_free < req.quantity THEN
                         h_status[i] := 'NOT_ENOUGH_SEATS';
                         h_detail[i] := v_free::text;
                     ELSE
@@ -434,14 +436,14 @@ BEGIN
                 END IF;
                 -- Adjacent seats of one row when the window has them.
                 v_pick := 1;
-                FOR k IN 1 .. cardinality(v_ids) - (p_requests[i]).quantity + 1 LOOP
-                    IF v_ids[k + (p_requests[i]).quantity - 1] - v_ids[k] = (p_requests[i]).quantity - 1
-                       AND v_rows[k + (p_requests[i]).quantity - 1] = v_rows[k] THEN
+                FOR k IN 1 .. cardinality(v_ids) - req.quantity + 1 LOOP
+                    IF v_ids[k + req.quantity - 1] - v_ids[k] = req.quantity - 1
+                       AND v_rows[k + req.quantity - 1] = v_rows[k] THEN
                         v_pick := k;
                         EXIT;
                     END IF;
                 END LOOP;
-                v_k := v_pick + (p_requests[i]).quantity - 1;
+                v_k := v_pick + req.quantity - 1;
                 v_ids := v_ids[v_pick : v_k];
                 v_rows := v_rows[v_pick : v_k];
                 v_numbers := v_numbers[v_pick : v_k];
@@ -451,11 +453,11 @@ BEGIN
                 -- General admission: the counter, after the holds before
                 -- this one; lapsed holds give their places back when it is
                 -- short.
-                v_g := array_position(g_keys, (p_requests[i]).event_id || '/' || v_section);
+                v_g := array_position(g_keys, req.event_id || '/' || v_section);
                 IF g_free[v_g] < v_need THEN
                     WITH lapsed AS (
                         SELECT h.hold_id, h.quantity FROM holds h
-                         WHERE h.event_id = (p_requests[i]).event_id AND h.section_id = v_section
+                         WHERE h.event_id = req.event_id AND h.section_id = v_section
                            AND h.state = 'HELD' AND h.expires_at < p_now
                          ORDER BY h.expires_at
                          LIMIT 100
@@ -480,8 +482,8 @@ BEGIN
         END IF;
 
         -- The hold wins.
-        v_c := array_position(c_keys, (p_requests[i]).event_id || '/' || v_section);
-        v_e := array_position(e_ids, (p_requests[i]).event_id);
+        v_c := array_position(c_keys, req.event_id || '/' || v_section);
+        v_e := array_position(e_ids, req.event_id);
         h_status[i] := 'OK';
         IF h_group[i] IS NOT NULL THEN
             h_winner[h_group[i]] := i;
@@ -494,8 +496,8 @@ BEGIN
         h_seat_from[i] := cardinality(o_ids) + 1;
         h_seat_count[i] := cardinality(v_ids);
         u_active[v_u] := u_active[v_u] + v_need;
-        o_holds := o_holds || array_fill((p_requests[i]).hold_id, ARRAY[cardinality(v_ids)]);
-        o_events := o_events || array_fill((p_requests[i]).event_id, ARRAY[cardinality(v_ids)]);
+        o_holds := o_holds || array_fill(req.hold_id, ARRAY[cardinality(v_ids)]);
+        o_events := o_events || array_fill(req.event_id, ARRAY[cardinality(v_ids)]);
         o_sections := o_sections || array_fill(v_section, ARRAY[cardinality(v_ids)]);
         o_expires := o_expires || array_fill(h_expires[i], ARRAY[cardinality(v_ids)]);
         o_ids := o_ids || v_ids;
@@ -505,7 +507,7 @@ BEGIN
         -- A lapsed hold's seat taken over is already counted as held.
         FOR k IN 1 .. cardinality(v_ids) LOOP
             o_counted := o_counted || NOT v_lapsed[k];
-            o_keys := o_keys || ((p_requests[i]).event_id || '/' || v_ids[k]);
+            o_keys := o_keys || (req.event_id || '/' || v_ids[k]);
         END LOOP;
     END LOOP;
 
