@@ -384,8 +384,10 @@ BEGIN
                 CONTINUE;
             END IF;
             IF c_kinds[v_c] = 'SEATED' THEN
-                -- Best available, as booking_hold_seats picks, past the
-                -- seats this batch has already given away.
+                -- Best available: the lowest free seats no concurrent
+                -- picker is looking at (SKIP LOCKED, on the partial index
+                -- of available seats), then lapsed holds' seats, past the
+                -- seats this call has already given away.
                 v_taken := ARRAY(SELECT t.id FROM unnest(o_events, o_ids) AS t(e, id) WHERE t.e = req.event_id);
                 SELECT COALESCE(array_agg(q.seat_id ORDER BY q.seat_id), '{}'),
                        COALESCE(array_agg(q.row_label ORDER BY q.seat_id), '{}'),
