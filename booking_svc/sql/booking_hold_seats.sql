@@ -121,18 +121,10 @@ DECLARE
     g_sections   text[];
     g_free       integer[];
     g_delta      integer[];
-    -- What the winners take: seats (flat, hold after hold) and the seats
-    -- this batch has given away so far.
-    o_holds      uuid[] := '{}';
-    o_events     bigint[] := '{}';
-    o_ids        bigint[] := '{}';
-    o_rows       text[] := '{}';
-    o_numbers    integer[] := '{}';
-    o_labels     text[] := '{}';
-    o_sections   text[] := '{}';
-    o_expires    timestamptz[] := '{}';
+    -- What the winners take: their seats, hold after hold, and the keys
+    -- (event/seat) of the seats this call has given away so far.
+    o_seats      booking_taken_seat[] := '{}';
     o_keys       text[] := '{}';
-    o_counted    boolean[] := '{}';
     v_inserted   uuid[] := '{}';
     -- One hold at a time.
     req          booking_hold_request;
@@ -388,7 +380,7 @@ BEGIN
                 -- picker is looking at (SKIP LOCKED, on the partial index
                 -- of available seats), then lapsed holds' seats, past the
                 -- seats this call has already given away.
-                v_taken := ARRAY(SELECT t.id FROM unnest(o_events, o_ids) AS t(e, id) WHERE t.e = req.event_id);
+                v_taken := ARRAY(SELECT t.seat_id FROM unnest(o_seats) t WHERE t.event_id = req.event_id);
                 SELECT COALESCE(array_agg(q.seat_id ORDER BY q.seat_id), '{}'),
                        COALESCE(array_agg(q.row_label ORDER BY q.seat_id), '{}'),
                        COALESCE(array_agg(q.seat_number ORDER BY q.seat_id), '{}'),
@@ -495,20 +487,13 @@ BEGIN
         h_amount[i] := c_prices[v_c] * v_need;
         h_currency[i] := c_currencies[v_c];
         h_expires[i] := p_now + make_interval(secs => e_ttl[v_e]);
-        h_seat_from[i] := cardinality(o_ids) + 1;
+        h_seat_from[i] := cardinality(o_seats) + 1;
         h_seat_count[i] := cardinality(v_ids);
         u_active[v_u] := u_active[v_u] + v_need;
-        o_holds := o_holds || array_fill(req.hold_id, ARRAY[cardinality(v_ids)]);
-        o_events := o_events || array_fill(req.event_id, ARRAY[cardinality(v_ids)]);
-        o_sections := o_sections || array_fill(v_section, ARRAY[cardinality(v_ids)]);
-        o_expires := o_expires || array_fill(h_expires[i], ARRAY[cardinality(v_ids)]);
-        o_ids := o_ids || v_ids;
-        o_rows := o_rows || v_rows;
-        o_numbers := o_numbers || v_numbers;
-        o_labels := o_labels || v_labels;
         -- A lapsed hold's seat taken over is already counted as held.
         FOR k IN 1 .. cardinality(v_ids) LOOP
-            o_counted := o_counted || NOT v_lapsed[k];
+            o_seats := o_seats || ROW(req.hold_id, req.event_id, v_section, v_ids[k], v_rows[k], v_numbers[k],
+                                      v_labels[k], h_expires[i], NOT v_lapsed[k])::booking_taken_seat;
             o_keys := o_keys || (req.event_id || '/' || v_ids[k]);
         END LOOP;
     END LOOP;
@@ -517,14 +502,14 @@ BEGIN
     IF 'OK' = ANY (h_status) THEN
         WITH claimed AS (
             UPDATE seats s
-               SET status = 'HELD', hold_id = w.h, hold_expires_at = w.x
-              FROM unnest(o_events, o_ids, o_holds, o_expires) AS w(e, id, h, x)
-             WHERE s.event_id = w.e AND s.seat_id = w.id
+               SET status = 'HELD', hold_id = w.hold_id, hold_expires_at = w.expires_at
+              FROM unnest(o_seats) w
+             WHERE s.event_id = w.event_id AND s.seat_id = w.seat_id
                AND (s.status = 'AVAILABLE' OR (s.status = 'HELD' AND s.hold_expires_at < p_now))
             RETURNING 1
         ), kept AS (
             INSERT INTO hold_seats (hold_id, event_id, seat_id, row_label, seat_number, label)
-            SELECT * FROM unnest(o_holds, o_events, o_ids, o_rows, o_numbers, o_labels)
+            SELECT w.hold_id, w.event_id, w.seat_id, w.row_label, w.seat_number, w.label FROM unnest(o_seats) w
         ), made AS (
             INSERT INTO holds (hold_id, event_id, customer_id, section_id, quantity, state, amount_minor, currency,
                                expires_at, created_at)
@@ -534,7 +519,7 @@ BEGIN
              WHERE h_status[u.ordinality] = 'OK'
         )
         SELECT count(*) INTO v_count FROM claimed;
-        IF v_count <> cardinality(o_ids) THEN
+        IF v_count <> cardinality(o_seats) THEN
             RAISE EXCEPTION 'a seat decided free was not';
         END IF;
 
@@ -549,8 +534,8 @@ BEGIN
     -- holds ended above give their places back here.
     IF 'OK' = ANY (h_status) OR 0 <> ANY (g_delta) THEN
         PERFORM booking_move_counters(ARRAY(
-            SELECT ROW(w.e, w.sec, w.id, 1, 0)::booking_counter_move
-              FROM unnest(o_events, o_sections, o_ids, o_counted) AS w(e, sec, id, counted)
+            SELECT ROW(w.event_id, w.section_id, w.seat_id, 1, 0)::booking_counter_move
+              FROM unnest(o_seats) w
              WHERE w.counted
             UNION ALL
             SELECT ROW(g.e, g.sec, NULL, g.n, 0)::booking_counter_move
@@ -622,10 +607,12 @@ BEGIN
             refund_amount_minor := NULL;
             v_k := h_seat_from[v_first];
             v_count := h_seat_count[v_first];
-            seat_ids := o_ids[v_k : v_k + v_count - 1];
-            row_labels := o_rows[v_k : v_k + v_count - 1];
-            seat_numbers := o_numbers[v_k : v_k + v_count - 1];
-            labels := o_labels[v_k : v_k + v_count - 1];
+            SELECT COALESCE(array_agg(w.seat_id ORDER BY w.ordinality), '{}'),
+                   COALESCE(array_agg(w.row_label ORDER BY w.ordinality), '{}'),
+                   COALESCE(array_agg(w.seat_number ORDER BY w.ordinality), '{}'),
+                   COALESCE(array_agg(w.label ORDER BY w.ordinality), '{}')
+              INTO seat_ids, row_labels, seat_numbers, labels
+              FROM unnest(o_seats[v_k : v_k + v_count - 1]) WITH ORDINALITY AS w;
             replayed := v_first <> i;
             RETURN NEXT;
         ELSE
