@@ -93,18 +93,15 @@ DECLARE
     h_seat_from  integer[];
     h_seat_count integer[];
     h_inserted   boolean[];
-    -- The explicit seats of every hold, hold after hold (v_seat_ids; each
-    -- hold's v_seat_counts of them from its h_offset), and what they are.
+    -- The explicit seats of every hold, hold after hold (v_seat_ids, of
+    -- events s_events; each hold's v_seat_counts of them from its
+    -- h_offset), and their rows as read under lock (s_seats; a row of
+    -- NULLs for a seat that does not exist).
     v_seat_ids    bigint[] := '{}';
     v_seat_counts integer[] := '{}';
     s_events     bigint[];
-    s_found      boolean[];
-    s_sections   text[];
-    s_free       boolean[];
-    s_lapsed     boolean[];
-    s_rows       text[];
-    s_numbers    integer[];
-    s_labels     text[];
+    s_seats      seats[];
+    v_seat       seats;
     -- Events, sections, customers and general-admission counters, found by
     -- their key's position.
     e_ids        bigint[];
@@ -260,11 +257,7 @@ BEGIN
              ON s.event_id = w.e AND s.seat_id = w.id
           ORDER BY s.event_id, s.seat_id
             FOR UPDATE OF s;
-        SELECT array_agg(s.seat_id IS NOT NULL ORDER BY w.k), array_agg(s.section_id ORDER BY w.k),
-               array_agg(s.status = 'AVAILABLE' OR (s.status = 'HELD' AND s.hold_expires_at < p_now) ORDER BY w.k),
-               array_agg(s.status = 'HELD' ORDER BY w.k), array_agg(s.row_label ORDER BY w.k),
-               array_agg(s.seat_number ORDER BY w.k), array_agg(s.label ORDER BY w.k)
-          INTO s_found, s_sections, s_free, s_lapsed, s_rows, s_numbers, s_labels
+        SELECT array_agg(s ORDER BY w.k) INTO s_seats
           FROM unnest(s_events, v_seat_ids) WITH ORDINALITY AS w(e, id, k)
           LEFT JOIN seats s ON s.event_id = w.e AND s.seat_id = w.id;
     END IF;
@@ -279,7 +272,7 @@ BEGIN
           FROM section_stripes st
           JOIN sections sc ON sc.event_id = st.event_id AND sc.section_id = st.section_id
          WHERE (st.event_id, st.section_id) IN (
-                SELECT w.e, w.s FROM unnest(s_events, s_sections) AS w(e, s) WHERE w.s IS NOT NULL
+                SELECT w.event_id, w.section_id FROM unnest(s_seats) w WHERE w.section_id IS NOT NULL
                 UNION
                 SELECT u.event_id, u.section_id FROM unnest(p_requests) WITH ORDINALITY AS u
                  WHERE u.section_id IS NOT NULL AND h_status[u.ordinality] IS NULL)
@@ -335,11 +328,12 @@ BEGIN
             v_section := NULL;
             v_count := 0;
             FOR k IN h_offset[i] + 1 .. h_offset[i] + v_seat_counts[i] LOOP
-                IF NOT s_found[k] THEN
+                v_seat := s_seats[k];
+                IF v_seat.seat_id IS NULL THEN
                     v_bad := v_bad || v_seat_ids[k];
                 ELSIF v_section IS NULL THEN
-                    v_section := s_sections[k];
-                ELSIF v_section <> s_sections[k] THEN
+                    v_section := v_seat.section_id;
+                ELSIF v_section <> v_seat.section_id THEN
                     v_count := 2;
                 END IF;
             END LOOP;
@@ -353,14 +347,18 @@ BEGIN
                 CONTINUE;
             END IF;
             FOR k IN h_offset[i] + 1 .. h_offset[i] + v_seat_counts[i] LOOP
-                IF NOT s_free[k] OR (req.event_id || '/' || v_seat_ids[k]) = ANY (o_keys) THEN
+                v_seat := s_seats[k];
+                -- Free: available, or held by a hold that has lapsed (and
+                -- then already counted as held).
+                IF NOT (v_seat.status = 'AVAILABLE' OR (v_seat.status = 'HELD' AND v_seat.hold_expires_at < p_now))
+                   OR (req.event_id || '/' || v_seat_ids[k]) = ANY (o_keys) THEN
                     v_bad := v_bad || v_seat_ids[k];
                 END IF;
                 v_ids := v_ids || v_seat_ids[k];
-                v_rows := v_rows || s_rows[k];
-                v_numbers := v_numbers || s_numbers[k];
-                v_labels := v_labels || s_labels[k];
-                v_lapsed := v_lapsed || s_lapsed[k];
+                v_rows := v_rows || v_seat.row_label;
+                v_numbers := v_numbers || v_seat.seat_number;
+                v_labels := v_labels || v_seat.label;
+                v_lapsed := v_lapsed || (v_seat.status = 'HELD');
             END LOOP;
             IF cardinality(v_bad) > 0 THEN
                 h_status[i] := 'SEAT_UNAVAILABLE';
