@@ -103,14 +103,11 @@ DECLARE
     s_seats      seats[];
     v_seat       seats;
     -- Events, sections, customers and general-admission counters, found by
-    -- their key's position.
+    -- their key's position (e_ids, c_keys, u_keys, g_keys).
     e_ids        bigint[];
-    e_ttl        integer[];
-    e_max        integer[];
+    e_rows       events[];
     c_keys       text[];
-    c_kinds      text[];
-    c_prices     bigint[];
-    c_currencies text[];
+    c_rows       sections[];
     u_keys       text[];
     u_active     integer[];
     g_keys       text[];
@@ -179,8 +176,8 @@ BEGIN
     -- deadline passes meanwhile fails on its own below.
     PERFORM set_config('lock_timeout', GREATEST((SELECT max(t.timeout_ms) FROM unnest(p_requests) t), 1)::text, true);
 
-    SELECT array_agg(e.event_id), array_agg(e.hold_ttl_seconds), array_agg(e.max_seats_per_customer)
-      INTO e_ids, e_ttl, e_max
+    SELECT array_agg(e.event_id), array_agg(e)
+      INTO e_ids, e_rows
       FROM events e WHERE e.event_id IN (SELECT r.event_id FROM unnest(p_requests) r);
     FOR i IN 1 .. v_n LOOP
         IF array_position(e_ids, (p_requests[i]).event_id) IS NULL THEN
@@ -264,10 +261,10 @@ BEGIN
 
     -- The sections involved, their counter stripes locked in ascending
     -- order, and the general-admission counters read under that lock.
-    c_keys := '{}'; c_kinds := '{}'; c_prices := '{}'; c_currencies := '{}';
+    c_keys := '{}'; c_rows := '{}';
     g_keys := '{}'; g_events := '{}'; g_sections := '{}'; g_free := '{}';
     FOR r IN
-        SELECT st.event_id AS e, st.section_id AS sec, st.stripe, sc.kind, sc.price_minor, sc.currency,
+        SELECT st.event_id AS e, st.section_id AS sec, st.stripe, sc.kind, sc AS section,
                st.capacity - st.sold - st.held AS free
           FROM section_stripes st
           JOIN sections sc ON sc.event_id = st.event_id AND sc.section_id = st.section_id
@@ -281,9 +278,7 @@ BEGIN
     LOOP
         CONTINUE WHEN r.stripe <> 0;
         c_keys := c_keys || (r.e || '/' || r.sec);
-        c_kinds := c_kinds || r.kind;
-        c_prices := c_prices || r.price_minor;
-        c_currencies := c_currencies || r.currency;
+        c_rows := c_rows || r.section;
         IF r.kind = 'GENERAL_ADMISSION' THEN
             g_keys := g_keys || (r.e || '/' || r.sec);
             g_events := g_events || r.e;
@@ -316,9 +311,9 @@ BEGIN
         v_e := array_position(e_ids, req.event_id);
         v_u := array_position(u_keys, req.event_id || '/' || req.customer_id);
         v_need := CASE WHEN v_seat_counts[i] > 0 THEN v_seat_counts[i] ELSE req.quantity END;
-        IF u_active[v_u] + v_need > e_max[v_e] THEN
+        IF u_active[v_u] + v_need > (e_rows[v_e]).max_seats_per_customer THEN
             h_status[i] := 'CUSTOMER_HOLD_LIMIT';
-            h_detail[i] := e_max[v_e] || ',' || u_active[v_u];
+            h_detail[i] := (e_rows[v_e]).max_seats_per_customer || ',' || u_active[v_u];
             CONTINUE;
         END IF;
         v_ids := '{}'; v_rows := '{}'; v_numbers := '{}'; v_labels := '{}'; v_lapsed := '{}';
@@ -373,7 +368,7 @@ BEGIN
                 h_detail[i] := v_section;
                 CONTINUE;
             END IF;
-            IF c_kinds[v_c] = 'SEATED' THEN
+            IF (c_rows[v_c]).kind = 'SEATED' THEN
                 -- Best available: the lowest free seats no concurrent
                 -- picker is looking at (SKIP LOCKED, on the partial index
                 -- of available seats), then lapsed holds' seats, past the
@@ -482,9 +477,9 @@ BEGIN
         END IF;
         h_section[i] := v_section;
         h_n[i] := v_need;
-        h_amount[i] := c_prices[v_c] * v_need;
-        h_currency[i] := c_currencies[v_c];
-        h_expires[i] := p_now + make_interval(secs => e_ttl[v_e]);
+        h_amount[i] := (c_rows[v_c]).price_minor * v_need;
+        h_currency[i] := (c_rows[v_c]).currency;
+        h_expires[i] := p_now + make_interval(secs => (e_rows[v_e]).hold_ttl_seconds);
         h_seat_from[i] := cardinality(o_seats) + 1;
         h_seat_count[i] := cardinality(v_ids);
         u_active[v_u] := u_active[v_u] + v_need;
