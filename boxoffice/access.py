@@ -1,0 +1,115 @@
+"""Who may call what: the one authorization table of the mesh.
+
+Every process of the mesh has an identity, a SPIFFE ID in its certificate
+(``spiffe://<trust-domain>/ns/<namespace>/sa/<role>``); the role is what
+this table speaks of. An RPC not in the table answers nobody. The table
+names contract methods, not code, so the runtime that enforces it imports
+no service; the Kubernetes NetworkPolicies and Istio AuthorizationPolicies
+are checked against it.
+
+Customer-scoped RPCs are the edge's: the edge calls them for the fan it
+asserts (see :mod:`boxoffice.caller`), and the service takes the customer
+from that assertion or from an access token, never from the request body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+# The roles of the mesh. People and tools of the operators carry "operator".
+EDGE = "edge"
+QUEUE = "queue"
+BOOKING = "booking"
+PAYMENT = "payment"
+ADMITTER = "admitter"
+SWEEPER = "sweeper"
+RELAY = "relay"
+ISSUER = "issuer"
+OPERATOR = "operator"
+ROLES = (EDGE, QUEUE, BOOKING, PAYMENT, ADMITTER, SWEEPER, RELAY, ISSUER, OPERATOR)
+
+# Callers with no certificate of this mesh, for the probes' health checks.
+ANYONE = "*"
+
+_QUEUE = "/boxoffice.queue.v1.QueueService/"
+_BOOKING = "/boxoffice.booking.v1.BookingService/"
+_PAYMENT = "/boxoffice.payment.v1.PaymentService/"
+
+
+def _table() -> Mapping[str, frozenset[str]]:
+    table: dict[str, set[str]] = {
+        # The waiting room: the fan's own place, through the edge.
+        f"{_QUEUE}JoinQueue": {EDGE},
+        f"{_QUEUE}GetQueuePosition": {EDGE},
+        f"{_QUEUE}WatchQueuePosition": {EDGE},
+        f"{_QUEUE}LeaveQueue": {EDGE},
+        f"{_QUEUE}EndShoppingSession": {EDGE},
+        f"{_QUEUE}WatchAdmissionProgress": {EDGE},
+        # Waiting-room administration: operators only.
+        f"{_QUEUE}CreateEventQueue": {OPERATOR},
+        f"{_QUEUE}UpdateEventQueue": {OPERATOR},
+        f"{_QUEUE}PauseAdmission": {OPERATOR},
+        f"{_QUEUE}ResumeAdmission": {OPERATOR},
+        f"{_QUEUE}GetQueueStats": {OPERATOR},
+        f"{_QUEUE}GetEventQueue": {OPERATOR, EDGE},
+        # Events and seats: public reads through the edge; writes by operators.
+        f"{_BOOKING}CreateEvent": {OPERATOR},
+        f"{_BOOKING}LoadInventory": {OPERATOR},
+        f"{_BOOKING}GetEvent": {EDGE, OPERATOR},
+        f"{_BOOKING}GetSeatMap": {EDGE, OPERATOR},
+        # Holds: the fan's own, through the edge; payment reads the hold it charges.
+        f"{_BOOKING}HoldSeats": {EDGE},
+        f"{_BOOKING}GetHold": {EDGE, PAYMENT},
+        f"{_BOOKING}ListHolds": {EDGE, OPERATOR},
+        f"{_BOOKING}ReleaseHold": {EDGE},
+        # Only payment moves a hold towards a sale.
+        f"{_BOOKING}ExtendHold": {PAYMENT},
+        f"{_BOOKING}ConfirmHold": {PAYMENT},
+        # A fan cancels their own booking; an operator anyone's.
+        f"{_BOOKING}CancelBooking": {EDGE, OPERATOR},
+        # Payments: the fan's own, through the edge; refunds by operators.
+        f"{_PAYMENT}StartPayment": {EDGE},
+        f"{_PAYMENT}ConfirmPayment": {EDGE},
+        f"{_PAYMENT}GetPayment": {EDGE, OPERATOR},
+        f"{_PAYMENT}ListTickets": {EDGE},
+        f"{_PAYMENT}RefundPayment": {OPERATOR},
+        # The provider's webhook arrives through the edge; the sandbox
+        # provider inside payment delivers its own.
+        f"{_PAYMENT}HandleProviderWebhook": {EDGE, PAYMENT},
+        # Probes carry no certificate; reflection is for the mesh's own tools.
+        "/grpc.health.v1.Health/Check": {ANYONE},
+        "/grpc.health.v1.Health/Watch": {ANYONE},
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": set(ROLES),
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": set(ROLES),
+    }
+    return MappingProxyType({method: frozenset(roles) for method, roles in table.items()})
+
+
+POLICY: Mapping[str, frozenset[str]] = _table()
+
+
+def allowed(full_method: str, role: str | None) -> bool:
+    """Whether a caller of ``role`` (None: no identity of this mesh) may call
+    ``full_method`` (``/package.Service/Method``)."""
+    roles = POLICY.get(full_method)
+    if roles is None:
+        return False
+    return ANYONE in roles or (role is not None and role in roles)
+
+
+def role_of(spiffe_id: str, trust_domain: str) -> str | None:
+    """The role named by ``spiffe://<trust_domain>/ns/<ns>/sa/<role>``, or
+    None for an ID of another trust domain or shape."""
+    prefix = f"spiffe://{trust_domain}/ns/"
+    if not spiffe_id.startswith(prefix):
+        return None
+    parts = spiffe_id[len(prefix) :].split("/")
+    if len(parts) != 3 or parts[1] != "sa" or not parts[0] or parts[2] not in ROLES:
+        return None
+    return parts[2]
+
+
+def spiffe_id(trust_domain: str, namespace: str, role: str) -> str:
+    """The identity of ``role`` in ``namespace``."""
+    return f"spiffe://{trust_domain}/ns/{namespace}/sa/{role}"
