@@ -318,7 +318,7 @@ def pgbench(url: str, seats: int, seconds: float, clients: int) -> tuple[float |
 
 @contextlib.asynccontextmanager
 async def booking_stub(url: str) -> AsyncIterator[BookingServiceAsyncStub]:
-    with server_process(["-m", "bench.booking_server"], env={"DATABASE_URL": url}) as server:
+    with server_process(["-m", "bench.serve", "booking-svc"], env={"DATABASE_URL": url}) as server:
         async with grpc.aio.insecure_channel(server.address) as channel:
             yield pb_grpc.BookingServiceStub(channel)
 

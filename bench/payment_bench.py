@@ -125,9 +125,17 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
                 echo_figures = await closed_loop(lambda n: echo(b"x" * 200), concurrency=concurrency, seconds=seconds)
 
         env = {"DATABASE_URL": url, "REDIS_URL": redis_url}
-        with server_process(["-m", "bench.booking_server"], env=env) as booking_proc:
-            payment_env = {**env, "BOXOFFICE_BOOKING_ADDR": booking_proc.address}
-            with server_process(["-m", "bench.payment_server"], env=payment_env) as payment_proc:
+        with server_process(["-m", "bench.serve", "booking-svc"], env=env) as booking_proc:
+            # The sandbox answers at once and keeps its webhooks, so that the
+            # figures measure the confirm path alone.
+            payment_env = {
+                **env,
+                "BOXOFFICE_BOOKING_ADDR": booking_proc.address,
+                "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0",
+                "BOXOFFICE_SANDBOX_WEBHOOK_MODE": "manual",
+                "BOXOFFICE_RECONCILE_INTERVAL_SECONDS": "300",
+            }
+            with server_process(["-m", "bench.serve", "payment-svc"], env=payment_env) as payment_proc:
                 async with (
                     grpc.aio.insecure_channel(booking_proc.address) as booking_channel,
                     grpc.aio.insecure_channel(payment_proc.address) as payment_channel,

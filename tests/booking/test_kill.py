@@ -23,7 +23,8 @@ async def _start_server(stores: Stores) -> tuple[asyncio.subprocess.Process, str
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bench.booking_server",
+        "bench.serve",
+        "booking-svc",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "DATABASE_URL": stores.database_url, "REDIS_URL": stores.redis_url},
