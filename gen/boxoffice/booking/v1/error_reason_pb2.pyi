@@ -82,6 +82,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     INTERNAL for a code that has no meaning here. Metadata: `upstream_code`,
     the name of the peer's canonical code.
     """
+    ERROR_REASON_CALLER_UNKNOWN: _ErrorReason.ValueType  # 14
+    """The caller presented no identity of this mesh: no client certificate of
+    the mesh's CA, a certificate of another trust domain or role, or no
+    trusted mesh identity when TLS is off (PERMISSION_DENIED). Refused
+    before the call does anything. Metadata: `method`, the full method name.
+    """
+    ERROR_REASON_CALLER_NOT_ALLOWED: _ErrorReason.ValueType  # 15
+    """The caller's identity is of this mesh, but the authorization table does
+    not allow its role this call (PERMISSION_DENIED). Refused before the
+    call does anything. Metadata: `method`, the full method name; `role`,
+    the caller's role.
+    """
     ERROR_REASON_SEAT_UNAVAILABLE: _ErrorReason.ValueType  # 100
     """HoldSeats: some of the requested seats are held or sold by someone else;
     nothing was held (FAILED_PRECONDITION). Metadata: `seat_ids`, the taken
@@ -255,6 +267,18 @@ an ErrorInfo of its own (the peer was unreachable, or answered only a
 status code); the code is the peer's (UNAVAILABLE, for example), or
 INTERNAL for a code that has no meaning here. Metadata: `upstream_code`,
 the name of the peer's canonical code.
+"""
+ERROR_REASON_CALLER_UNKNOWN: ErrorReason.ValueType  # 14
+"""The caller presented no identity of this mesh: no client certificate of
+the mesh's CA, a certificate of another trust domain or role, or no
+trusted mesh identity when TLS is off (PERMISSION_DENIED). Refused
+before the call does anything. Metadata: `method`, the full method name.
+"""
+ERROR_REASON_CALLER_NOT_ALLOWED: ErrorReason.ValueType  # 15
+"""The caller's identity is of this mesh, but the authorization table does
+not allow its role this call (PERMISSION_DENIED). Refused before the
+call does anything. Metadata: `method`, the full method name; `role`,
+the caller's role.
 """
 ERROR_REASON_SEAT_UNAVAILABLE: ErrorReason.ValueType  # 100
 """HoldSeats: some of the requested seats are held or sold by someone else;
