@@ -193,6 +193,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ListHolds with a page token that this listing did not hand out
     (INVALID_ARGUMENT). Metadata: `field` ("page_token").
     """
+    ERROR_REASON_REFUND_NOT_ALLOWED: _ErrorReason.ValueType  # 123
+    """CancelBooking called by PaymentService to refund a confirmed booking
+    when the event's refund policy grants nothing for cancelling it now: a
+    refund never cancels a booking for nothing, so the booking stays
+    confirmed (FAILED_PRECONDITION). Metadata: `hold_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason BookingService can answer, as
@@ -378,5 +384,11 @@ ERROR_REASON_BOOKING_NOT_CONFIRMED: ErrorReason.ValueType  # 121
 ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason.ValueType  # 122
 """ListHolds with a page token that this listing did not hand out
 (INVALID_ARGUMENT). Metadata: `field` ("page_token").
+"""
+ERROR_REASON_REFUND_NOT_ALLOWED: ErrorReason.ValueType  # 123
+"""CancelBooking called by PaymentService to refund a confirmed booking
+when the event's refund policy grants nothing for cancelling it now: a
+refund never cancels a booking for nothing, so the booking stays
+confirmed (FAILED_PRECONDITION). Metadata: `hold_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -208,6 +208,20 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ConfirmPayment, passed on from BookingService.ConfirmHold: a confirmation
     of the same payment is in flight (ABORTED); retry. No metadata.
     """
+    ERROR_REASON_WEBHOOK_AMOUNT_MISMATCH: _ErrorReason.ValueType  # 128
+    """HandleProviderWebhook with a verified charge or refund event whose amount
+    or currency differs from the payment's (or the refund's): a genuine
+    provider never sends one, so it moves nothing and is counted in
+    `boxoffice_webhooks_refused_total` (INVALID_ARGUMENT). Metadata:
+    `provider_event_id`, `payment_id`, `amount_minor`, `currency`,
+    `expected_amount_minor`, `expected_currency`.
+    """
+    ERROR_REASON_REFUND_NOT_ALLOWED: _ErrorReason.ValueType  # 129
+    """RefundPayment of a payment whose booking is confirmed when the event's
+    refund policy grants nothing for its cancellation now (passed on from
+    BookingService.CancelBooking): the booking stays confirmed and nothing
+    is refunded (FAILED_PRECONDITION). Metadata: `payment_id`, `hold_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason PaymentService can answer, as
@@ -408,5 +422,19 @@ before its charge could start (FAILED_PRECONDITION). Metadata: `hold_id`.
 ERROR_REASON_CONFIRMATION_IN_FLIGHT: ErrorReason.ValueType  # 127
 """ConfirmPayment, passed on from BookingService.ConfirmHold: a confirmation
 of the same payment is in flight (ABORTED); retry. No metadata.
+"""
+ERROR_REASON_WEBHOOK_AMOUNT_MISMATCH: ErrorReason.ValueType  # 128
+"""HandleProviderWebhook with a verified charge or refund event whose amount
+or currency differs from the payment's (or the refund's): a genuine
+provider never sends one, so it moves nothing and is counted in
+`boxoffice_webhooks_refused_total` (INVALID_ARGUMENT). Metadata:
+`provider_event_id`, `payment_id`, `amount_minor`, `currency`,
+`expected_amount_minor`, `expected_currency`.
+"""
+ERROR_REASON_REFUND_NOT_ALLOWED: ErrorReason.ValueType  # 129
+"""RefundPayment of a payment whose booking is confirmed when the event's
+refund policy grants nothing for its cancellation now (passed on from
+BookingService.CancelBooking): the booking stays confirmed and nothing
+is refunded (FAILED_PRECONDITION). Metadata: `payment_id`, `hold_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
