@@ -7,6 +7,7 @@ from collections import abc as _abc
 from gen.boxoffice.booking.v1 import booking_service_pb2 as _booking_service_pb2
 from grpc import aio as _aio
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -15,6 +16,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -36,14 +42,18 @@ class BookingServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> BookingServiceAsyncStub: ...
-    CreateEvent: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.CreateEventRequest, _booking_service_pb2.CreateEventResponse]
-    """CreateEvent creates an event (a concert or a flight) with its sections."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
+    def CreateEvent(self) -> _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.CreateEventRequest, _booking_service_pb2.CreateEventResponse]:
+        """CreateEvent creates an event (a concert or a flight) with its sections."""
     GetEvent: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetEventRequest, _booking_service_pb2.GetEventResponse]
     """GetEvent returns an event with its sections and live counters."""
-    LoadInventory: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.LoadInventoryRequest, _booking_service_pb2.LoadInventoryResponse]
-    """LoadInventory adds the seats of an event's seated sections. It validates
-    the whole load first and applies all of it or nothing.
-    """
+    @_builtins.property
+    @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
+    def LoadInventory(self) -> _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.LoadInventoryRequest, _booking_service_pb2.LoadInventoryResponse]:
+        """LoadInventory adds the seats of an event's seated sections. It validates
+        the whole load first and applies all of it or nothing.
+        """
     GetSeatMap: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetSeatMapRequest, _booking_service_pb2.GetSeatMapResponse]
     """GetSeatMap returns per-section availability in a compact encoding, from a
     cache at most a few seconds old. Holds always re-check Postgres.
@@ -105,14 +115,18 @@ class BookingServiceAsyncStub(BookingServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    CreateEvent: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.CreateEventRequest, _booking_service_pb2.CreateEventResponse]  # type: ignore[assignment]
-    """CreateEvent creates an event (a concert or a flight) with its sections."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
+    def CreateEvent(self) -> _aio.UnaryUnaryMultiCallable[_booking_service_pb2.CreateEventRequest, _booking_service_pb2.CreateEventResponse]:  # type: ignore[override]
+        """CreateEvent creates an event (a concert or a flight) with its sections."""
     GetEvent: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetEventRequest, _booking_service_pb2.GetEventResponse]  # type: ignore[assignment]
     """GetEvent returns an event with its sections and live counters."""
-    LoadInventory: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.LoadInventoryRequest, _booking_service_pb2.LoadInventoryResponse]  # type: ignore[assignment]
-    """LoadInventory adds the seats of an event's seated sections. It validates
-    the whole load first and applies all of it or nothing.
-    """
+    @_builtins.property
+    @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
+    def LoadInventory(self) -> _aio.UnaryUnaryMultiCallable[_booking_service_pb2.LoadInventoryRequest, _booking_service_pb2.LoadInventoryResponse]:  # type: ignore[override]
+        """LoadInventory adds the seats of an event's seated sections. It validates
+        the whole load first and applies all of it or nothing.
+        """
     GetSeatMap: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetSeatMapRequest, _booking_service_pb2.GetSeatMapResponse]  # type: ignore[assignment]
     """GetSeatMap returns per-section availability in a compact encoding, from a
     cache at most a few seconds old. Holds always re-check Postgres.
@@ -172,6 +186,7 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
     or sold twice, and no section sells past its capacity plus overbook limit.
     """
 
+    @_deprecated("""CreateEvent creates an event (a concert or a flight) with its sections.""")
     @_abc_1.abstractmethod
     def CreateEvent(
         self,
@@ -188,6 +203,7 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_booking_service_pb2.GetEventResponse, _abc.Awaitable[_booking_service_pb2.GetEventResponse]]:
         """GetEvent returns an event with its sections and live counters."""
 
+    @_deprecated("""LoadInventory adds the seats of an event's seated sections. It validates\nthe whole load first and applies all of it or nothing.""")
     @_abc_1.abstractmethod
     def LoadInventory(
         self,

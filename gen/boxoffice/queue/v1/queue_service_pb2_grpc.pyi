@@ -7,6 +7,7 @@ from collections import abc as _abc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as _queue_service_pb2
 from grpc import aio as _aio
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -15,6 +16,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -76,20 +82,32 @@ class QueueServiceStub:
     Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
     the customer's state in metadata) for a customer who is not admitted.
     """
-    CreateEventQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]
-    """CreateEventQueue creates the waiting room of an event."""
-    UpdateEventQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.UpdateEventQueueRequest, _queue_service_pb2.UpdateEventQueueResponse]
-    """UpdateEventQueue changes the configuration of an event's waiting room."""
-    GetEventQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetEventQueueRequest, _queue_service_pb2.GetEventQueueResponse]
-    """GetEventQueue returns the configuration of an event's waiting room."""
-    PauseAdmission: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.PauseAdmissionRequest, _queue_service_pb2.PauseAdmissionResponse]
-    """PauseAdmission stops the admitter from letting anyone else in. Queued fans
-    keep their places and admitted fans keep their sessions.
-    """
-    ResumeAdmission: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.ResumeAdmissionRequest, _queue_service_pb2.ResumeAdmissionResponse]
-    """ResumeAdmission lets the admitter admit fans again after a pause."""
-    GetQueueStats: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueueStatsRequest, _queue_service_pb2.GetQueueStatsResponse]
-    """GetQueueStats returns live figures of an event's waiting room."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def CreateEventQueue(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]:
+        """CreateEventQueue creates the waiting room of an event."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def UpdateEventQueue(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.UpdateEventQueueRequest, _queue_service_pb2.UpdateEventQueueResponse]:
+        """UpdateEventQueue changes the configuration of an event's waiting room."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def GetEventQueue(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetEventQueueRequest, _queue_service_pb2.GetEventQueueResponse]:
+        """GetEventQueue returns the configuration of an event's waiting room."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def PauseAdmission(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.PauseAdmissionRequest, _queue_service_pb2.PauseAdmissionResponse]:
+        """PauseAdmission stops the admitter from letting anyone else in. Queued fans
+        keep their places and admitted fans keep their sessions.
+        """
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def ResumeAdmission(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.ResumeAdmissionRequest, _queue_service_pb2.ResumeAdmissionResponse]:
+        """ResumeAdmission lets the admitter admit fans again after a pause."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def GetQueueStats(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueueStatsRequest, _queue_service_pb2.GetQueueStatsResponse]:
+        """GetQueueStats returns live figures of an event's waiting room."""
 
 @_typing.type_check_only
 class QueueServiceAsyncStub(QueueServiceStub):
@@ -139,20 +157,32 @@ class QueueServiceAsyncStub(QueueServiceStub):
     Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
     the customer's state in metadata) for a customer who is not admitted.
     """
-    CreateEventQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]  # type: ignore[assignment]
-    """CreateEventQueue creates the waiting room of an event."""
-    UpdateEventQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.UpdateEventQueueRequest, _queue_service_pb2.UpdateEventQueueResponse]  # type: ignore[assignment]
-    """UpdateEventQueue changes the configuration of an event's waiting room."""
-    GetEventQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetEventQueueRequest, _queue_service_pb2.GetEventQueueResponse]  # type: ignore[assignment]
-    """GetEventQueue returns the configuration of an event's waiting room."""
-    PauseAdmission: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.PauseAdmissionRequest, _queue_service_pb2.PauseAdmissionResponse]  # type: ignore[assignment]
-    """PauseAdmission stops the admitter from letting anyone else in. Queued fans
-    keep their places and admitted fans keep their sessions.
-    """
-    ResumeAdmission: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.ResumeAdmissionRequest, _queue_service_pb2.ResumeAdmissionResponse]  # type: ignore[assignment]
-    """ResumeAdmission lets the admitter admit fans again after a pause."""
-    GetQueueStats: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueueStatsRequest, _queue_service_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
-    """GetQueueStats returns live figures of an event's waiting room."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def CreateEventQueue(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]:  # type: ignore[override]
+        """CreateEventQueue creates the waiting room of an event."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def UpdateEventQueue(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.UpdateEventQueueRequest, _queue_service_pb2.UpdateEventQueueResponse]:  # type: ignore[override]
+        """UpdateEventQueue changes the configuration of an event's waiting room."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def GetEventQueue(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetEventQueueRequest, _queue_service_pb2.GetEventQueueResponse]:  # type: ignore[override]
+        """GetEventQueue returns the configuration of an event's waiting room."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def PauseAdmission(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.PauseAdmissionRequest, _queue_service_pb2.PauseAdmissionResponse]:  # type: ignore[override]
+        """PauseAdmission stops the admitter from letting anyone else in. Queued fans
+        keep their places and admitted fans keep their sessions.
+        """
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def ResumeAdmission(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.ResumeAdmissionRequest, _queue_service_pb2.ResumeAdmissionResponse]:  # type: ignore[override]
+        """ResumeAdmission lets the admitter admit fans again after a pause."""
+    @_builtins.property
+    @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
+    def GetQueueStats(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueueStatsRequest, _queue_service_pb2.GetQueueStatsResponse]:  # type: ignore[override]
+        """GetQueueStats returns live figures of an event's waiting room."""
 
 class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     """QueueService is the virtual waiting room in front of an on-sale. Fans join an
@@ -236,6 +266,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         the customer's state in metadata) for a customer who is not admitted.
         """
 
+    @_deprecated("""CreateEventQueue creates the waiting room of an event.""")
     @_abc_1.abstractmethod
     def CreateEventQueue(
         self,
@@ -244,6 +275,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_queue_service_pb2.CreateEventQueueResponse, _abc.Awaitable[_queue_service_pb2.CreateEventQueueResponse]]:
         """CreateEventQueue creates the waiting room of an event."""
 
+    @_deprecated("""UpdateEventQueue changes the configuration of an event's waiting room.""")
     @_abc_1.abstractmethod
     def UpdateEventQueue(
         self,
@@ -252,6 +284,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_queue_service_pb2.UpdateEventQueueResponse, _abc.Awaitable[_queue_service_pb2.UpdateEventQueueResponse]]:
         """UpdateEventQueue changes the configuration of an event's waiting room."""
 
+    @_deprecated("""GetEventQueue returns the configuration of an event's waiting room.""")
     @_abc_1.abstractmethod
     def GetEventQueue(
         self,
@@ -260,6 +293,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_queue_service_pb2.GetEventQueueResponse, _abc.Awaitable[_queue_service_pb2.GetEventQueueResponse]]:
         """GetEventQueue returns the configuration of an event's waiting room."""
 
+    @_deprecated("""PauseAdmission stops the admitter from letting anyone else in. Queued fans\nkeep their places and admitted fans keep their sessions.""")
     @_abc_1.abstractmethod
     def PauseAdmission(
         self,
@@ -270,6 +304,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         keep their places and admitted fans keep their sessions.
         """
 
+    @_deprecated("""ResumeAdmission lets the admitter admit fans again after a pause.""")
     @_abc_1.abstractmethod
     def ResumeAdmission(
         self,
@@ -278,6 +313,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_queue_service_pb2.ResumeAdmissionResponse, _abc.Awaitable[_queue_service_pb2.ResumeAdmissionResponse]]:
         """ResumeAdmission lets the admitter admit fans again after a pause."""
 
+    @_deprecated("""GetQueueStats returns live figures of an event's waiting room.""")
     @_abc_1.abstractmethod
     def GetQueueStats(
         self,
