@@ -35,6 +35,8 @@ ANYONE = "*"
 _QUEUE = "/boxoffice.queue.v1.QueueService/"
 _BOOKING = "/boxoffice.booking.v1.BookingService/"
 _PAYMENT = "/boxoffice.payment.v1.PaymentService/"
+_QUEUE_ADMIN = "/boxoffice.queue.v1.QueueAdminService/"
+_BOOKING_ADMIN = "/boxoffice.booking.v1.BookingAdminService/"
 
 
 def _table() -> Mapping[str, frozenset[str]]:
@@ -77,6 +79,18 @@ def _table() -> Mapping[str, frozenset[str]]:
         # The provider's webhook arrives through the edge; the sandbox
         # provider inside payment delivers its own.
         f"{_PAYMENT}HandleProviderWebhook": {EDGE, PAYMENT},
+        # The admin services: operators only, every change audited.
+        f"{_QUEUE_ADMIN}CreateWaitingRoom": {OPERATOR},
+        f"{_QUEUE_ADMIN}UpdateWaitingRoom": {OPERATOR},
+        f"{_QUEUE_ADMIN}GetWaitingRoom": {OPERATOR},
+        f"{_QUEUE_ADMIN}OpenWaitingRoom": {OPERATOR},
+        f"{_QUEUE_ADMIN}PauseWaitingRoom": {OPERATOR},
+        f"{_QUEUE_ADMIN}ResumeWaitingRoom": {OPERATOR},
+        f"{_QUEUE_ADMIN}GetWaitingRoomStats": {OPERATOR},
+        f"{_QUEUE_ADMIN}RevokeCustomer": {OPERATOR},
+        f"{_BOOKING_ADMIN}CreateEvent": {OPERATOR},
+        f"{_BOOKING_ADMIN}LoadInventory": {OPERATOR},
+        f"{_BOOKING_ADMIN}GetEventStats": {OPERATOR},
         # Probes carry no certificate; reflection is for the mesh's own tools.
         "/grpc.health.v1.Health/Check": {ANYONE},
         "/grpc.health.v1.Health/Watch": {ANYONE},

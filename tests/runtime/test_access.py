@@ -7,14 +7,20 @@ import pytest
 
 from boxoffice import access
 from boxoffice.caller import NOBODY, Caller, acting_as, current
-from gen.boxoffice.booking.v1 import booking_service_pb2
+from gen.boxoffice.booking.v1 import booking_admin_service_pb2, booking_service_pb2
 from gen.boxoffice.payment.v1 import payment_service_pb2
-from gen.boxoffice.queue.v1 import queue_service_pb2
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2, queue_service_pb2
 
 
 def contract_methods() -> set[str]:
     methods: set[str] = set()
-    for module in (queue_service_pb2, booking_service_pb2, payment_service_pb2):
+    for module in (
+        queue_service_pb2,
+        queue_admin_service_pb2,
+        booking_service_pb2,
+        booking_admin_service_pb2,
+        payment_service_pb2,
+    ):
         for service in module.DESCRIPTOR.services_by_name.values():
             methods |= {f"/{service.full_name}/{m.name}" for m in service.methods}
     return methods
@@ -80,3 +86,15 @@ def test_the_caller_is_nobody_outside_a_call() -> None:
     with acting_as(edge):
         assert current() == edge and current().is_edge
     assert current() is NOBODY and not NOBODY.authenticated
+
+
+def test_the_admin_services_answer_operators_only() -> None:
+    admin = [
+        m
+        for m in contract_methods()
+        if m.startswith(("/boxoffice.queue.v1.QueueAdminService/", "/boxoffice.booking.v1.BookingAdminService/"))
+    ]
+    assert len(admin) == 11
+    for method in admin:
+        assert [r for r in access.ROLES if access.allowed(method, r)] == [access.OPERATOR], method
+        assert not access.allowed(method, None), method
