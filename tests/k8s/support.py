@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -34,12 +36,46 @@ def documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
+def kustomization_roots() -> list[Path]:
+    """The folders ``kubectl apply -k`` is meant for: ``k8s/`` (the default)
+    and every overlay."""
+    overlays = K8S / "overlays"
+    return [K8S, *sorted(p for p in overlays.iterdir() if (p / "kustomization.yaml").exists())]
+
+
+@cache
+def patch_files() -> frozenset[Path]:
+    """The files kustomizations and components name as patches: partial
+    objects, not manifests of their own."""
+    found = set()
+    for kustomization in K8S.rglob("kustomization.yaml"):
+        for doc in documents(kustomization):
+            for patch in doc.get("patches", []):
+                if "path" in patch:
+                    found.add((kustomization.parent / patch["path"]).resolve())
+    return frozenset(found)
+
+
+def kubectl() -> str | None:
+    return shutil.which("kubectl")
+
+
+@cache
+def built(root: Path) -> list[dict[str, Any]]:
+    """The objects ``kubectl kustomize root`` renders (kubectl must exist)."""
+    command = kubectl()
+    assert command is not None, "kubectl is not on PATH"
+    result = subprocess.run([command, "kustomize", str(root)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+
+
 def objects(under: Path = K8S) -> list[dict[str, Any]]:
     """Every Kubernetes object in the YAML files under ``under`` (not the
-    kustomizations themselves)."""
+    kustomizations themselves, nor the patches they apply)."""
     found = []
     for path in yaml_files():
-        if not path.is_relative_to(under):
+        if not path.is_relative_to(under) or path.resolve() in patch_files():
             continue
         for doc in documents(path):
             if doc.get("kind") not in ("Kustomization", "Component"):
@@ -91,14 +127,50 @@ def _callee(call: ast.Call) -> str | None:
     return None
 
 
+def _reads_name(tree: ast.AST, variable: str) -> bool:
+    """Whether ``tree`` calls an ``Env`` reader with ``variable`` as the name."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _callee(node) in _ENV_READERS and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Name) and first.id == variable:
+                return True
+    return False
+
+
+def _names_read_in_loops(module: ast.Module) -> Iterator[str]:
+    """Names read in a loop over a module-level tuple of names
+    (``for name in _FILES: env.optional_str(name)``)."""
+    tuples: dict[str, list[str]] = {}
+    for statement in module.body:
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Tuple | ast.List):
+            items = [e.value for e in statement.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if items and len(items) == len(statement.value.elts):
+                for target in statement.targets:
+                    if isinstance(target, ast.Name):
+                        tuples[target.id] = items
+    for node in ast.walk(module):
+        loops: list[tuple[ast.expr, ast.expr, ast.AST]] = []
+        if isinstance(node, ast.For):
+            loops.append((node.target, node.iter, ast.Module(body=node.body, type_ignores=[])))
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            loops.extend((g.target, g.iter, node) for g in node.generators)
+        for target, iterable, body in loops:
+            if isinstance(target, ast.Name) and isinstance(iterable, ast.Name) and iterable.id in tuples:
+                if _reads_name(body, target.id):
+                    yield from tuples[iterable.id]
+
+
 @cache
 def env_names_read() -> frozenset[str]:
-    """Environment variables the code reads (through ``Env`` or ``os.getenv``)."""
+    """Environment variables the code reads (through ``Env`` or ``os.getenv``,
+    by a literal name or in a loop over a module-level tuple of names)."""
     names = set()
     for call in _calls():
         name = _first_str(call)
         if _callee(call) in _ENV_READERS and name is not None and _ENV_NAME.match(name):
             names.add(name)
+    for path in _python_files():
+        names.update(n for n in _names_read_in_loops(ast.parse(path.read_text(), str(path))) if _ENV_NAME.match(n))
     return frozenset(names)
 
 

@@ -20,17 +20,19 @@ from tests.k8s.support import (
     config_map_data,
     documents,
     env_names_read,
+    kustomization_roots,
     metric_names_exported,
     metrics_in,
     objects,
     of_kind,
+    patch_files,
     pod_specs,
     yaml_files,
 )
 
 SERVERS = ("queue-svc", "booking-svc", "payment-svc")
 WORKERS = ("admitter", "sweeper", "relay", "issuer")
-GRPC_PORT, METRICS_PORT = 50051, 9464
+GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
 DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
 
 
@@ -60,6 +62,7 @@ def _kustomization_paths(folder: Path) -> list[Path]:
         named.append(target)
         if target.is_dir():
             named.extend(_kustomization_paths(target))
+    named.extend(folder / patch["path"] for patch in kustomization.get("patches", []) if "path" in patch)
     for generator in kustomization.get("configMapGenerator", []):
         for item in generator.get("files", []):
             named.append(folder / item.split("=", 1)[-1])
@@ -67,7 +70,7 @@ def _kustomization_paths(folder: Path) -> list[Path]:
 
 
 def test_kustomizations_name_files_that_exist_and_every_manifest_is_used() -> None:
-    named = _kustomization_paths(K8S)
+    named = [path for root in kustomization_roots() for path in _kustomization_paths(root)]
     missing = [str(p.relative_to(K8S)) for p in named if not p.exists()]
     assert missing == []
     used = {p.resolve() for p in named if p.is_file()}
@@ -96,9 +99,11 @@ def test_deployment_probes_ports_and_shutdown(name: str) -> None:
     spec = by_name("Deployment")[name]["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": GRPC_PORT, "metrics": METRICS_PORT}
+    assert ports == {"grpc": GRPC_PORT, "metrics": METRICS_PORT, "health": HEALTH_PORT}
+    # The kubelet's gRPC probes present no client certificate: they call the
+    # plaintext health port, which serves grpc.health.v1 only.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"]["port"] == GRPC_PORT, (name, probe)
+        assert container[probe]["grpc"]["port"] == HEALTH_PORT, (name, probe)
     # SIGTERM comes after the preStop sleep; the process then drains for
     # BOXOFFICE_SHUTDOWN_GRACE_SECONDS; all of it inside the grace period.
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
@@ -112,6 +117,7 @@ def test_processes_listen_where_the_probes_and_scrapes_look() -> None:
     assert data["BOXOFFICE_GRPC_HOST"] == "0.0.0.0"
     assert int(data["BOXOFFICE_GRPC_PORT"]) == GRPC_PORT
     assert int(data["BOXOFFICE_METRICS_PORT"]) == METRICS_PORT
+    assert int(data["BOXOFFICE_HEALTH_PORT"]) == HEALTH_PORT
 
 
 @pytest.mark.parametrize("workload", [name for name, _ in pod_specs()])
@@ -172,6 +178,13 @@ def test_env_var_names_are_ones_the_code_reads() -> None:
             unknown |= {e["name"] for e in container.get("env", []) if e["name"] not in read}
             for source in container.get("envFrom", []):
                 assert source["configMapRef"]["name"] == "boxoffice-config", name
+    # What the components' patches add (the certificate files, Istio's settings).
+    for path in patch_files():
+        for patch in documents(path):
+            unknown |= {key for key in patch.get("data", {}) if key not in read}
+            template = patch.get("spec", {}).get("template", {}).get("spec", {})
+            for container in template.get("containers", []):
+                unknown |= {e["name"] for e in container.get("env", []) if e["name"] not in read}
     dockerfile_env = set(re.findall(r"\b(BOXOFFICE_[A-Z0-9_]+)=", (ROOT / "Dockerfile").read_text()))
     unknown |= dockerfile_env - read
     assert unknown == set()
