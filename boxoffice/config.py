@@ -134,6 +134,94 @@ class ServerConfig:
         )
 
 
+_TRUST_DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,253}[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """Mutual TLS between the processes of the mesh, and who a caller is.
+
+    With TLS on (the default) a process serves and dials with the
+    certificate and key in ``cert_file``/``key_file`` and trusts peers of
+    the CA in ``ca_file``; the files are re-read when they change. With TLS
+    off the sidecars of a service mesh do mTLS, and a caller has an identity
+    only when ``mesh_identity`` says how to read it (``xfcc``: the SPIFFE
+    URI of the ``x-forwarded-client-cert`` header the sidecar sets).
+    ``health_port`` is a plaintext port serving only grpc.health.v1, for
+    kubelet's probes (None: off).
+    """
+
+    enabled: bool
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    trust_domain: str
+    mesh_identity: str | None
+    health_port: int | None
+
+    @property
+    def has_files(self) -> bool:
+        return self.ca_file is not None
+
+    def require_files(self) -> None:
+        """Raises ConfigError unless TLS is off or its three files are set
+        and readable (a single-role process has no CA of its own)."""
+        if not self.enabled:
+            return
+        if not self.has_files:
+            raise ConfigError(
+                "BOXOFFICE_TLS=on needs BOXOFFICE_TLS_CA_FILE, BOXOFFICE_TLS_CERT_FILE and "
+                "BOXOFFICE_TLS_KEY_FILE (or BOXOFFICE_TLS=off behind a service mesh)"
+            )
+        for name, path in (
+            ("BOXOFFICE_TLS_CA_FILE", self.ca_file),
+            ("BOXOFFICE_TLS_CERT_FILE", self.cert_file),
+            ("BOXOFFICE_TLS_KEY_FILE", self.key_file),
+        ):
+            try:
+                with open(str(path), "rb"):
+                    pass
+            except OSError as err:
+                raise ConfigError(f"{name}={path!r} cannot be read: {err.strerror}") from None
+
+    @classmethod
+    def from_env(cls, env: Env, *, default_health_port: int | None = None) -> TlsConfig:
+        enabled = env.choice("BOXOFFICE_TLS", "on", ("on", "off")) == "on"
+        files = [env.optional_str(name) for name in _TLS_FILES]
+        if any(files) and not all(files):
+            missing = [name for name, value in zip(_TLS_FILES, files, strict=True) if not value]
+            raise ConfigError(f"{', '.join(missing)} must be set with the other BOXOFFICE_TLS_*_FILE settings")
+        trust_domain = env.string("BOXOFFICE_TRUST_DOMAIN", "boxoffice.local")
+        if not _TRUST_DOMAIN.match(trust_domain):
+            raise ConfigError(f"BOXOFFICE_TRUST_DOMAIN={trust_domain!r} is not a trust domain (lower-case DNS name)")
+        mesh_identity = env.optional_str("BOXOFFICE_TLS_MESH_IDENTITY")
+        if mesh_identity is not None:
+            if mesh_identity != "xfcc":
+                raise ConfigError(f"BOXOFFICE_TLS_MESH_IDENTITY={mesh_identity!r} must be xfcc or unset")
+            if enabled:
+                raise ConfigError("BOXOFFICE_TLS_MESH_IDENTITY is for BOXOFFICE_TLS=off (a sidecar does mTLS)")
+        health = env.optional_str("BOXOFFICE_HEALTH_PORT")
+        health_port: int | None
+        if health is not None and health.lower() == "off":
+            health_port = None
+        elif health is None:
+            health_port = default_health_port
+        else:
+            health_port = env.integer("BOXOFFICE_HEALTH_PORT", 0, minimum=0, maximum=65535)
+        return cls(
+            enabled=enabled,
+            ca_file=files[0],
+            cert_file=files[1],
+            key_file=files[2],
+            trust_domain=trust_domain,
+            mesh_identity=mesh_identity,
+            health_port=health_port,
+        )
+
+
+_TLS_FILES = ("BOXOFFICE_TLS_CA_FILE", "BOXOFFICE_TLS_CERT_FILE", "BOXOFFICE_TLS_KEY_FILE")
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """Where Postgres and Redis are; None means start the embedded ones."""

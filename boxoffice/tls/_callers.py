@@ -1,0 +1,59 @@
+"""Who is on the other end of a call: the peer's SPIFFE ID, from its
+certificate (TLS on) or from a trusted sidecar's XFCC header (TLS off)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from boxoffice import access
+from boxoffice.caller import CUSTOMER_METADATA_KEY, NOBODY, Caller
+from boxoffice.tls._xfcc import identity_from_xfcc
+
+_XFCC = "x-forwarded-client-cert"
+# An edge's customer assertion longer than this is no customer id.
+_MAX_CUSTOMER_LENGTH = 256
+
+
+class CallerResolver:
+    """Reads a call's :class:`~boxoffice.caller.Caller`.
+
+    ``source`` is ``"tls"`` (the ``peer_spiffe_id`` grpc puts in the auth
+    context of a verified client certificate with one SPIFFE URI SAN),
+    ``"xfcc"`` (the sidecar's header) or ``"none"`` (no caller has an
+    identity). An ID of another trust domain, or not of the
+    ``/ns/<ns>/sa/<role>`` shape, is no role of this mesh."""
+
+    def __init__(self, source: str, trust_domain: str) -> None:
+        if source not in ("tls", "xfcc", "none"):
+            raise ValueError(f"unknown identity source {source!r}")
+        self._source = source
+        self._trust_domain = trust_domain
+
+    def _identity(self, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+        if self._source == "tls":
+            ids = list(context.auth_context().get("peer_spiffe_id") or ())
+            if len(ids) != 1:
+                return None
+            return ids[0].decode("utf-8", "replace")
+        if self._source == "xfcc":
+            for key, value in context.invocation_metadata() or ():
+                if key == _XFCC:
+                    return identity_from_xfcc(value if isinstance(value, str) else value.decode("latin-1"))
+        return None
+
+    def resolve(self, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+        identity = self._identity(context)
+        if identity is None:
+            return NOBODY
+        role = access.role_of(identity, self._trust_domain)
+        if role is None:
+            return Caller(identity=identity, role=None)
+        customer = None
+        if role == access.EDGE:
+            for key, value in context.invocation_metadata() or ():
+                if key == CUSTOMER_METADATA_KEY and isinstance(value, str):
+                    customer = value if 0 < len(value) <= _MAX_CUSTOMER_LENGTH else None
+                    break
+        return Caller(identity=identity, role=role, customer_id=customer)
