@@ -2,7 +2,11 @@
 
 A :class:`Runtime` owns the process-wide dependencies (configuration, clock,
 metrics registry, token signer, drain, the Postgres pool and the Redis
-client) and hands them to the services' constructors. Nothing here is global:
+client, the process's TLS identity and its authorization gate) and hands them
+to the services' constructors: a service's server comes from
+:meth:`Runtime.grpc_server` and its clients of other services from
+:meth:`Runtime.channel`, both as the process's (or in ``boxoffice up`` the
+component's) own identity. Nothing here is global:
 a test builds its own Runtime against its own stores and ports.
 """
 
@@ -10,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
@@ -19,12 +24,13 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from boxoffice.clock import Clock, SystemClock
-from boxoffice.config import Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TlsConfig, TokenConfig
 from boxoffice.db import Migration, PoolComponent, create_pool
 from boxoffice.lifecycle import Component
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.redis import RedisComponent, create_client
-from boxoffice.server import Drain, GrpcServer, Registration
+from boxoffice.server import Drain, Gate, GrpcServer, Registration
+from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, server_credentials
 from boxoffice.tokens import TokenSigner
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
@@ -44,6 +50,7 @@ class Runtime:
         clock: Clock,
         registry: CollectorRegistry,
         tokens: TokenConfig,
+        tls: TlsConfig,
     ) -> None:
         self.env = env
         self.server = server
@@ -55,6 +62,13 @@ class Runtime:
         self.token_signer = TokenSigner(tokens.keys, tokens.active_kid, clock)
         self.drain = Drain()
         self.grpc_metrics = GrpcServerMetrics.create(registry)
+        self.tls = tls
+        source = "tls" if tls.enabled else (tls.mesh_identity or "none")
+        self.gate = Gate(CallerResolver(source, tls.trust_domain), Gate.refused_counter(registry))
+        # `boxoffice up` (and tests) give each component its own identity;
+        # otherwise the process has one, from the BOXOFFICE_TLS_*_FILE settings.
+        self.identities: dict[str, CertFiles] = {}
+        self._health_port_given = False
         self._pool: Pool | None = None
         self._redis: aioredis.Redis | None = None
         self._infrastructure: list[Component] = []
@@ -69,6 +83,7 @@ class Runtime:
         database_url: str,
         redis_url: str,
         default_grpc_port: int = 0,
+        default_health_port: int | None = None,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
     ) -> Runtime:
@@ -84,6 +99,7 @@ class Runtime:
             clock=clock or SystemClock(),
             registry=registry or CollectorRegistry(),
             tokens=TokenConfig.from_env(env),
+            tls=TlsConfig.from_env(env, default_health_port=default_health_port),
         )
 
     def pool(self) -> Pool:
@@ -116,7 +132,46 @@ class Runtime:
         set for it, else the process's configured port)."""
         port = self.grpc_ports.get(name)
         config = self.server if port is None else dataclasses.replace(self.server, grpc_port=port)
-        return GrpcServer(name=name, config=config, metrics=self.grpc_metrics, services=services, drain=self.drain)
+        files = self.identity(name)
+        try:
+            credentials = None if files is None else server_credentials(files)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"the TLS certificate of {name} cannot be used: {err}") from None
+        # One plaintext health port per process: the first server's.
+        health_port = None if self._health_port_given else self.tls.health_port
+        self._health_port_given = True
+        return GrpcServer(
+            name=name,
+            config=config,
+            metrics=self.grpc_metrics,
+            services=services,
+            drain=self.drain,
+            gate=self.gate,
+            credentials=credentials,
+            health_port=health_port,
+        )
+
+    def identity(self, component: str) -> CertFiles | None:
+        """The certificate files ``component`` serves and dials with (None
+        with TLS off); ConfigError when TLS is on and there are none."""
+        if not self.tls.enabled:
+            return None
+        files = self.identities.get(component)
+        if files is not None:
+            return files
+        self.tls.require_files()
+        return CertFiles(
+            ca=Path(str(self.tls.ca_file)), cert=Path(str(self.tls.cert_file)), key=Path(str(self.tls.key_file))
+        )
+
+    def channel(self, component: str, target: str, *, options: Sequence[tuple[str, Any]] = ()) -> ClientChannel:
+        """A client channel to ``target`` as ``component``'s identity; it
+        follows the certificate files when they change. The caller closes it."""
+        files = self.identity(component)
+        try:
+            return ClientChannel(target, files, options=options)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"the TLS certificate of {component} cannot be used: {err}") from None
 
 
 class ServiceModule(Protocol):

@@ -6,7 +6,14 @@ failed call carries one ``google.rpc.ErrorInfo`` (an unexpected exception
 answers ``INTERNAL`` with reason ``INTERNAL``), and a reason the service's
 contract package does not publish goes out unchanged but raises
 :class:`~boxoffice.errors.UnpublishedReasonWarning` (checked only on the error
-path, against a set resolved once per method)."""
+path, against a set resolved once per method).
+
+It is also where the authorization table is enforced: before a call does
+anything, its caller (see :mod:`boxoffice.caller`) is read from the peer's
+certificate and checked with :func:`boxoffice.access.allowed`; a refusal
+answers PERMISSION_DENIED (``CALLER_UNKNOWN`` or ``CALLER_NOT_ALLOWED``),
+counts in ``boxoffice_grpc_calls_refused_total`` and is logged at most once
+a minute per method and role."""
 
 from __future__ import annotations
 
@@ -19,23 +26,27 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from boxoffice import deadline
+from boxoffice import access, deadline
+from boxoffice.caller import Caller, acting_as
 from boxoffice.config import ServerConfig
 from boxoffice.errors import (
     BoxofficeError,
     DeadlineExceeded,
     Internal,
+    PermissionDenied,
     UnpublishedReasonWarning,
     package_of,
     published_reasons,
     to_status,
 )
 from boxoffice.metrics import GrpcServerMetrics
+from boxoffice.tls import CallerResolver
 
 _log = logging.getLogger("boxoffice.server")
 
@@ -104,6 +115,132 @@ def _reason_check(service: str, method: str) -> Callable[[BoxofficeError], None]
     return check
 
 
+# The ``role`` label of a caller with no identity of this mesh.
+_NO_ROLE = "none"
+_REFUSAL_LOG_INTERVAL_SECONDS = 60.0
+
+
+class Gate:
+    """The authorization table, enforced: who the caller is, and whether
+    the table lets them make the call."""
+
+    def __init__(self, resolver: CallerResolver, refused: Counter) -> None:
+        self._resolver = resolver
+        self._refused = refused
+        self._logged: dict[tuple[str, str], float] = {}
+
+    @staticmethod
+    def refused_counter(registry: CollectorRegistry) -> Counter:
+        """``boxoffice_grpc_calls_refused_total``, once per registry."""
+        return Counter(
+            "boxoffice_grpc_calls_refused",
+            "Calls refused by the authorization table before doing anything, by caller role "
+            '("none": no identity of this mesh).',
+            ("grpc_service", "grpc_method", "role"),
+            registry=registry,
+        )
+
+    def label_services(self, service_names: Sequence[str]) -> None:
+        """Creates the refusal series of every method of ``service_names``
+        for every role, so that a rate over them exists before the first
+        refusal."""
+        pool = descriptor_pool.Default()
+        for name in service_names:
+            try:
+                methods = [m.name for m in pool.FindServiceByName(name).methods]
+            except KeyError:
+                continue
+            for method in methods:
+                for role in (*access.ROLES, _NO_ROLE):
+                    self._refused.labels(name, method, role)
+
+    @staticmethod
+    def open_to_anyone(full_method: str) -> bool:
+        return access.ANYONE in access.POLICY.get(full_method, frozenset())
+
+    def check(self, full_method: str) -> Callable[[grpc.aio.ServicerContext[Any, Any]], Caller]:
+        """The check of ``full_method``'s calls: it answers the caller, or
+        raises PermissionDenied (a method missing from the table answers
+        nobody)."""
+        roles = access.POLICY.get(full_method, frozenset())
+        resolve = self._resolver.resolve
+        if access.ANYONE in roles:
+            return resolve
+        service, method = _split_method(full_method)
+
+        def check(context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+            who = resolve(context)
+            if who.role is not None and who.role in roles:
+                return who
+            raise self._refuse(full_method, service, method, who)
+
+        return check
+
+    def _refuse(self, full_method: str, service: str, method: str, who: Caller) -> PermissionDenied:
+        role = who.role or _NO_ROLE
+        self._refused.labels(service, method, role).inc()
+        now = time.monotonic()
+        key = (full_method, role)
+        if now - self._logged.get(key, -_REFUSAL_LOG_INTERVAL_SECONDS) >= _REFUSAL_LOG_INTERVAL_SECONDS:
+            self._logged[key] = now
+            _log.warning(
+                "call refused",
+                extra={"grpc_service": service, "grpc_method": method, "role": role, "identity": who.identity},
+            )
+        if who.role is None:
+            return PermissionDenied(
+                f"{full_method} needs a caller identity of this mesh",
+                reason="CALLER_UNKNOWN",
+                metadata={"method": full_method},
+            )
+        return PermissionDenied(
+            f"{full_method} is not allowed to role {who.role!r}",
+            reason="CALLER_NOT_ALLOWED",
+            metadata={"method": full_method, "role": who.role},
+        )
+
+
+def _guarded(
+    handler: grpc.RpcMethodHandler[Any, Any], check: Callable[[grpc.aio.ServicerContext[Any, Any]], Caller]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of the runtime's own services (reflection) behind the gate,
+    without figures."""
+
+    async def admit(context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+        try:
+            return check(context)
+        except BoxofficeError as err:
+            await context.abort_with_status(to_status(err))
+            raise  # abort_with_status raises; never reached
+
+    def unary(inner: Any) -> Any:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            with acting_as(await admit(context)):
+                return await inner(request, context)
+
+        return behavior
+
+    def streaming(inner: Any) -> Any:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            with acting_as(await admit(context)):
+                async for message in inner(request, context):
+                    yield message
+
+        return behavior
+
+    serializers = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **serializers)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **serializers)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **serializers)
+    return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **serializers)
+
+
 def _grpc_type(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
     if handler.request_streaming and handler.response_streaming:
         return "bidi_stream"
@@ -115,12 +252,14 @@ def _grpc_type(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
 
 
 class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
-    """Maps domain errors to rich statuses, sets each unary call's deadline
-    scope, and records go-grpc-prometheus metrics."""
+    """Admits each call's caller through the gate, maps domain errors to
+    rich statuses, sets each unary call's deadline scope, and records
+    go-grpc-prometheus metrics."""
 
-    def __init__(self, metrics: GrpcServerMetrics, default_deadline_seconds: float) -> None:
+    def __init__(self, metrics: GrpcServerMetrics, default_deadline_seconds: float, gate: Gate) -> None:
         self._metrics = metrics
         self._default_deadline = default_deadline_seconds
+        self._gate = gate
         # Wrapped handlers by method, built once: the hot path of every call
         # reuses them (and their resolved metric children).
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
@@ -144,24 +283,32 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     def _wrap(self, handler: grpc.RpcMethodHandler[Any, Any], full_method: str) -> grpc.RpcMethodHandler[Any, Any]:
         service, method = _split_method(full_method)
         if service.startswith("grpc."):
-            return handler  # health and reflection stay out of the figures
+            # Health and reflection stay out of the figures; health answers anyone.
+            return (
+                handler if self._gate.open_to_anyone(full_method) else _guarded(handler, self._gate.check(full_method))
+            )
         labels = (_grpc_type(handler), service, method)
+        check = self._gate.check(full_method)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(cast(Any, handler.unary_unary), labels),
+                self._wrap_unary(cast(Any, handler.unary_unary), labels, check),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(cast(Any, handler.unary_stream), labels),
+                self._wrap_stream(cast(Any, handler.unary_stream), labels, check),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        # A method of a shape the contracts do not use: behind the gate all the same.
+        return _guarded(handler, check)
 
     def _wrap_unary(
-        self, inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]], labels: tuple[str, str, str]
+        self,
+        inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]],
+        labels: tuple[str, str, str],
+        check: Callable[[grpc.aio.ServicerContext[Any, Any]], Caller],
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
         default_deadline = self._default_deadline
         started, handled, handling_seconds = self._children(labels)
@@ -172,8 +319,9 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
+                who = check(context)
                 budget = deadline.clamp(context.time_remaining(), default_deadline)
-                with deadline.scope(budget):
+                with acting_as(who), deadline.scope(budget):
                     return await inner(request, context)
             except BoxofficeError as err:
                 code = err.code
@@ -220,6 +368,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         self,
         inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]],
         labels: tuple[str, str, str],
+        check: Callable[[grpc.aio.ServicerContext[Any, Any]], Caller],
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
         started, handled, handling_seconds = self._children(labels)
         sent = self._metrics.msg_sent.labels(*labels)
@@ -230,9 +379,10 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
-                async for message in inner(request, context):
-                    sent.inc()
-                    yield message
+                with acting_as(check(context)):
+                    async for message in inner(request, context):
+                        sent.inc()
+                        yield message
             except BoxofficeError as err:
                 code = err.code
                 check_reason(err)
@@ -280,7 +430,14 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
 
 
 class GrpcServer:
-    """A grpc.aio server with health, reflection, metrics and a drain."""
+    """A grpc.aio server with health, reflection, metrics, the gate and a
+    drain.
+
+    ``credentials`` (None: plaintext, behind a sidecar that does mTLS) are
+    the server's TLS; ``health_port`` (None: none) adds a plaintext server
+    with only grpc.health.v1 on that port, for kubelet's gRPC probes, which
+    present no certificate. It shares the health servicer, so it too
+    answers NOT_SERVING once the server drains."""
 
     def __init__(
         self,
@@ -290,22 +447,40 @@ class GrpcServer:
         metrics: GrpcServerMetrics,
         services: Sequence[Registration],
         drain: Drain,
+        gate: Gate,
+        credentials: grpc.ServerCredentials | None = None,
+        health_port: int | None = None,
     ) -> None:
         self.name = name
         self._config = config
         self._services = services
         self._drain = drain
+        self._gate = gate
+        self._credentials = credentials
         self._health = health_aio.HealthServicer()
         self._server = grpc.aio.server(
-            interceptors=[ObservabilityInterceptor(metrics, config.default_deadline_seconds)],
+            interceptors=[ObservabilityInterceptor(metrics, config.default_deadline_seconds, gate)],
             options=server_options(config),
         )
+        self._health_port = health_port
+        self._health_server: grpc.aio.Server | None = None
         self.port = 0
+        # The plaintext health port once listening (None: none).
+        self.health_port: int | None = None
 
     @property
     def address(self) -> str:
         host = self._config.grpc_host
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    @property
+    def local_address(self) -> str:
+        """What a client on this machine dials: loopback when the server
+        listens on every address (its certificate names 127.0.0.1, not
+        0.0.0.0)."""
+        if self._config.grpc_host in ("0.0.0.0", "::", ""):
+            return f"127.0.0.1:{self.port}"
+        return self.address
 
     async def start(self) -> None:
         for service in self._services:
@@ -316,13 +491,39 @@ class GrpcServer:
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self._server,
         )
-        self.port = self._server.add_insecure_port(self._config.grpc_address)
+        self._gate.label_services(names)
+        if self._credentials is None:
+            self.port = self._server.add_insecure_port(self._config.grpc_address)
+        else:
+            self.port = self._server.add_secure_port(self._config.grpc_address, self._credentials)
         if self.port == 0:
             raise OSError(f"cannot listen on {self._config.grpc_address}")
+        if self._health_port is not None:
+            await self._start_health_server(self._health_port)
         await self._server.start()
         for service_name in ["", *names]:
             await self._health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
-        _log.info("serving", extra={"component": self.name, "address": self.address})
+        _log.info(
+            "serving",
+            extra={
+                "component": self.name,
+                "address": self.address,
+                "tls": self._credentials is not None,
+                "health_port": self.health_port,
+            },
+        )
+
+    async def _start_health_server(self, port: int) -> None:
+        server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 16)])
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        host = self._config.grpc_host
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        bound = server.add_insecure_port(address)
+        if bound == 0:
+            raise OSError(f"cannot listen on {address} (BOXOFFICE_HEALTH_PORT)")
+        await server.start()
+        self._health_server = server
+        self.health_port = bound
 
     async def stop(self, grace_seconds: float) -> None:
         """Health NOT_SERVING, no new calls, streams told to end, in-flight
@@ -330,4 +531,6 @@ class GrpcServer:
         await self._health.enter_graceful_shutdown()
         self._drain.start()
         await self._server.stop(grace_seconds)
+        if self._health_server is not None:
+            await self._health_server.stop(0)
         _log.info("stopped", extra={"component": self.name})
