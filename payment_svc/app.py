@@ -153,7 +153,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     booking_channel: GrpcBookingClient | None = None
     booking: BookingClient
     if overrides.booking is None:
-        booking = booking_channel = GrpcBookingClient(config.booking_addr)
+        booking = booking_channel = GrpcBookingClient(rt.channel(COMPONENT, config.booking_addr))
     else:
         booking = overrides.booking
     store = PgPaymentStore(pool)
@@ -190,7 +190,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     if booking_channel is not None:
         closers.append(booking_channel.close)
     if sandbox is not None and config.sandbox.webhook_mode == "auto":
-        sink = GrpcWebhookSink(lambda: server.address)
+        sink = GrpcWebhookSink(lambda: rt.channel(COMPONENT, server.local_address))
         loops.append(Loop("sandbox-webhooks", WebhookDelivery(sandbox, sink, pool).run))
         closers.append(sink.close)
     loops += [Loop("payment-reconciler", reconciler.run), Loop("cancellation-refunds", cancellations.run)]

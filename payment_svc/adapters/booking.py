@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2
 
 from boxoffice import deadline
 from boxoffice.errors import from_rpc_error
+from boxoffice.tls import ClientChannel
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
 from payment_svc.ports import BookingClient, HoldState, HoldView
@@ -36,19 +37,15 @@ def _hold_view(hold: pb.Hold) -> HoldView:
 
 
 class GrpcBookingClient:
-    """Calls BookingService with the remaining deadline of the current call;
-    a failed call raises the domain error it carries."""
+    """Calls BookingService, as the payment identity of ``channel`` (see
+    :meth:`boxoffice.runtime.Runtime.channel`), with the remaining deadline
+    of the current call; a failed call raises the domain error it carries."""
 
-    def __init__(self, address: str) -> None:
-        self._address = address
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: Any = None
+    def __init__(self, channel: ClientChannel) -> None:
+        self._channel = channel
 
     def _client(self) -> Any:
-        if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self._address)
-            self._stub = pb_grpc.BookingServiceStub(self._channel)
-        return self._stub
+        return self._channel.stub(pb_grpc.BookingServiceStub)
 
     async def _call(self, method: str, request: Any) -> Any:
         try:
@@ -80,10 +77,7 @@ class GrpcBookingClient:
         return _hold_view(reply.hold)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
-            self._stub = None
+        await self._channel.close()
 
 
 def _compliance(client: GrpcBookingClient) -> BookingClient:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
+from boxoffice.tls import ClientChannel
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc.ports import WebhookSink
@@ -16,19 +15,19 @@ _DELIVERY_TIMEOUT_SECONDS = 10.0
 
 
 class GrpcWebhookSink:
-    """Delivers signed webhooks to PaymentService.HandleProviderWebhook at an
-    address known once the server listens."""
+    """Delivers signed webhooks to PaymentService.HandleProviderWebhook over
+    a channel made once the server listens (``dial``, as the payment
+    identity: see :meth:`boxoffice.runtime.Runtime.channel`)."""
 
-    def __init__(self, address: Callable[[], str]) -> None:
-        self._address = address
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: Any = None
+    def __init__(self, dial: Callable[[], ClientChannel]) -> None:
+        self._dial = dial
+        self._channel: ClientChannel | None = None
 
     async def deliver(self, signature: str, body: bytes) -> None:
-        if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self._address())
-            self._stub = pb_grpc.PaymentServiceStub(self._channel)
-        await self._stub.HandleProviderWebhook(
+        if self._channel is None:
+            self._channel = self._dial()
+        stub: Any = self._channel.stub(pb_grpc.PaymentServiceStub)
+        await stub.HandleProviderWebhook(
             pb.HandleProviderWebhookRequest(signature=signature, body=body), timeout=_DELIVERY_TIMEOUT_SECONDS
         )
 
@@ -36,7 +35,6 @@ class GrpcWebhookSink:
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
-            self._stub = None
 
 
 def _compliance(sink: GrpcWebhookSink) -> WebhookSink:
