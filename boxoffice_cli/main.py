@@ -11,18 +11,23 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from boxoffice import db, logs
-from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TokenConfig
+from boxoffice import access, db, logs
+from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TlsConfig, TokenConfig
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
 from boxoffice.lifecycle import Component, run
 from boxoffice.metrics import MetricsEndpoint
 from boxoffice.runtime import Runtime, ServiceModule
 from boxoffice.server import GrpcServer
+from boxoffice.tls import CertFiles, local_pki
 
 _log = logging.getLogger("boxoffice.cli")
 
 # Ports of `boxoffice up`: one gRPC server per service in one process.
 UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053}
+# The plaintext health-only port of a single-role process, for kubelet.
+HEALTH_PORT = 50050
+# The namespace in the SPIFFE IDs of `boxoffice up`'s certificates.
+UP_NAMESPACE = "boxoffice"
 
 
 def service_modules() -> list[ServiceModule]:
@@ -77,10 +82,22 @@ def _stores(store: StoreConfig, *, need_redis: bool = True) -> _Stores:
     return _Stores(database_url, redis_url or "", embedded)
 
 
-def _runtime(env: Env, default_grpc_port: int, stores: _Stores) -> Runtime:
+def _runtime(env: Env, default_grpc_port: int, stores: _Stores, *, default_health_port: int | None = None) -> Runtime:
     return Runtime.from_env(
-        env, database_url=stores.database_url, redis_url=stores.redis_url, default_grpc_port=default_grpc_port
+        env,
+        database_url=stores.database_url,
+        redis_url=stores.redis_url,
+        default_grpc_port=default_grpc_port,
+        default_health_port=default_health_port,
     )
+
+
+def up_pki(data_dir: str, trust_domain: str) -> dict[str, CertFiles]:
+    """`boxoffice up`'s local CA and a certificate per role (the operator's
+    included, for people and tools on this machine) under ``<data dir>/tls``,
+    reusing those still good."""
+    identities = {role: access.spiffe_id(trust_domain, UP_NAMESPACE, role) for role in access.ROLES}
+    return local_pki(default_data_dir(data_dir) / "tls", identities)
 
 
 async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
@@ -93,6 +110,13 @@ async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
 async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store: StoreConfig) -> None:
     base = ServerConfig.from_env(env, default_grpc_port=0)
     rt = _runtime(env, 0, stores)
+    tls_dir = None
+    if rt.tls.enabled:
+        # Each service serves, and dials, as its own role.
+        pki = up_pki(store.data_dir, rt.tls.trust_domain)
+        for module in modules:
+            rt.identities[module.COMPONENT] = pki[module.COMPONENT]
+        tls_dir = pki[access.OPERATOR].ca.parent
     applied = await _migrate(stores.database_url, modules)
     components: list[Component] = []
     service_components: list[Component] = []
@@ -112,12 +136,17 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         print("boxoffice is up", flush=True)
         print(f"  postgres   {_redact(stores.database_url)}", flush=True)
         print(f"  redis      {stores.redis_url}", flush=True)
+        if tls_dir is not None:
+            print(f"  tls        {tls_dir} (ca.pem; operator.pem and operator-key.pem for your tools)", flush=True)
+        else:
+            print("  tls        off (BOXOFFICE_TLS=off)", flush=True)
         if applied:
             print(f"  migrations applied: {', '.join(applied)}", flush=True)
         for component in service_components:
             address = getattr(component, "address", None)
             if address:
-                print(f"  {component.name:<10} grpc://{address}", flush=True)
+                scheme = "grpcs" if tls_dir is not None else "grpc"
+                print(f"  {component.name:<10} {scheme}://{address}", flush=True)
         print(f"  metrics    {metrics.url}", flush=True)
         print("Ctrl-C stops everything.", flush=True)
 
@@ -156,7 +185,7 @@ def _redact(url: str) -> str:
 
 async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, store: StoreConfig) -> None:
     server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
-    rt = _runtime(env, module.DEFAULT_GRPC_PORT, stores)
+    rt = _runtime(env, module.DEFAULT_GRPC_PORT, stores, default_health_port=HEALTH_PORT)
     await _migrate(stores.database_url, [module])
     built = await module.build(rt, role)
     if not any(isinstance(component, GrpcServer) for component in built):
@@ -190,6 +219,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         # Validate everything before starting anything.
         ServerConfig.from_env(env, default_grpc_port=0)
         TokenConfig.from_env(env)
+        tls = TlsConfig.from_env(env, default_health_port=HEALTH_PORT)
+        if args.command not in ("up", "migrate"):
+            # Only `boxoffice up` makes its own CA.
+            tls.require_files()
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
