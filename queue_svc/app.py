@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 
+from boxoffice import audit
 from boxoffice.db import Migration, load_migrations
 from boxoffice.errors import AlreadyExists
 from boxoffice.lifecycle import Component, Loop
@@ -23,12 +24,12 @@ from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
 from queue_svc import model
 from queue_svc.adapters import PgWaitingRoomRepository, RedisQueueStore
+from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
 from queue_svc.handler import QueueHandler, uniform_pre_queue_score
 from queue_svc.jobs import Admitter, ProgressHub
 from queue_svc.metrics import AdmitterMetrics, ServerMetrics
 from queue_svc.ports import Leadership
-from queue_svc.servicer import QueueServicer
 
 COMPONENT = "queue"
 DEFAULT_GRPC_PORT = 50051
@@ -44,7 +45,7 @@ DEMO_EVENT_ID = 1
 def migrations() -> list[Migration]:
     from boxoffice import leader
 
-    return [*leader.migrations(), *load_migrations(COMPONENT, "queue_svc")]
+    return [*leader.migrations(), *audit.migrations(COMPONENT), *load_migrations(COMPONENT, "queue_svc")]
 
 
 class QueueApp:
@@ -76,7 +77,8 @@ class QueueApp:
 
     @functools.cached_property
     def rooms(self) -> PgWaitingRoomRepository:
-        return PgWaitingRoomRepository(self.rt.pool())
+        # Joinable: the admin API's changes commit with their audit rows.
+        return PgWaitingRoomRepository(audit.joinable(self.rt.pool()))
 
     # -- the server role ------------------------------------------------------
 
@@ -110,7 +112,20 @@ class QueueApp:
 
     @functools.cached_property
     def server(self) -> GrpcServer:
-        return self.rt.grpc_server(COMPONENT, [QueueServicer(self.handler).registration()])
+        return self.rt.grpc_server(
+            COMPONENT,
+            [
+                AuditedQueueServicer(self.handler, self.admin).registration(),
+                QueueAdminServicer(self.admin, self.handler).registration(),
+            ],
+        )
+
+    @functools.cached_property
+    def admin(self) -> QueueAdmin:
+        """The waiting rooms' administration, every change audited."""
+        return QueueAdmin(
+            handler=self.handler, store=self.store, auditor=audit.Auditor(self.rt.pool()), clock=self.rt.clock
+        )
 
     # -- the admitter role ----------------------------------------------------
 

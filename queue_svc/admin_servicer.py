@@ -1,0 +1,274 @@
+"""boxoffice.queue.v1.QueueAdminService on gRPC, and the audited face of
+QueueService's deprecated admin RPCs.
+
+:class:`QueueAdmin` holds the waiting-room administration on the handler's
+use cases, each change run through the :class:`boxoffice.audit.Auditor`
+(the one place an admin action is recorded); both servicers below parse
+their requests and call it. The handler's waiting-room repository must be
+built on :func:`boxoffice.audit.joinable` over the auditor's pool, so that
+a change and its audit row commit together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
+
+from boxoffice.audit import Auditor, Json, message_json
+from boxoffice.clock import Clock
+from boxoffice.server import Registration
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
+from queue_svc import errors
+from queue_svc.converters import config_pb, parse_config, parse_customer_id, parse_event_id
+from queue_svc.handler import QueueHandler
+from queue_svc.model import Progress, QueueState, WaitingRoomConfig
+from queue_svc.ports import FanOp, QueueStore
+from queue_svc.servicer import QueueServicer
+
+ADMIN_SERVICE_NAME = apb.DESCRIPTOR.services_by_name["QueueAdminService"].full_name
+_QUEUE_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QueueService"].full_name
+
+# The metric label of a session an operator ended.
+REVOKED = "revoked"
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _method(service: str, name: str) -> str:
+    return f"/{service}/{name}"
+
+
+def waiting_room_pb(config: WaitingRoomConfig) -> apb.WaitingRoom:
+    """The admin contract's WaitingRoom mirrors EventQueueConfig field for field."""
+    return apb.WaitingRoom.FromString(config_pb(config).SerializeToString())
+
+
+def parse_waiting_room(message: apb.WaitingRoom, *, present: bool) -> WaitingRoomConfig:
+    return parse_config(pb.EventQueueConfig.FromString(message.SerializeToString()), present=present)
+
+
+def stats_pb(progress: Progress) -> apb.WaitingRoomStats:
+    observed = timestamp_pb2.Timestamp()
+    observed.FromMilliseconds(progress.observed_at_ms)
+    return apb.WaitingRoomStats(
+        event_id=progress.event_id,
+        admission=apb.WaitingRoomAdmission.ValueType(progress.admission_state.value),
+        queue_length=progress.queue_length,
+        active_shoppers=progress.active_shoppers,
+        admitted_total=progress.admitted_total,
+        joined_total=progress.joined_total,
+        admission_rate_per_second=round(progress.rate_per_second, 3),
+        observed_at=observed,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Revocation:
+    """What RevokeCustomer did to one customer's place."""
+
+    event_id: int
+    customer_id: str
+    previous: QueueState
+    state: QueueState
+
+    @property
+    def revoked(self) -> bool:
+        return self.state is not self.previous
+
+    def json(self) -> Json:
+        return {"event_id": str(self.event_id), "customer_id": self.customer_id, "state": self.state.name}
+
+
+class QueueAdmin:
+    """The waiting-room administration, every change audited."""
+
+    def __init__(self, *, handler: QueueHandler, store: QueueStore, auditor: Auditor, clock: Clock) -> None:
+        self._handler = handler
+        self._store = store
+        self._audit = auditor
+        self._clock = clock
+
+    async def _room_json(self, event_id: int) -> Json | None:
+        return message_json(config_pb(await self._handler.get_waiting_room(event_id)))
+
+    async def _change(
+        self, method: str, request: Message, event_id: int, change: Callable[[], Awaitable[WaitingRoomConfig]]
+    ) -> WaitingRoomConfig:
+        stored: WaitingRoomConfig = await self._audit.run(
+            method,
+            request,
+            before=lambda: self._room_json(event_id),
+            action=change,
+            after=lambda config: message_json(config_pb(config)),
+        )
+        return stored
+
+    async def create(self, method: str, request: Message, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        return await self._change(method, request, config.event_id, lambda: self._handler.create_waiting_room(config))
+
+    async def update(self, method: str, request: Message, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        return await self._change(method, request, config.event_id, lambda: self._handler.update_waiting_room(config))
+
+    async def set_paused(self, method: str, request: Message, event_id: int, paused: bool) -> WaitingRoomConfig:
+        return await self._change(method, request, event_id, lambda: self._handler.set_paused(event_id, paused))
+
+    async def open(self, method: str, request: Message, event_id: int) -> WaitingRoomConfig:
+        """Opens at the latest now, and unpaused; an open room is left as it is."""
+
+        async def open_now() -> WaitingRoomConfig:
+            config = await self._handler.get_waiting_room(event_id)
+            now_ms = int(self._clock.now() * 1000)
+            if config.opens_at_ms <= now_ms and not config.paused:
+                return config
+            opened = dataclasses.replace(config, opens_at_ms=min(config.opens_at_ms, now_ms), paused=False)
+            return await self._handler.update_waiting_room(opened)
+
+        return await self._change(method, request, event_id, open_now)
+
+    async def revoke(self, method: str, request: Message, event_id: int, customer_id: str) -> Revocation:
+        """A waiting customer leaves, an admitted one's session ends."""
+
+        async def look() -> QueueState:
+            for _ in range(2):
+                now_ms = int(self._clock.now() * 1000)
+                place = await self._store.fan(event_id, customer_id, now_ms=now_ms, op=FanOp.LOOK)
+                if place is not None:
+                    return place.state
+                await self._handler.stats(event_id)  # mirrors the configuration Redis lacks, or NOT_FOUND
+            raise errors.unknown_event(event_id)
+
+        async def revoke() -> Revocation:
+            previous = await look()
+            position = await self._handler.leave(event_id, customer_id)
+            if position.state is QueueState.ADMITTED:
+                position = await self._handler.end_session(event_id, customer_id, REVOKED)
+            return Revocation(event_id, customer_id, previous, position.state)
+
+        async def before() -> Json | None:
+            state = await look()
+            return {"event_id": str(event_id), "customer_id": customer_id, "state": state.name}
+
+        revocation: Revocation = await self._audit.run(
+            method, request, before=before, action=revoke, after=Revocation.json
+        )
+        return revocation
+
+
+class QueueAdminServicer(apb_grpc.QueueAdminServiceServicer):
+    """The gRPC face of QueueAdmin."""
+
+    def __init__(self, admin: QueueAdmin, handler: QueueHandler) -> None:
+        self._admin = admin
+        self._handler = handler
+
+    def registration(self) -> Registration:
+        return Registration(
+            ADMIN_SERVICE_NAME, lambda server: apb_grpc.add_QueueAdminServiceServicer_to_server(self, server)
+        )
+
+    @staticmethod
+    def _method(name: str) -> str:
+        return _method(ADMIN_SERVICE_NAME, name)
+
+    async def CreateWaitingRoom(
+        self, request: apb.CreateWaitingRoomRequest, context: Context
+    ) -> apb.CreateWaitingRoomResponse:
+        config = parse_waiting_room(request.config, present=request.HasField("config"))
+        stored = await self._admin.create(self._method("CreateWaitingRoom"), request, config)
+        return apb.CreateWaitingRoomResponse(config=waiting_room_pb(stored))
+
+    async def UpdateWaitingRoom(
+        self, request: apb.UpdateWaitingRoomRequest, context: Context
+    ) -> apb.UpdateWaitingRoomResponse:
+        config = parse_waiting_room(request.config, present=request.HasField("config"))
+        stored = await self._admin.update(self._method("UpdateWaitingRoom"), request, config)
+        return apb.UpdateWaitingRoomResponse(config=waiting_room_pb(stored))
+
+    async def GetWaitingRoom(self, request: apb.GetWaitingRoomRequest, context: Context) -> apb.GetWaitingRoomResponse:
+        config = await self._handler.get_waiting_room(parse_event_id(request.event_id))
+        return apb.GetWaitingRoomResponse(config=waiting_room_pb(config))
+
+    async def OpenWaitingRoom(
+        self, request: apb.OpenWaitingRoomRequest, context: Context
+    ) -> apb.OpenWaitingRoomResponse:
+        event_id = parse_event_id(request.event_id)
+        stored = await self._admin.open(self._method("OpenWaitingRoom"), request, event_id)
+        return apb.OpenWaitingRoomResponse(config=waiting_room_pb(stored))
+
+    async def PauseWaitingRoom(
+        self, request: apb.PauseWaitingRoomRequest, context: Context
+    ) -> apb.PauseWaitingRoomResponse:
+        event_id = parse_event_id(request.event_id)
+        stored = await self._admin.set_paused(self._method("PauseWaitingRoom"), request, event_id, True)
+        return apb.PauseWaitingRoomResponse(config=waiting_room_pb(stored))
+
+    async def ResumeWaitingRoom(
+        self, request: apb.ResumeWaitingRoomRequest, context: Context
+    ) -> apb.ResumeWaitingRoomResponse:
+        event_id = parse_event_id(request.event_id)
+        stored = await self._admin.set_paused(self._method("ResumeWaitingRoom"), request, event_id, False)
+        return apb.ResumeWaitingRoomResponse(config=waiting_room_pb(stored))
+
+    async def GetWaitingRoomStats(
+        self, request: apb.GetWaitingRoomStatsRequest, context: Context
+    ) -> apb.GetWaitingRoomStatsResponse:
+        event_id = parse_event_id(request.event_id)
+        progress = await self._handler.stats(event_id)
+        config = await self._handler.get_waiting_room(event_id)
+        return apb.GetWaitingRoomStatsResponse(stats=stats_pb(progress), config=waiting_room_pb(config))
+
+    async def RevokeCustomer(self, request: apb.RevokeCustomerRequest, context: Context) -> apb.RevokeCustomerResponse:
+        event_id = parse_event_id(request.event_id)
+        customer_id = parse_customer_id(request.customer_id)
+        done = await self._admin.revoke(self._method("RevokeCustomer"), request, event_id, customer_id)
+        return apb.RevokeCustomerResponse(
+            event_id=done.event_id,
+            customer_id=done.customer_id,
+            previous_state=apb.CustomerState.ValueType(done.previous.value),
+            state=apb.CustomerState.ValueType(done.state.value),
+            revoked=done.revoked,
+        )
+
+
+class AuditedQueueServicer(QueueServicer):
+    """QueueService whose deprecated admin changes are audited like the
+    admin service's (reads and the fans' RPCs are QueueServicer's own)."""
+
+    def __init__(self, handler: QueueHandler, admin: QueueAdmin) -> None:
+        super().__init__(handler)
+        self._admin = admin
+
+    @staticmethod
+    def _method(name: str) -> str:
+        return _method(_QUEUE_SERVICE_NAME, name)
+
+    async def CreateEventQueue(
+        self, request: pb.CreateEventQueueRequest, context: Context
+    ) -> pb.CreateEventQueueResponse:
+        config = parse_config(request.config, present=request.HasField("config"))
+        stored = await self._admin.create(self._method("CreateEventQueue"), request, config)
+        return pb.CreateEventQueueResponse(config=config_pb(stored))
+
+    async def UpdateEventQueue(
+        self, request: pb.UpdateEventQueueRequest, context: Context
+    ) -> pb.UpdateEventQueueResponse:
+        config = parse_config(request.config, present=request.HasField("config"))
+        stored = await self._admin.update(self._method("UpdateEventQueue"), request, config)
+        return pb.UpdateEventQueueResponse(config=config_pb(stored))
+
+    async def PauseAdmission(self, request: pb.PauseAdmissionRequest, context: Context) -> pb.PauseAdmissionResponse:
+        event_id = parse_event_id(request.event_id)
+        stored = await self._admin.set_paused(self._method("PauseAdmission"), request, event_id, True)
+        return pb.PauseAdmissionResponse(config=config_pb(stored))
+
+    async def ResumeAdmission(self, request: pb.ResumeAdmissionRequest, context: Context) -> pb.ResumeAdmissionResponse:
+        event_id = parse_event_id(request.event_id)
+        stored = await self._admin.set_paused(self._method("ResumeAdmission"), request, event_id, False)
+        return pb.ResumeAdmissionResponse(config=config_pb(stored))
