@@ -30,6 +30,7 @@ from booking_svc.model import (
 )
 from booking_svc.ports import BookingStore, SeatGate, attempt_token
 from booking_svc.seatmap import SeatMapCache
+from boxoffice import access, caller
 from boxoffice.clock import Clock
 from boxoffice.errors import Aborted, BoxofficeError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from boxoffice.tokens import TokenSigner
@@ -241,8 +242,16 @@ class BookingHandler:
             self._metrics.confirms.labels(result).inc()
 
     async def cancel_booking(self, *, hold_id: uuid.UUID, customer_id: str, reason: str) -> tuple[Hold, int]:
+        """Cancel a confirmed booking. PaymentService cancels one only to
+        refund it (RefundPayment): for that caller a policy that grants
+        nothing refuses the cancel, so a refund never voids a booking for
+        nothing and never leaves one confirmed."""
         hold, refund = await self._store.cancel_booking(
-            hold_id=hold_id, customer_id=customer_id, reason=reason, now=self.now()
+            hold_id=hold_id,
+            customer_id=customer_id,
+            reason=reason,
+            now=self.now(),
+            refund_required=caller.current().role == access.PAYMENT,
         )
         if self._config.seat_gate:
             await self._gate.clear(hold.event_id, [s.seat_id for s in hold.seats])

@@ -63,8 +63,12 @@ class BookingStore(Protocol):
     ) -> Hold: ...
 
     async def cancel_booking(
-        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime
-    ) -> tuple[Hold, int]: ...
+        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime, refund_required: bool = False
+    ) -> tuple[Hold, int]:
+        """Cancel a confirmed booking: its seats go back, a BookingCancelled
+        event carries the refund the event's policy grants. With
+        ``refund_required`` a policy that grants nothing refuses the cancel
+        (FAILED_PRECONDITION, REFUND_NOT_ALLOWED) and changes nothing."""
 
     async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult: ...
 

@@ -132,7 +132,7 @@ class PgHoldChanges(PgBase):
         )
 
     async def cancel_booking(
-        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime
+        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime, refund_required: bool = False
     ) -> tuple[Hold, int]:
         async def work() -> tuple[Hold, int]:
             async with transaction(self._pool) as conn:
@@ -152,6 +152,12 @@ class PgHoldChanges(PgBase):
                 policy_row = await cur.fetchone()
                 policy = RefundPolicy(None, 0) if policy_row is None else RefundPolicy(policy_row[0], policy_row[1])
                 refund = policy.refund_for(hold.amount.amount_minor, now)
+                if refund_required and refund <= 0:
+                    raise FailedPrecondition(
+                        "the event's refund policy grants nothing for cancelling this booking now",
+                        reason="REFUND_NOT_ALLOWED",
+                        metadata={"hold_id": str(hold_id)},
+                    )
                 returned: list[int] = []
                 if hold.seats:
                     returned = await self._seats_of(conn, hold, "SOLD", "AVAILABLE")
