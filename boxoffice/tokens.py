@@ -48,6 +48,17 @@ def _invalid(message: str) -> Unauthenticated:
     return Unauthenticated(message, reason="TOKEN_INVALID")
 
 
+def presented(token: str) -> str:
+    """``token`` if one is there and of a sane length, checked before any
+    other field of a request so that every service answers alike:
+    UNAUTHENTICATED with TOKEN_MISSING or TOKEN_INVALID otherwise."""
+    if not token:
+        raise Unauthenticated("an access token is required", reason="TOKEN_MISSING")
+    if len(token) > _MAX_TOKEN_LENGTH:
+        raise _invalid("access token is too long")
+    return token
+
+
 class TokenSigner:
     """Issues tokens with the active key; verifies with any known key."""
 
@@ -85,11 +96,7 @@ class TokenSigner:
         UNAUTHENTICATED for a missing, malformed, forged, unknown-key or
         expired token; PERMISSION_DENIED for another event's token.
         """
-        if not token:
-            raise Unauthenticated("an access token is required", reason="TOKEN_MISSING")
-        if len(token) > _MAX_TOKEN_LENGTH:
-            raise _invalid("access token is too long")
-        parts = token.split(".")
+        parts = presented(token).split(".")
         if len(parts) != 4 or parts[0] != _VERSION:
             raise _invalid("access token is malformed")
         _, kid, payload, signature = parts
