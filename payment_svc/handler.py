@@ -21,7 +21,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from boxoffice import deadline
@@ -36,7 +36,7 @@ from boxoffice.errors import (
 )
 from boxoffice.tokens import TokenSigner
 from payment_svc.config import PaymentConfig
-from payment_svc.idempotency import detached
+from payment_svc.idempotency import detached, key_scope
 from payment_svc.metrics import ServerMetrics
 from payment_svc.model import (
     Payment,
@@ -132,6 +132,12 @@ class PaymentHandler:
         if payment is None:
             raise NotFound("no such payment", reason="PAYMENT_NOT_FOUND", metadata={"payment_id": payment_id})
         return payment
+
+    async def key_scope(self, method: str, payment_id: str) -> str:
+        """Where ``method``'s idempotency keys for ``payment_id`` live (see
+        :func:`payment_svc.idempotency.key_scope`)."""
+        payment = await self._store.get(payment_id)
+        return key_scope(method, payment_id, None if payment is None else payment.customer_id)
 
     async def list_tickets(
         self, access_token: str, *, event_id: int, hold_id: str | None, page_size: int, page_token: str
@@ -302,6 +308,59 @@ class PaymentHandler:
 
     # -- refunds
 
+    async def request_refund(self, order: RefundOrder) -> Payment:
+        """RefundPayment: money and tickets stay in agreement. A payment whose
+        booking is still confirmed is refunded only by cancelling the booking
+        through BookingService (its seats go back, its tickets are voided from
+        the BookingCancelled event), for what the event's refund policy grants
+        (at most the order's amount); a policy that grants nothing refuses the
+        refund and the booking stays. Once the booking is cancelled, further
+        refunds are plain ones."""
+        payment = await self.get(order.payment_id)
+        if payment.state not in (PaymentState.SUCCEEDED, PaymentState.PARTIALLY_REFUNDED):
+            return await self.refund(order)
+        if await self._store.cancellation_refund(payment.payment_id) is not None:
+            return await self.refund(order)
+        # Refuse what the refund itself would refuse before cancelling anything.
+        if order.currency is not None and order.currency != payment.currency:
+            raise InvalidArgument(
+                "the refund's currency is not the payment's",
+                reason="CURRENCY_MISMATCH",
+                metadata={"currency": order.currency, "payment_currency": payment.currency},
+            )
+        left = payment.amount_minor - payment.refunded_minor
+        if order.amount_minor is not None and order.amount_minor > left:
+            raise FailedPrecondition(
+                "the refund exceeds what is left to refund",
+                reason="REFUND_EXCEEDS_PAYMENT",
+                metadata={
+                    "payment_id": payment.payment_id,
+                    "left_minor": str(left),
+                    "amount_minor": str(order.amount_minor),
+                },
+            )
+        try:
+            cancelled = await self._booking.cancel_booking(
+                payment.hold_id, payment.customer_id, order.reason or "refunded"
+            )
+        except FailedPrecondition as err:
+            if err.reason != "REFUND_NOT_ALLOWED":
+                raise
+            raise FailedPrecondition(
+                "the event's refund policy grants nothing for cancelling this booking now",
+                reason="REFUND_NOT_ALLOWED",
+                metadata={"payment_id": payment.payment_id, "hold_id": payment.hold_id},
+            ) from None
+        if cancelled.refund_minor <= 0:
+            # Cancelled earlier, by its customer, for nothing: what is
+            # refunded now is the operator's own decision.
+            return await self.refund(order)
+        granted = min(cancelled.refund_minor, left)
+        amount = granted if order.amount_minor is None else min(order.amount_minor, granted)
+        return await self.refund(
+            replace(order, amount_minor=amount, source=RefundSource.BOOKING_CANCELLED, adopts_cancellation_refund=False)
+        )
+
     async def refund(self, order: RefundOrder) -> Payment:
         """Refund (part of) a captured payment once per key."""
         refund = await self._store.reserve_refund(order)
@@ -354,6 +413,7 @@ class PaymentHandler:
             self._metrics.webhook_verification_failures.labels(err.reason).inc()
             raise
         event = parse_event(body)
+        await self._refuse_foreign_money(event)
         payment_id = _uuid_or_none(event.payment_id)
         claim = await self._webhook_events.claim(
             event.event_id, event.type, payment_id, hashlib.sha256(body).digest(), body
@@ -421,6 +481,52 @@ class PaymentHandler:
                     self._metrics.refunds.labels(refund.source.value, "succeeded" if succeeded else "failed").inc()
             return payment
         return payment
+
+    async def _refuse_foreign_money(self, event: WebhookEvent) -> None:
+        """Refuse, before it is recorded, an event about this service's charge
+        (its key) or refund whose money is not the payment's or the refund's:
+        a genuine provider never sends one, so it is a forgery or a bug, and it
+        changes nothing."""
+        payment = await self._webhook_payment(event)
+        if payment is None:
+            return
+        data = event.data
+        if event.type in ("charge.succeeded", "charge.failed"):
+            if data.get("idempotency_key") == payment.provider_idempotency_key:
+                self._check_webhook_money(
+                    event, payment, data.get("amount"), data.get("currency"), payment.amount_minor
+                )
+        elif event.type in ("charge.refunded", "refund.failed"):
+            refund_data = data.get("refund")
+            if isinstance(refund_data, dict):
+                refund = await self._store.refund_by_provider_key(str(refund_data.get("idempotency_key", "")))
+                if refund is not None and refund.payment_id == payment.payment_id:
+                    self._check_webhook_money(
+                        event, payment, refund_data.get("amount"), data.get("currency"), refund.amount_minor
+                    )
+
+    def _check_webhook_money(
+        self, event: WebhookEvent, payment: Payment, amount: object, currency: object, expected_minor: int
+    ) -> None:
+        if type(amount) is int and amount == expected_minor and currency == payment.currency:
+            return
+        self._metrics.webhooks_refused.labels(event.type, "WEBHOOK_AMOUNT_MISMATCH").inc()
+        _log.warning(
+            "webhook refused: its amount or currency is not the payment's",
+            extra={"provider_event_id": event.event_id, "payment_id": payment.payment_id},
+        )
+        raise InvalidArgument(
+            "the webhook's amount or currency differs from the payment's",
+            reason="WEBHOOK_AMOUNT_MISMATCH",
+            metadata={
+                "provider_event_id": event.event_id,
+                "payment_id": payment.payment_id,
+                "amount_minor": str(amount)[:32],
+                "currency": str(currency)[:8],
+                "expected_amount_minor": str(expected_minor),
+                "expected_currency": payment.currency,
+            },
+        )
 
     async def _webhook_payment(self, event: WebhookEvent) -> Payment | None:
         payment_id = _uuid_or_none(event.payment_id)

@@ -9,6 +9,12 @@ releases the key, because the work behind it is safe to run again. A claim
 whose owner died is taken over once its lock is older than the lock time.
 Keys are forgotten after their retention. The keys themselves live behind
 :class:`~payment_svc.ports.IdempotencyStore`.
+
+A key belongs to the customer whose payment the call acts on, or to the
+payment id alone when no such payment exists (:func:`key_scope`): keys are
+never one namespace for everyone, so a call on a made-up payment id cannot
+store an answer under a key that a real customer uses later, while one
+customer reusing a key for another of their payments is still refused.
 """
 
 from __future__ import annotations
@@ -38,6 +44,14 @@ RETRYABLE_CODES = frozenset(
         grpc.StatusCode.UNKNOWN,
     }
 )
+
+
+def key_scope(method: str, payment_id: str, customer_id: str | None) -> str:
+    """The namespace of ``method``'s idempotency keys for a call on
+    ``payment_id``, whose customer is ``customer_id`` (None: no such payment)."""
+    if customer_id is None:
+        return f"{method}/payment:{payment_id}"
+    return f"{method}/customer:{customer_id}"
 
 
 def fingerprint(*parts: str) -> bytes:

@@ -19,6 +19,7 @@ class ServerMetrics:
     refunds: Counter
     webhook_verification_failures: Counter
     webhooks: Counter
+    webhooks_refused: Counter
     cancellations: ConsumerMetrics
 
     @classmethod
@@ -46,6 +47,12 @@ class ServerMetrics:
                 "boxoffice_webhooks",
                 "Webhook deliveries accepted, by type and outcome.",
                 ("type", "outcome"),
+                registry=registry,
+            ),
+            webhooks_refused=Counter(
+                "boxoffice_webhooks_refused",
+                "Verified webhook deliveries refused for what they say (an amount or currency not the payment's).",
+                ("type", "reason"),
                 registry=registry,
             ),
             cancellations=ConsumerMetrics.create(registry, "boxoffice_cancellation_consumer"),

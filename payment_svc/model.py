@@ -78,6 +78,12 @@ class RefundOrder:
     currency: str | None
     reason: str
     source: RefundSource
+    # For a BOOKING_CANCELLED order, when the booking already has its
+    # cancellation refund: True, that refund is this order's answer (the
+    # BookingCancelled event after a RefundPayment); False, this order is
+    # refunded as a plain REQUEST one (a RefundPayment that lost the race to
+    # cancel).
+    adopts_cancellation_refund: bool = True
 
 
 @dataclass(frozen=True, slots=True)

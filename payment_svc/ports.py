@@ -59,6 +59,10 @@ class PaymentStore(Protocol):
 
     async def refund_by_provider_key(self, request_key: str) -> Refund | None: ...
 
+    async def cancellation_refund(self, payment_id: str) -> Refund | None:
+        """The refund of the payment's cancelled booking (source
+        BOOKING_CANCELLED, not failed), if there is one: at most one per payment."""
+
     async def pending_refunds(self, older_than_seconds: float, limit: int) -> list[Refund]: ...
 
 
@@ -192,6 +196,14 @@ class HoldView:
     payment_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class CancelledBooking:
+    """A booking BookingService cancelled, and what its refund policy grants."""
+
+    hold: HoldView
+    refund_minor: int
+
+
 class BookingClient(Protocol):
     async def get_hold(self, access_token: str, hold_id: str) -> HoldView:
         """The hold, if the token's customer owns it."""
@@ -203,6 +215,12 @@ class BookingClient(Protocol):
         self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
     ) -> HoldView:
         """Turn the hold into a booking; FAILED_PRECONDITION when it is gone."""
+
+    async def cancel_booking(self, hold_id: str, customer_id: str, reason: str) -> CancelledBooking:
+        """Cancel the confirmed booking to refund it (seats returned, tickets
+        voided from the BookingCancelled event); the same answer for one
+        already cancelled. FAILED_PRECONDITION REFUND_NOT_ALLOWED, changing
+        nothing, when the event's policy grants no refund now."""
 
 
 # -- the payment provider

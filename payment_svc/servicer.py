@@ -1,7 +1,8 @@
 """PaymentService over gRPC: parse the request (:mod:`payment_svc.converters`),
 call the use case, write the response. ConfirmPayment and RefundPayment run
-under their idempotency keys, whose stored answers are the serialized
-responses. Domain errors travel as raised (the shared interceptor maps them).
+under their idempotency keys, scoped to the customer of the payment they
+name (see :mod:`payment_svc.idempotency`), whose stored answers are the
+serialized responses. Domain errors travel as raised (the shared interceptor maps them).
 """
 
 from __future__ import annotations
@@ -66,7 +67,13 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
             payment = await self._handler.settle(payment_id)
             return pb.ConfirmPaymentResponse(payment=payment_to_proto(payment))
 
-        return await self._replayable("ConfirmPayment", key, fingerprint(payment_id), work, pb.ConfirmPaymentResponse)
+        return await self._replayable(
+            await self._handler.key_scope("ConfirmPayment", payment_id),
+            key,
+            fingerprint(payment_id),
+            work,
+            pb.ConfirmPaymentResponse,
+        )
 
     async def HandleProviderWebhook(
         self, request: pb.HandleProviderWebhookRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -102,11 +109,17 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
                 reason=reason,
                 source=RefundSource.REQUEST,
             )
-            payment = await self._handler.refund(order)
+            payment = await self._handler.request_refund(order)
             return pb.RefundPaymentResponse(payment=payment_to_proto(payment))
 
         parameters = fingerprint(payment_id, currency or "", str(amount or ""), reason)
-        return await self._replayable("RefundPayment", request_id, parameters, work, pb.RefundPaymentResponse)
+        return await self._replayable(
+            await self._handler.key_scope("RefundPayment", payment_id),
+            request_id,
+            parameters,
+            work,
+            pb.RefundPaymentResponse,
+        )
 
     async def GetPayment(
         self, request: pb.GetPaymentRequest, context: grpc.aio.ServicerContext[Any, Any]

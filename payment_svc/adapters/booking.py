@@ -13,7 +13,7 @@ from boxoffice.errors import from_rpc_error
 from boxoffice.tls import ClientChannel
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
-from payment_svc.ports import BookingClient, HoldState, HoldView
+from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
 
 _HOLD_STATES = {
     pb.HOLD_STATE_HELD: HoldState.HELD,
@@ -75,6 +75,11 @@ class GrpcBookingClient:
         )
         reply = await self._call("ConfirmHold", request)
         return _hold_view(reply.hold)
+
+    async def cancel_booking(self, hold_id: str, customer_id: str, reason: str) -> CancelledBooking:
+        request = pb.CancelBookingRequest(hold_id=hold_id, customer_id=customer_id, reason=reason)
+        reply = await self._call("CancelBooking", request)
+        return CancelledBooking(_hold_view(reply.hold), reply.refund_amount.amount_minor)
 
     async def close(self) -> None:
         await self._channel.close()

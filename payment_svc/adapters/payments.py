@@ -213,6 +213,20 @@ class PgPaymentStore:
                 (payment_id, request_key),
             )
             existing = await cur.fetchone()
+            source = order.source
+            if existing is None and source == RefundSource.BOOKING_CANCELLED:
+                # A booking is cancelled once: its refund too, whoever asks
+                # (RefundPayment, or the BookingCancelled event after it).
+                cur = await conn.execute(
+                    f"SELECT {_REFUND_COLUMNS} FROM refunds "
+                    "WHERE payment_id = %s AND source = 'BOOKING_CANCELLED' AND state <> 'FAILED'",
+                    (payment_id,),
+                )
+                cancellation = await cur.fetchone()
+                if cancellation is not None:
+                    if order.adopts_cancellation_refund:
+                        return _refund(cancellation)
+                    source = RefundSource.REQUEST
             if existing is not None:
                 return _refund(existing)
             if payment.state not in _REFUNDABLE:
@@ -260,7 +274,7 @@ class PgPaymentStore:
                     amount,
                     payment.currency,
                     order.reason,
-                    order.source.value,
+                    source.value,
                 ),
             )
             created = await cur.fetchone()
@@ -312,6 +326,16 @@ class PgPaymentStore:
             return None
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(f"SELECT {_REFUND_COLUMNS} FROM refunds WHERE refund_id = %s", (refund_id,))
+            row = await cur.fetchone()
+        return None if row is None else _refund(row)
+
+    async def cancellation_refund(self, payment_id: str) -> Refund | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_REFUND_COLUMNS} FROM refunds "
+                "WHERE payment_id = %s AND source = 'BOOKING_CANCELLED' AND state <> 'FAILED'",
+                (payment_id,),
+            )
             row = await cur.fetchone()
         return None if row is None else _refund(row)
 

@@ -42,7 +42,7 @@ from payment_svc.handler import PaymentHooks
 from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.model import Payment
-from payment_svc.ports import BookingClient, HoldState, HoldView
+from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
 from tests.support import ManualClock, Stores, make_runtime, running
 
 WEBHOOK_SECRET = "whsec_payment_tests_0123456789"
@@ -79,13 +79,17 @@ class FakeHold:
 @dataclass
 class FakeBooking:
     """BookingService's payment-facing calls, in memory; a confirm writes the
-    BookingConfirmed outbox row as booking does."""
+    BookingConfirmed outbox row and a cancel the BookingCancelled one as
+    booking does."""
 
     pool: Pool
     tokens: TokenSigner
     holds: dict[str, FakeHold] = field(default_factory=dict)
     confirm_calls: int = 0
     extend_calls: int = 0
+    cancel_calls: int = 0
+    # What the event's refund policy grants on a cancellation, in percent.
+    refund_percent: int = 100
 
     def add_hold(
         self, *, event_id: int, customer_id: str, amount_minor: int = 5000, seats: list[int] | None = None
@@ -147,6 +151,32 @@ class FakeBooking:
         hold.view = dataclasses.replace(v, state=HoldState.CONFIRMED, payment_id=payment_id)
         hold.confirm_key = idempotency_key
         return hold.view
+
+    async def cancel_booking(self, hold_id: str, customer_id: str, reason: str) -> CancelledBooking:
+        """Cancel as booking does, with a policy of ``refund_percent`` (100
+        unless a test sets it): the BookingCancelled outbox row, once."""
+        self.cancel_calls += 1
+        hold = self.holds[hold_id]
+        v = hold.view
+        refund = v.amount_minor * self.refund_percent // 100
+        if v.state == HoldState.CANCELLED:
+            return CancelledBooking(v, refund)
+        if v.state != HoldState.CONFIRMED:
+            raise FailedPrecondition("not a confirmed booking", reason="BOOKING_NOT_CONFIRMED")
+        if refund <= 0:
+            raise FailedPrecondition("the policy grants nothing", reason="REFUND_NOT_ALLOWED")
+        payload = {
+            "event_id": v.event_id,
+            "hold_id": hold_id,
+            "customer_id": v.customer_id,
+            "payment_id": v.payment_id,
+            "refund_amount_minor": refund,
+            "currency": v.currency,
+            "reason": reason,
+        }
+        await insert_outbox(self.pool, hold_id, "BookingCancelled", payload)
+        hold.view = dataclasses.replace(v, state=HoldState.CANCELLED)
+        return CancelledBooking(hold.view, refund)
 
 
 def fake_booking(rt: Runtime) -> FakeBooking:
