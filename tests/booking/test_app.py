@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
 from prometheus_client import CollectorRegistry
 
 from booking_svc import app
@@ -17,7 +16,7 @@ from boxoffice.server import GrpcServer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
 from tests.booking.harness import booking_server, create_event, general, hold_request, query
-from tests.support import ManualClock, Stores, make_runtime, running
+from tests.support import ManualClock, Stores, client_channel, make_runtime, running
 
 
 async def test_roles_build_serve_and_seed_the_demo_event_once(stores: Stores) -> None:
@@ -30,7 +29,7 @@ async def test_roles_build_serve_and_seed_the_demo_event_once(stores: Stores) ->
         first = await app.seed_demo(rt)
         second = await app.seed_demo(rt)
         assert len(first) == 1 and len(second) == 1 and "is there" in second[0]
-        async with grpc.aio.insecure_channel(server[0].address) as channel:
+        async with client_channel(stores, server[0].address) as channel:
             stub = pb_grpc.BookingServiceStub(channel)
             event = (await stub.GetEvent(pb.GetEventRequest(event_id=1))).event
             assert {s.section_id for s in event.sections} >= {"A", "B", "C", "FLOOR"}

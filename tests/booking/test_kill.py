@@ -16,7 +16,7 @@ from boxoffice.errors import BoxofficeError
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
 from tests.booking.harness import audit, booking_server, call, create_event, hold_request, query, seat_ids, seated
-from tests.support import Stores
+from tests.support import Stores, client_channel, tls_environ
 
 
 async def _start_server(stores: Stores) -> tuple[asyncio.subprocess.Process, str]:
@@ -27,7 +27,12 @@ async def _start_server(stores: Stores) -> tuple[asyncio.subprocess.Process, str
         "booking-svc",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "DATABASE_URL": stores.database_url, "REDIS_URL": stores.redis_url},
+        env={
+            **os.environ,
+            "DATABASE_URL": stores.database_url,
+            "REDIS_URL": stores.redis_url,
+            **tls_environ(stores.pki.files("booking")),
+        },
     )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), timeout=60)).decode()
@@ -47,7 +52,7 @@ async def test_killing_the_server_mid_flood_loses_no_hold_and_leaves_no_seat_stu
         failed: list[BoxofficeError] = []
         killed = False
         try:
-            async with grpc.aio.insecure_channel(address) as channel:
+            async with client_channel(stores, address) as channel:
                 stub = pb_grpc.BookingServiceStub(channel)
                 semaphore = asyncio.Semaphore(32)
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
@@ -25,7 +24,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.support import Stores, all_migrations, make_runtime, running
+from tests.support import Stores, all_migrations, make_runtime, mesh_client, running
 
 T = TypeVar("T")
 
@@ -79,16 +78,18 @@ async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
             components.extend(await module.build(rt, role))
     async with running([*rt.infrastructure(), *components]):
         addresses = {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009
-        channels = [grpc.aio.insecure_channel(addresses[name]) for name in ("queue", "booking", "payment")]
-        try:
+        # Each call goes as a role the authorization table allows it (the
+        # edge for the fan's calls, the operator for CreateEvent).
+        async with (
+            mesh_client(stores, addresses["queue"]) as queue,
+            mesh_client(stores, addresses["booking"]) as booking,
+            mesh_client(stores, addresses["payment"]) as payment,
+        ):
             yield Mesh(
-                qpb_grpc.QueueServiceStub(channels[0]),
-                bpb_grpc.BookingServiceStub(channels[1]),
-                ppb_grpc.PaymentServiceStub(channels[2]),
+                queue.stub(qpb_grpc.QueueServiceStub),
+                booking.stub(bpb_grpc.BookingServiceStub),
+                payment.stub(ppb_grpc.PaymentServiceStub),
             )
-        finally:
-            for channel in channels:
-                await channel.close()
 
 
 async def _eventually(probe: Callable[[], Awaitable[T | None]], what: str, seconds: float = 20.0) -> T:

@@ -1,6 +1,7 @@
 """What the manifests' gRPC probes call exists: every background process
 (``boxoffice admitter|sweeper|relay|issuer``) serves grpc.health.v1 on its
-gRPC port, says SERVING, and exits cleanly on SIGTERM."""
+plaintext health port (kubelet presents no certificate) and, to the mesh,
+on its mTLS gRPC port, says SERVING, and exits cleanly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.k8s.support import ROOT
-from tests.support import Stores
+from tests.support import Stores, client_channel, tls_environ
 
 
-async def _serving_address(proc: asyncio.subprocess.Process) -> str:
-    """The address of the process's "serving" log line (JSON on stderr)."""
+async def _serving(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    """The process's "serving" log line (JSON on stderr)."""
     assert proc.stderr is not None
     async with asyncio.timeout(60):
         async for line in proc.stderr:
@@ -29,7 +30,7 @@ async def _serving_address(proc: asyncio.subprocess.Process) -> str:
             except ValueError:
                 continue
             if entry.get("msg") == "serving":
-                return str(entry["address"])
+                return dict(entry)
     raise AssertionError(f"exited with {await proc.wait()} before serving")
 
 
@@ -42,8 +43,10 @@ async def test_background_process_answers_the_grpc_health_probe(stores: Stores, 
         "BOXOFFICE_GRPC_HOST": "127.0.0.1",
         "BOXOFFICE_GRPC_PORT": "0",
         "BOXOFFICE_METRICS_PORT": "0",
+        "BOXOFFICE_HEALTH_PORT": "0",
         "BOXOFFICE_SHUTDOWN_GRACE_SECONDS": "2",
         "POD_NAME": f"probe-{command}",
+        **tls_environ(stores.pki.files(command)),
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -56,11 +59,14 @@ async def test_background_process_answers_the_grpc_health_probe(stores: Stores, 
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        address = await _serving_address(proc)
-        async with grpc.aio.insecure_channel(address) as channel:
-            stub: Any = health_pb2_grpc.HealthStub(channel)  # the stubs type only sync channels
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
-        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        serving = await _serving(proc)
+        assert serving["tls"] is True and serving["health_port"]
+        probe = f"127.0.0.1:{serving['health_port']}"
+        for channel in (grpc.aio.insecure_channel(probe), client_channel(stores, str(serving["address"]), "operator")):
+            async with channel:
+                stub: Any = health_pb2_grpc.HealthStub(channel)  # the stubs type only sync channels
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
             assert proc.stderr is not None

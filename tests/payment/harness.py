@@ -21,7 +21,7 @@ import grpc
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from boxoffice import db
+from boxoffice import access, db
 from boxoffice.errors import (
     BoxofficeError,
     FailedPrecondition,
@@ -43,7 +43,7 @@ from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.model import Payment
 from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
-from tests.support import ManualClock, Stores, make_runtime, running
+from tests.support import ManualClock, Stores, make_runtime, mesh_client, running
 
 WEBHOOK_SECRET = "whsec_payment_tests_0123456789"
 
@@ -272,18 +272,19 @@ async def payment_stack(
     rt = make_runtime(stores, environ={**PAYMENT_ENV, **(environ or {})}, clock=clock)
     client = booking(rt) if booking is not None else None
     parts = payment_app.compose_server(rt, payment_app.Overrides(booking=client))
-    async with running([*rt.infrastructure(), parts.server, parts.clients]):
-        channel = grpc.aio.insecure_channel(parts.server.address)
-        try:
-            yield PaymentStack(
-                parts=parts,
-                rt=rt,
-                booking=parts.booking,
-                channel=channel,
-                stub=pb_grpc.PaymentServiceStub(channel),
-            )
-        finally:
-            await channel.close()
+    async with (
+        running([*rt.infrastructure(), parts.server, parts.clients]),
+        mesh_client(stores, parts.server.address) as mesh,
+    ):
+        # Each call goes as a role the authorization table allows it;
+        # ``channel`` is the edge's.
+        yield PaymentStack(
+            parts=parts,
+            rt=rt,
+            booking=parts.booking,
+            channel=mesh.channel(access.EDGE),
+            stub=mesh.stub(pb_grpc.PaymentServiceStub),
+        )
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,18 @@ import pytest
 from boxoffice import db
 from boxoffice.runtime import Pool
 from tests.payment.harness import insert_outbox, new_event_id
-from tests.support import Stores
+from tests.support import Stores, tls_environ
 
 pytestmark = pytest.mark.slow
 
 _BOOKINGS = 40
 
 
-def _spawn(command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _spawn(command: str, env: dict[str, str], stores: Stores) -> subprocess.Popen[bytes]:
+    """``boxoffice <command>`` with the certificate of the role of that name."""
     return subprocess.Popen(
         [sys.executable, "-m", "boxoffice_cli", command],
-        env=env,
+        env={**env, **tls_environ(stores.pki.files(command))},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -60,6 +61,7 @@ async def test_killed_relay_and_issuer_lose_and_duplicate_nothing(stores: Stores
         "REDIS_URL": stores.redis_url,
         "BOXOFFICE_TICKET_STREAM": f"ticket-issued-kill-{uuid.uuid4().hex[:12]}",
         "BOXOFFICE_METRICS_PORT": "0",
+        "BOXOFFICE_HEALTH_PORT": "off",
         "BOXOFFICE_CONSUMER_CLAIM_IDLE_MS": "300",
         "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
         "BOXOFFICE_RELAY_BATCH_SIZE": "3",
@@ -88,16 +90,16 @@ async def test_killed_relay_and_issuer_lose_and_duplicate_nothing(stores: Stores
             await asyncio.sleep(0.05)
 
     writer = asyncio.ensure_future(bookings())
-    relay, issuer = _spawn("relay", env), _spawn("issuer", env)
+    relay, issuer = _spawn("relay", env, stores), _spawn("issuer", env, stores)
     try:
         for round_ in range(8):
             await asyncio.sleep(rng.uniform(0.8, 2.0))
             if round_ % 2 == 0:
                 _kill(relay)
-                relay = _spawn("relay", env)
+                relay = _spawn("relay", env, stores)
             else:
                 _kill(issuer)
-                issuer = _spawn("issuer", env)
+                issuer = _spawn("issuer", env, stores)
         await writer
         for _ in range(300):
             unpublished, rows, tickets = await _counts(pool, holds, event_id)

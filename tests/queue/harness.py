@@ -20,6 +20,7 @@ from typing import Any, cast
 import grpc
 import redis.asyncio as aioredis
 
+from boxoffice import access
 from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.runtime import Runtime
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
@@ -28,7 +29,7 @@ from queue_svc.adapters import EventKeys
 from queue_svc.app import QueueApp
 from queue_svc.model import WaitingRoomConfig
 from queue_svc.ports import JoinLimits, Leadership
-from tests.support import ManualClock, Stores, make_runtime, running
+from tests.support import ManualClock, Stores, make_runtime, mesh_client, running
 
 MINUTE_MS = 60_000
 NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
@@ -141,13 +142,16 @@ async def queue_service(
     components = queue.components("server")
     async with running([*queue.rt.infrastructure(), *components]):
         address = queue.server.address
-        channel = grpc.aio.insecure_channel(address)
-        try:
+        async with mesh_client(stores, address) as client:
+            # Each call goes as a role the authorization table allows it;
+            # ``channel`` is the edge's.
             yield QueueUnderTest(
-                app=queue, address=address, channel=channel, stub=pb_grpc.QueueServiceStub(channel), clock=clock
+                app=queue,
+                address=address,
+                channel=client.channel(access.EDGE),
+                stub=client.stub(pb_grpc.QueueServiceStub),
+                clock=clock,
             )
-        finally:
-            await channel.close()
 
 
 async def rpc_error(call: Awaitable[object]) -> BoxofficeError:

@@ -14,6 +14,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from boxoffice import access
 from boxoffice.config import Env, ServerConfig
 from boxoffice.errors import (
     SHARED_REASONS,
@@ -28,8 +29,8 @@ from boxoffice.errors import (
     published_reasons,
     wire_reason,
 )
-from boxoffice.metrics import GrpcServerMetrics
-from boxoffice.server import Drain, GrpcServer, Registration
+from boxoffice.server import Drain, Registration
+from tests.support import Stores, bare_server, client_channel
 
 # A stand-in served under a published package's name, so that the interceptor
 # checks its reasons against boxoffice.queue.v1.ErrorReason.
@@ -84,18 +85,20 @@ def _registration() -> Registration:
 
 
 @pytest.fixture
-async def channel() -> AsyncIterator[grpc.aio.Channel]:
+async def channel(stores: Stores) -> AsyncIterator[grpc.aio.Channel]:
     drain = Drain()
     config = ServerConfig.from_env(Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3"}), default_grpc_port=0)
-    server = GrpcServer(
-        name="test",
-        config=config,
-        metrics=GrpcServerMetrics.create(CollectorRegistry()),
+    methods = ("Published", "Unpublished", "UnpublishedStream", "Crash", "Bare", "Slow")
+    server = bare_server(
+        stores,
         services=[_registration()],
+        allow={f"/{SERVICE}/{method}": frozenset({access.EDGE}) for method in methods},
+        config=config,
+        registry=CollectorRegistry(),
         drain=drain,
     )
     await server.start()
-    chan = grpc.aio.insecure_channel(server.address)
+    chan = client_channel(stores, server.address, access.EDGE)
     try:
         yield chan
     finally:

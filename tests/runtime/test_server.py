@@ -12,13 +12,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from boxoffice import deadline
+from boxoffice import access, deadline
 from boxoffice.config import Env, ServerConfig
 from boxoffice.errors import FailedPrecondition, from_rpc_error
-from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.server import Drain, GrpcServer, Registration
+from tests.support import Stores, bare_server, client_channel
 
 SERVICE = "boxoffice.test.v1.TestService"
+# The test service's methods; the edge may call them.
+_METHODS = ("Fail", "Budget", "Crash", "Slow", "Watch")
 
 
 def _identity(data: bytes) -> bytes:
@@ -65,20 +67,21 @@ class _Handlers:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry]]:
+async def served(stores: Stores) -> AsyncIterator[tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry]]:
     registry = CollectorRegistry()
     drain = Drain()
     handlers = _Handlers(drain)
     config = ServerConfig.from_env(Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3"}), default_grpc_port=0)
-    server = GrpcServer(
-        name="test",
-        config=config,
-        metrics=GrpcServerMetrics.create(registry),
+    server = bare_server(
+        stores,
         services=[handlers.registration()],
+        allow={f"/{SERVICE}/{method}": frozenset({access.EDGE}) for method in _METHODS},
+        config=config,
+        registry=registry,
         drain=drain,
     )
     await server.start()
-    channel = grpc.aio.insecure_channel(server.address)
+    channel = client_channel(stores, server.address, access.EDGE)
     try:
         yield server, handlers, channel, registry
     finally:
