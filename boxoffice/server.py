@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -121,12 +121,20 @@ _REFUSAL_LOG_INTERVAL_SECONDS = 60.0
 
 
 class Gate:
-    """The authorization table, enforced: who the caller is, and whether
-    the table lets them make the call."""
+    """The authorization table (``policy``: :data:`boxoffice.access.POLICY`
+    but in tests of the runtime itself), enforced: who the caller is, and
+    whether the table lets them make the call."""
 
-    def __init__(self, resolver: CallerResolver, refused: Counter) -> None:
+    def __init__(
+        self,
+        resolver: CallerResolver,
+        refused: Counter,
+        *,
+        policy: Mapping[str, frozenset[str]] = access.POLICY,
+    ) -> None:
         self._resolver = resolver
         self._refused = refused
+        self._policy = policy
         self._logged: dict[tuple[str, str], float] = {}
 
     @staticmethod
@@ -154,15 +162,14 @@ class Gate:
                 for role in (*access.ROLES, _NO_ROLE):
                     self._refused.labels(name, method, role)
 
-    @staticmethod
-    def open_to_anyone(full_method: str) -> bool:
-        return access.ANYONE in access.POLICY.get(full_method, frozenset())
+    def open_to_anyone(self, full_method: str) -> bool:
+        return access.ANYONE in self._policy.get(full_method, frozenset())
 
     def check(self, full_method: str) -> Callable[[grpc.aio.ServicerContext[Any, Any]], Caller]:
         """The check of ``full_method``'s calls: it answers the caller, or
         raises PermissionDenied (a method missing from the table answers
         nobody)."""
-        roles = access.POLICY.get(full_method, frozenset())
+        roles = self._policy.get(full_method, frozenset())
         resolve = self._resolver.resolve
         if access.ANYONE in roles:
             return resolve
