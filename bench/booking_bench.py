@@ -44,13 +44,22 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import psycopg
 
-from bench.common import LoadFigures, Row, closed_loop, echo_call, echo_server, report, server_process
+from bench.common import (
+    LoadFigures,
+    MeshStub,
+    Row,
+    closed_loop,
+    echo_call,
+    echo_server,
+    report,
+    server_process,
+)
 from booking_svc import app
 from booking_svc.config import BookingConfig
 from booking_svc.model import EventKind, EventSpec, Money, RefundPolicy, RowSpec, SectionKind, SectionSpec
@@ -318,9 +327,9 @@ def pgbench(url: str, seats: int, seconds: float, clients: int) -> tuple[float |
 
 @contextlib.asynccontextmanager
 async def booking_stub(url: str) -> AsyncIterator[BookingServiceAsyncStub]:
-    with server_process(["-m", "bench.serve", "booking-svc"], env={"DATABASE_URL": url}) as server:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield pb_grpc.BookingServiceStub(channel)
+    with server_process(["-m", "bench.serve", "booking-svc"], env={"DATABASE_URL": url}, role="booking") as server:
+        async with MeshStub(server.address, pb_grpc.BookingServiceStub) as stub:
+            yield cast(BookingServiceAsyncStub, stub)
 
 
 async def holds_in_database(url: str) -> int:

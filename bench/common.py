@@ -2,7 +2,10 @@
 closed loop of concurrent calls, read a process's memory, print a table.
 
 Benchmarks print figures next to a baseline measured in the same run: on a
-shared 2-core machine only ratios within one run mean anything.
+shared 2-core machine only ratios within one run mean anything. Servers and
+clients speak mTLS as the mesh does (a benchmark PKI made once per run, in
+a temporary folder): ``tls_env(role)`` for a server process, ``channel`` for
+a client.
 """
 
 from __future__ import annotations
@@ -13,11 +16,105 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import grpc
+
+from boxoffice import access
+from boxoffice.tls import CertFiles, local_pki
+
+_TRUST_DOMAIN = "boxoffice.local"
+_pki: dict[str, CertFiles] = {}
+
+
+def pki() -> dict[str, CertFiles]:
+    """The run's CA and a certificate per role (made on first use, in the
+    folder ``BOXOFFICE_BENCH_TLS_DIR`` names, which the benchmark's child
+    processes inherit)."""
+    if not _pki:
+        named = os.environ.get("BOXOFFICE_BENCH_TLS_DIR")
+        directory = Path(named) if named else Path(tempfile.mkdtemp(prefix="boxoffice-bench-tls-"))
+        os.environ["BOXOFFICE_BENCH_TLS_DIR"] = str(directory)
+        _pki.update(
+            local_pki(directory, {role: access.spiffe_id(_TRUST_DOMAIN, "bench", role) for role in access.ROLES})
+        )
+    return _pki
+
+
+def tls_env(role: str, *, tls: bool = True) -> dict[str, str]:
+    """The settings of a server process serving as ``role``; ``tls=False``:
+    TLS off, callers named by a sidecar's XFCC header (see
+    :func:`xfcc_metadata`), the cheapest identity a server can have, to
+    measure what mTLS costs against it."""
+    if not tls:
+        return {"BOXOFFICE_TLS": "off", "BOXOFFICE_TLS_MESH_IDENTITY": "xfcc", "BOXOFFICE_TRUST_DOMAIN": _TRUST_DOMAIN}
+    files = pki()[role]
+    return {
+        "BOXOFFICE_TLS": "on",
+        "BOXOFFICE_TLS_CA_FILE": str(files.ca),
+        "BOXOFFICE_TLS_CERT_FILE": str(files.cert),
+        "BOXOFFICE_TLS_KEY_FILE": str(files.key),
+        "BOXOFFICE_TRUST_DOMAIN": _TRUST_DOMAIN,
+    }
+
+
+def xfcc_metadata(role: str) -> tuple[tuple[str, str], ...]:
+    """What a sidecar would forward for a peer of ``role`` (for a server
+    with ``tls_env(..., tls=False)``)."""
+    uri = access.spiffe_id(_TRUST_DOMAIN, "bench", role)
+    return (("x-forwarded-client-cert", f"By=spiffe://{_TRUST_DOMAIN}/ns/bench/sa/server;URI={uri}"),)
+
+
+def channel(address: str, role: str = access.EDGE, *, tls: bool = True) -> grpc.aio.Channel:
+    """A client channel to a benchmark server as ``role`` (plaintext with
+    ``tls=False``)."""
+    if not tls:
+        return grpc.aio.insecure_channel(address)
+    files = pki()[role]
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=files.ca.read_bytes(),
+        private_key=files.key.read_bytes(),
+        certificate_chain=files.cert.read_bytes(),
+    )
+    return grpc.aio.secure_channel(address, credentials)
+
+
+# The role a benchmark's call takes when the table allows several.
+_PREFERRED = (access.EDGE, access.PAYMENT, access.OPERATOR, *access.ROLES)
+
+
+class MeshStub:
+    """A generated stub whose every method goes as a role the authorization
+    table allows it (the edge first, then payment, then operator), over one
+    channel per role; ``async with`` closes them."""
+
+    def __init__(self, address: str, factory: Callable[[grpc.aio.Channel], Any]) -> None:
+        self._address = address
+        self._factory = factory
+        package = factory.__module__.removeprefix("gen.").rsplit(".", 1)[0]
+        self._service = f"{package}.{factory.__name__.removesuffix('Stub')}"
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, Any] = {}
+
+    def __getattr__(self, method: str) -> Any:
+        allowed = access.POLICY.get(f"/{self._service}/{method}", frozenset())
+        role = next((r for r in _PREFERRED if r in allowed), access.EDGE)
+        if role not in self._stubs:
+            self._channels[role] = channel(self._address, role)
+            self._stubs[role] = self._factory(self._channels[role])
+        return getattr(self._stubs[role], method)
+
+    async def __aenter__(self) -> MeshStub:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for chan in self._channels.values():
+            await chan.close()
 
 
 @dataclass(frozen=True)
@@ -30,16 +127,18 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def server_process(
-    argv: Sequence[str], *, env: dict[str, str] | None = None, ready_prefix: str = "PORT "
+    argv: Sequence[str], *, env: dict[str, str] | None = None, ready_prefix: str = "PORT ", role: str | None = None
 ) -> Iterator[ServerProcess]:
     """Run ``argv`` (a Python module invocation) until it prints
-    ``<ready_prefix><port>``; stop it with SIGTERM afterwards."""
+    ``<ready_prefix><port>``; stop it with SIGTERM afterwards. ``role``: the
+    process serves (and dials) with that role's certificate, unless ``env``
+    says otherwise."""
     proc = subprocess.Popen(
         [sys.executable, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(tls_env(role) if role is not None else {}), **(env or {})},
     )
     try:
         assert proc.stdout is not None

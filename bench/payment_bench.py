@@ -32,7 +32,16 @@ import grpc
 import psycopg
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from bench.common import LoadFigures, Row, closed_loop, echo_call, echo_server, report, server_process
+from bench.common import (
+    LoadFigures,
+    MeshStub,
+    Row,
+    closed_loop,
+    echo_call,
+    echo_server,
+    report,
+    server_process,
+)
 from booking_svc import app as booking_app
 from boxoffice import db
 from boxoffice.clock import SystemClock
@@ -125,7 +134,7 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
                 echo_figures = await closed_loop(lambda n: echo(b"x" * 200), concurrency=concurrency, seconds=seconds)
 
         env = {"DATABASE_URL": url, "REDIS_URL": redis_url}
-        with server_process(["-m", "bench.serve", "booking-svc"], env=env) as booking_proc:
+        with server_process(["-m", "bench.serve", "booking-svc"], env=env, role="booking") as booking_proc:
             # The sandbox answers at once and keeps its webhooks, so that the
             # figures measure the confirm path alone.
             payment_env = {
@@ -135,13 +144,11 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
                 "BOXOFFICE_SANDBOX_WEBHOOK_MODE": "manual",
                 "BOXOFFICE_RECONCILE_INTERVAL_SECONDS": "300",
             }
-            with server_process(["-m", "bench.serve", "payment-svc"], env=payment_env) as payment_proc:
+            with server_process(["-m", "bench.serve", "payment-svc"], env=payment_env, role="payment") as payment_proc:
                 async with (
-                    grpc.aio.insecure_channel(booking_proc.address) as booking_channel,
-                    grpc.aio.insecure_channel(payment_proc.address) as payment_channel,
+                    MeshStub(booking_proc.address, bpb_grpc.BookingServiceStub) as booking,
+                    MeshStub(payment_proc.address, ppb_grpc.PaymentServiceStub) as payment,
                 ):
-                    booking: Any = bpb_grpc.BookingServiceStub(booking_channel)
-                    payment: Any = ppb_grpc.PaymentServiceStub(payment_channel)
                     await create_event(booking)
                     figures = await _measure(booking, payment, token, seconds, concurrency, orders)
 

@@ -93,7 +93,9 @@ async def private_database() -> AsyncIterator[str]:
 def queue_server(database_url: str, redis_url: str, *, gc_freeze: bool = False, **env: str) -> Iterator[ServerProcess]:
     """The QueueService server role in its own process (``python -m bench.serve queue-svc``)."""
     argv = ["-m", "bench.serve", "queue-svc", *(["--gc-freeze"] if gc_freeze else [])]
-    with server_process(argv, env={"DATABASE_URL": database_url, "REDIS_URL": redis_url, **env}) as server:
+    with server_process(
+        argv, env={"DATABASE_URL": database_url, "REDIS_URL": redis_url, **env}, role="queue"
+    ) as server:
         yield server
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import grpc
 
 from bench.common import Row, ServerProcess, closed_loop, echo_call, echo_server, report
+from bench.common import channel as channel_as
 from bench.queue_common import create_event, event, private_database, private_redis, queue_app, queue_server
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
@@ -66,7 +67,7 @@ async def _join(database_url: str, redis_url: str, concurrency: int, seconds: fl
     async with queue_app(database_url, redis_url) as queue:
         await create_event(queue, event(event_id, opens_at_ms=int(time.time() * 1000)))
     with queue_server(database_url, redis_url) as server:
-        async with grpc.aio.insecure_channel(server.address) as channel:
+        async with channel_as(server.address) as channel:
             stub = pb_grpc.QueueServiceStub(channel)
             run = secrets.token_hex(3)
 

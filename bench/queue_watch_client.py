@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from bench.common import channel as channel_as
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 
@@ -30,7 +31,7 @@ def _identity(data: bytes) -> bytes:
 
 
 async def _main(address: str, kind: str, event_id: int, first: int, count: int) -> None:
-    channel = grpc.aio.insecure_channel(address)
+    channel = grpc.aio.insecure_channel(address) if kind == "echo" else channel_as(address)
     if kind == "echo":
         watch = channel.unary_stream("/bench.Echo/Watch", request_serializer=_identity, response_deserializer=_identity)
         calls: list[Any] = [watch(b"") for _ in range(count)]
