@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from booking_svc import demo
 from booking_svc.adapters.gate import OpenGate, RedisSeatGate
 from booking_svc.adapters.postgres import PgBookingStore, Pool
+from booking_svc.admin_servicer import AuditedBookingServicer, BookingAdmin, BookingAdminServicer
 from booking_svc.config import BookingConfig, RelayConfig
 from booking_svc.handler import BookingHandler
 from booking_svc.jobs.gauges import SeatGauges
@@ -23,7 +24,7 @@ from booking_svc.jobs.sweeper import Sweeper
 from booking_svc.metrics import BookingMetrics, RelayMetrics, SweeperMetrics
 from booking_svc.ports import SeatGate
 from booking_svc.seatmap import SeatMapCache
-from booking_svc.servicer import BookingServicer
+from boxoffice import audit
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
@@ -64,7 +65,7 @@ class BookingServer:
 
 
 def migrations() -> list[Migration]:
-    return load_migrations(COMPONENT, "booking_svc")
+    return [*audit.migrations(COMPONENT), *load_migrations(COMPONENT, "booking_svc")]
 
 
 def build_store(pool: Pool, config: BookingConfig, overrides: Overrides | None = None) -> PgBookingStore:
@@ -99,7 +100,24 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         metrics=metrics,
         config=config,
     )
-    server = rt.grpc_server(COMPONENT, [BookingServicer(handler).registration()])
+    # The admin API's own handler, on a store whose transactions join each
+    # audited action's (the holds' store stays on the plain pool).
+    admin_store = PgBookingStore(audit.joinable(rt.pool()), hold_batch_max=1)
+    admin = BookingAdmin(
+        handler=BookingHandler(
+            store=admin_store,
+            signer=rt.token_signer,
+            clock=rt.clock,
+            gate=gate,
+            seat_maps=SeatMapCache(admin_store, rt.clock, max_age_seconds=config.seat_map_max_age_seconds),
+            metrics=metrics,
+            config=config,
+        ),
+        auditor=audit.Auditor(rt.pool()),
+    )
+    server = rt.grpc_server(
+        COMPONENT, [AuditedBookingServicer(handler, admin).registration(), BookingAdminServicer(admin).registration()]
+    )
     gauges = SeatGauges(store, metrics, interval_seconds=config.stats_interval_seconds)
     # The hold batcher, as a component, waits for its batches in flight on
     # the way out (it takes new calls until the server stops).
