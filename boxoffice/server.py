@@ -154,11 +154,13 @@ class Gate:
         refusal."""
         pool = descriptor_pool.Default()
         for name in service_names:
+            prefix = f"/{name}/"
+            methods = {m[len(prefix) :] for m in self._policy if m.startswith(prefix)}
             try:
-                methods = [m.name for m in pool.FindServiceByName(name).methods]
+                methods.update(m.name for m in pool.FindServiceByName(name).methods)
             except KeyError:
-                continue
-            for method in methods:
+                pass  # a service of generic handlers: the table's methods
+            for method in sorted(methods):
                 for role in (*access.ROLES, _NO_ROLE):
                     self._refused.labels(name, method, role)
 

@@ -155,10 +155,12 @@ def bare_server(
     registry: CollectorRegistry,
     drain: Drain,
     role: str = access.QUEUE,
+    files: CertFiles | None = None,
+    health_port: int | None = None,
 ) -> GrpcServer:
-    """A GrpcServer of test services (no app) serving mTLS as ``role``,
-    whose authorization table is the mesh's plus ``allow`` (full method ->
-    roles) for the test's own methods."""
+    """A GrpcServer of test services (no app) serving mTLS as ``role`` (or
+    with ``files``), whose authorization table is the mesh's plus ``allow``
+    (full method -> roles) for the test's own methods."""
     gate = Gate(
         CallerResolver("tls", TRUST_DOMAIN),
         Gate.refused_counter(registry),
@@ -171,7 +173,8 @@ def bare_server(
         services=services,
         drain=drain,
         gate=gate,
-        credentials=server_credentials(stores.pki.files(role)),
+        credentials=server_credentials(files or stores.pki.files(role)),
+        health_port=health_port,
     )
 
 
