@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -245,21 +246,57 @@ class StoreConfig:
         )
 
 
+if TYPE_CHECKING:
+    from boxoffice.clock import Clock
+    from boxoffice.secrets import SecretSource
+    from boxoffice.tokens import KeyRing, TokenSigner
+
+
 @dataclass(frozen=True, slots=True)
 class TokenConfig:
-    """Access-token signing keys: every listed key verifies, the active one signs."""
+    """Access-token signing keys: every listed key verifies, the active one
+    signs. From ``BOXOFFICE_TOKEN_KEYS`` or the file ``BOXOFFICE_TOKEN_KEYS_FILE``
+    names (re-read when it changes: rotate by putting the new key first and
+    keeping the old one listed while its tokens live); the active key is
+    ``BOXOFFICE_TOKEN_ACTIVE_KID``, else the first listed."""
 
-    keys: Mapping[str, bytes]
-    active_kid: str
+    ring: SecretSource[KeyRing]
+
+    @property
+    def keys(self) -> Mapping[str, bytes]:
+        return self.ring.get().keys
+
+    @property
+    def active_kid(self) -> str:
+        return self.ring.get().active_kid
+
+    def signer(self, clock: Clock) -> TokenSigner:
+        """A signer that follows the key ring."""
+        from boxoffice.tokens import TokenSigner
+
+        return TokenSigner.following(self.ring.get, clock)
 
     @classmethod
     def from_env(cls, env: Env) -> TokenConfig:
-        keys = env.keys("BOXOFFICE_TOKEN_KEYS")
-        if not keys:
-            # A development key: `boxoffice up` on a laptop needs no setup. A
-            # cluster sets BOXOFFICE_TOKEN_KEYS from a Secret.
-            keys = {"dev": b"boxoffice-development-signing-key"}
-        active = env.string("BOXOFFICE_TOKEN_ACTIVE_KID", next(iter(keys)))
-        if active not in keys:
-            raise ConfigError(f"BOXOFFICE_TOKEN_ACTIVE_KID={active!r} is not in BOXOFFICE_TOKEN_KEYS")
-        return cls(keys=keys, active_kid=active)
+        from boxoffice import secrets
+        from boxoffice.tokens import KeyRing
+
+        # The keys, one `kid:secret` per comma or line.
+        name = secrets.TOKEN_KEYS
+        active = env.raw("BOXOFFICE_TOKEN_ACTIVE_KID")
+
+        def ring(text: str) -> KeyRing:
+            entries = (entry.strip() for entry in text.replace("\n", ",").split(","))
+            keys = Env({name: ",".join(entry for entry in entries if entry)}).keys(name)
+            if not keys:
+                raise ConfigError(f"{name} lists no key")
+            kid = active or next(iter(keys))
+            if kid not in keys:
+                raise ConfigError(f"BOXOFFICE_TOKEN_ACTIVE_KID={kid!r} is not in {name}")
+            return KeyRing(keys, kid)
+
+        # Unset: the development key, so that `boxoffice up` on a laptop needs
+        # no setup; a process off the embedded stores refuses it
+        # (boxoffice.secrets.refuse_development_secrets).
+        default = f"{secrets.DEV_TOKEN_KID}:{secrets.DEV_TOKEN_KEY}"
+        return cls(ring=secrets.read_secret(env, name, ring, default=default))

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from boxoffice.clock import Clock
@@ -59,20 +59,41 @@ def presented(token: str) -> str:
     return token
 
 
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """The signing keys: every one verifies, the active one signs."""
+
+    keys: Mapping[str, bytes]
+    active_kid: str
+
+    def __post_init__(self) -> None:
+        if self.active_kid not in self.keys:
+            raise ValueError(f"active key id {self.active_kid!r} is not among the keys")
+
+
 class TokenSigner:
-    """Issues tokens with the active key; verifies with any known key."""
+    """Issues tokens with the active key; verifies with any known key. The
+    keys are fixed, or read from ``ring`` at every call (a key ring that
+    follows a mounted Secret, see :meth:`following`)."""
 
     def __init__(self, keys: Mapping[str, bytes], active_kid: str, clock: Clock) -> None:
-        if active_kid not in keys:
-            raise ValueError(f"active key id {active_kid!r} is not among the keys")
-        self._keys = dict(keys)
-        self._active_kid = active_kid
+        fixed = KeyRing(dict(keys), active_kid)
+        self._ring: Callable[[], KeyRing] = lambda: fixed
         self._clock = clock
+
+    @classmethod
+    def following(cls, ring: Callable[[], KeyRing], clock: Clock) -> TokenSigner:
+        """A signer whose keys are ``ring()``'s at each call."""
+        first = ring()
+        signer = cls(first.keys, first.active_kid, clock)
+        signer._ring = ring
+        return signer
 
     def _sign(self, key: bytes, signing_input: str) -> str:
         return _b64(hmac.new(key, signing_input.encode(), hashlib.sha256).digest())
 
     def issue(self, *, event_id: int, customer_id: str, ttl_seconds: int) -> tuple[str, AccessClaims]:
+        ring = self._ring()
         now = int(self._clock.now())
         claims = AccessClaims(event_id, customer_id, now, now + ttl_seconds, secrets.token_hex(8))
         payload = _b64(
@@ -87,8 +108,8 @@ class TokenSigner:
                 separators=(",", ":"),
             ).encode()
         )
-        signing_input = f"{_VERSION}.{self._active_kid}.{payload}"
-        return f"{signing_input}.{self._sign(self._keys[self._active_kid], signing_input)}", claims
+        signing_input = f"{_VERSION}.{ring.active_kid}.{payload}"
+        return f"{signing_input}.{self._sign(ring.keys[ring.active_kid], signing_input)}", claims
 
     def verify(self, token: str, *, event_id: int) -> AccessClaims:
         """The claims of a genuine, unexpired token for ``event_id``.
@@ -100,7 +121,7 @@ class TokenSigner:
         if len(parts) != 4 or parts[0] != _VERSION:
             raise _invalid("access token is malformed")
         _, kid, payload, signature = parts
-        key = self._keys.get(kid)
+        key = self._ring().keys.get(kid)
         if key is None:
             raise Unauthenticated(
                 "access token is signed with an unknown key", reason="TOKEN_UNKNOWN_KEY", metadata={"kid": kid[:64]}

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from boxoffice import secrets as secret_files
 from boxoffice.config import ConfigError, Env
-
-# A development secret: `boxoffice up` on a laptop needs no setup. A cluster
-# sets BOXOFFICE_WEBHOOK_SECRETS from a Secret.
-DEV_WEBHOOK_SECRET = "whsec_boxoffice_development_secret"
+from boxoffice.secrets import DEV_WEBHOOK_SECRET, SecretSource
 
 STREAM = "ticket-issued"
 
@@ -57,8 +55,11 @@ class PaymentConfig:
     """Everything the payment processes read from the environment."""
 
     booking_addr: str
-    # Every secret verifies webhooks (several during a rotation).
-    webhook_secrets: tuple[str, ...]
+    # Every secret verifies webhooks (several during a rotation): from
+    # BOXOFFICE_WEBHOOK_SECRETS or the file BOXOFFICE_WEBHOOK_SECRETS_FILE
+    # names, re-read when it changes. Unset: the development secret (`boxoffice
+    # up` on a laptop needs no setup; a process off the embedded stores refuses it).
+    webhook_secret_source: SecretSource[tuple[str, ...]]
     webhook_tolerance_seconds: int
     # How far StartPayment pushes the hold's expiry out.
     hold_extension_seconds: int
@@ -79,15 +80,20 @@ class PaymentConfig:
     claim_idle_ms: int
     sandbox: SandboxConfig
 
+    @property
+    def webhook_secrets(self) -> tuple[str, ...]:
+        """The webhook secrets now."""
+        return self.webhook_secret_source.get()
+
     @classmethod
     def from_env(cls, env: Env) -> PaymentConfig:
-        secrets = tuple(s.strip() for s in env.string("BOXOFFICE_WEBHOOK_SECRETS", DEV_WEBHOOK_SECRET).split(","))
-        for secret in secrets:
-            if len(secret) < 16:
-                raise ConfigError("BOXOFFICE_WEBHOOK_SECRETS: every secret must be at least 16 characters")
+        source = secret_files.read_secret(
+            env, secret_files.WEBHOOK_SECRETS, _webhook_secrets, default=DEV_WEBHOOK_SECRET
+        )
+        secrets = source.get()
         return cls(
             booking_addr=env.string("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
-            webhook_secrets=secrets,
+            webhook_secret_source=source,
             webhook_tolerance_seconds=env.integer("BOXOFFICE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1),
             hold_extension_seconds=env.integer(
                 "BOXOFFICE_PAYMENT_HOLD_EXTENSION_SECONDS", 600, minimum=1, maximum=1800
@@ -104,3 +110,11 @@ class PaymentConfig:
             claim_idle_ms=env.integer("BOXOFFICE_CONSUMER_CLAIM_IDLE_MS", 30_000, minimum=1),
             sandbox=SandboxConfig.from_env(env, signing_secret=secrets[0]),
         )
+
+
+def _webhook_secrets(text: str) -> tuple[str, ...]:
+    """Secrets separated by commas or lines, each of 16 characters at least."""
+    secrets = tuple(part.strip() for part in text.replace("\n", ",").split(",") if part.strip())
+    if not secrets or any(len(secret) < 16 for secret in secrets):
+        raise ConfigError("BOXOFFICE_WEBHOOK_SECRETS: every secret must be at least 16 characters")
+    return secrets

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +38,20 @@ def _failure(reason: str, message: str) -> Unauthenticated:
 
 
 class WebhookVerifier:
-    """Checks a delivery's signature and age against every configured secret."""
+    """Checks a delivery's signature and age against every configured
+    secret: fixed, or ``secrets()``'s at each delivery (secrets that follow a
+    mounted Secret, see :mod:`boxoffice.secrets`)."""
 
-    def __init__(self, secrets: Sequence[str], clock: Clock, tolerance_seconds: int = 300) -> None:
-        if not secrets:
+    def __init__(
+        self, secrets: Sequence[str] | Callable[[], Sequence[str]], clock: Clock, tolerance_seconds: int = 300
+    ) -> None:
+        if callable(secrets):
+            self._secrets = secrets
+        else:
+            fixed = tuple(secrets)
+            self._secrets = lambda: fixed
+        if not self._secrets():
             raise ValueError("at least one webhook secret is required")
-        self._secrets = [s.encode() for s in secrets]
         self._clock = clock
         self._tolerance = tolerance_seconds
 
@@ -71,8 +79,8 @@ class WebhookVerifier:
             raise _failure("WEBHOOK_SIGNATURE_MALFORMED", "the webhook signature header lacks t= or v1=")
         signed = f"{timestamp}.".encode() + body
         genuine = False
-        for secret in self._secrets:
-            expected = hmac.new(secret, signed, hashlib.sha256).hexdigest().encode()
+        for secret in self._secrets():
+            expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest().encode()
             for candidate in candidates:
                 # Evaluate every pair: the time taken says nothing about which matched.
                 genuine = hmac.compare_digest(expected, candidate) or genuine
