@@ -1,0 +1,269 @@
+"""I11 against real servers: every RPC the queue, booking and payment
+servers serve (each server as its own role, over mTLS) x every kind of
+caller. What is allowed and what is refused is read from the one table
+(:data:`boxoffice.access.POLICY`); a refused call answers PERMISSION_DENIED
+(or, for a peer without a certificate of the mesh's CA, fails the
+handshake) and leaves Postgres and Redis exactly as they were; an allowed
+call may fail for its own reasons, never for its caller."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import grpc
+import psycopg
+import pytest
+import redis.asyncio as aioredis
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import Message
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from booking_svc import app as booking_app
+from boxoffice import access, caller
+from boxoffice.embedded import EmbeddedRedis
+from boxoffice.errors import from_rpc_error
+from boxoffice.lifecycle import Component
+from boxoffice.runtime import Runtime
+from payment_svc import app as payment_app
+from queue_svc.app import QueueApp
+from tests.payment.harness import PAYMENT_ENV
+from tests.support import Stores, channel_credentials, make_runtime, running
+
+pytestmark = pytest.mark.slow
+
+_CALLER_REASONS = {"CALLER_UNKNOWN", "CALLER_NOT_ALLOWED"}
+# Callers: a role of the mesh, or a peer the mesh must refuse.
+NO_CERTIFICATE = "no certificate"
+FOREIGN_CA = "another CA"
+OTHER_DOMAIN = "another trust domain"
+CALLERS = (
+    NO_CERTIFICATE,
+    FOREIGN_CA,
+    OTHER_DOMAIN,
+    access.EDGE,
+    access.QUEUE,
+    access.BOOKING,
+    access.PAYMENT,
+    access.OPERATOR,
+)
+# Which server serves a contract package.
+_SERVERS = {"boxoffice.queue.v1": "queue", "boxoffice.booking.v1": "booking", "boxoffice.payment.v1": "payment"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Mesh:
+    rt: Runtime
+    addresses: dict[str, str]
+    redis_url: str
+
+
+@contextlib.contextmanager
+def _private_redis(stores: Stores) -> Iterator[str]:
+    """A Redis only these servers use, so that its snapshot moves only
+    when they change it."""
+    server = EmbeddedRedis(stores.tmp / f"redis-matrix-{_free_port()}")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
+    """The three servers (no background jobs), each serving as its own role."""
+    with _private_redis(stores) as redis_url:
+        own = dataclasses.replace(stores, redis_url=redis_url)
+        booking_port = _free_port()
+        rt = make_runtime(own, environ={**PAYMENT_ENV, "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}"})
+        rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+        queue = QueueApp(rt)
+        booking = booking_app.build_server(rt)
+        payment = payment_app.compose_server(rt)
+        components: list[Component] = [
+            *queue.components("server"),
+            *booking.components,
+            payment.server,
+            payment.clients,
+        ]
+        async with running([*rt.infrastructure(), *components]):
+            addresses = {
+                "queue": queue.server.address,
+                "booking": booking.grpc.address,
+                "payment": payment.server.address,
+            }
+            yield Mesh(rt, addresses, redis_url)
+
+
+def _credentials(stores: Stores, who: str) -> grpc.ChannelCredentials:
+    pki = stores.pki
+    ca = pki.files(access.EDGE).ca
+    files = {
+        NO_CERTIFICATE: None,
+        FOREIGN_CA: pki.foreign_ca,
+        OTHER_DOMAIN: pki.other_domain,
+    }.get(who, pki.files(who) if who in access.ROLES else None)
+    return channel_credentials(files, ca)
+
+
+async def _served(stores: Stores, address: str) -> list[str]:
+    """The services a server says it serves (reflection, as an operator)."""
+    async with grpc.aio.secure_channel(address, _credentials(stores, access.OPERATOR)) as channel:
+        stub: Any = reflection_pb2_grpc.ServerReflectionStub(cast(Any, channel))
+        names: list[str] = []
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        async for answer in stub.ServerReflectionInfo(iter([request])):
+            names.extend(s.name for s in answer.list_services_response.service)
+    return [name for name in names if name.rsplit(".", 1)[0] in _SERVERS]
+
+
+@dataclass(frozen=True)
+class Rpc:
+    full_method: str
+    server: str
+    request: type[Message]
+    response: type[Message]
+    server_streaming: bool
+    client_streaming: bool
+
+
+def _rpcs(services: list[str]) -> list[Rpc]:
+    pool = descriptor_pool.Default()
+    rpcs = []
+    for name in services:
+        for method in pool.FindServiceByName(name).methods:
+            rpcs.append(
+                Rpc(
+                    full_method=f"/{name}/{method.name}",
+                    server=_SERVERS[name.rsplit(".", 1)[0]],
+                    request=message_factory.GetMessageClass(method.input_type),
+                    response=message_factory.GetMessageClass(method.output_type),
+                    server_streaming=method.server_streaming,
+                    client_streaming=method.client_streaming,
+                )
+            )
+    return rpcs
+
+
+async def _call(channel: grpc.aio.Channel, rpc: Rpc) -> grpc.aio.AioRpcError | None:
+    """Calls ``rpc`` with an empty request (a stream: its first message);
+    the error it fails with, or None."""
+    metadata = ((caller.CUSTOMER_METADATA_KEY, "fan-matrix"),)
+    request = rpc.request()
+    try:
+        if rpc.client_streaming or rpc.server_streaming:
+            kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary}
+            make = kinds.get((rpc.client_streaming, rpc.server_streaming), channel.stream_stream)
+            multicallable: Any = make(
+                rpc.full_method,
+                request_serializer=rpc.request.SerializeToString,
+                response_deserializer=rpc.response.FromString,
+            )
+            call = multicallable(iter([request]) if rpc.client_streaming else request, metadata=metadata, timeout=3)
+            if rpc.server_streaming:
+                await call.read()
+                call.cancel()
+            else:
+                await call
+        else:
+            unary = channel.unary_unary(
+                rpc.full_method,
+                request_serializer=rpc.request.SerializeToString,
+                response_deserializer=rpc.response.FromString,
+            )
+            await unary(request, metadata=metadata, timeout=5)
+    except grpc.aio.AioRpcError as err:
+        return err
+    return None
+
+
+async def _snapshot(mesh: Mesh) -> tuple[Any, ...]:
+    """Row counts and a checksum of every table; Redis's size and a digest
+    of every key and its value."""
+    async with await psycopg.AsyncConnection.connect(mesh.rt.database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+        tables = [row[0] for row in await cur.fetchall()]
+        rows = []
+        for table in tables:
+            cur = await conn.execute(
+                f"SELECT count(*), md5(coalesce(string_agg(md5(t::text), '' ORDER BY md5(t::text)), '')) FROM \"{table}\" t".encode()
+            )
+            rows.append((table, *(await cur.fetchone() or ())))
+    client = aioredis.Redis.from_url(mesh.redis_url)
+    try:
+        size = await client.dbsize()
+        digest = hashlib.sha256()
+        for key in sorted([k async for k in client.scan_iter(count=1000)]):
+            digest.update(key)
+            digest.update(await client.dump(key) or b"")
+    finally:
+        await client.aclose()
+    return tuple(rows), size, digest.hexdigest()
+
+
+def _refused_total(rt: Runtime) -> float:
+    total = 0.0
+    for metric in rt.registry.collect():
+        if metric.name == "boxoffice_grpc_calls_refused":
+            total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
+    return total
+
+
+async def test_every_rpc_answers_only_the_roles_the_table_allows(stores: Stores, mesh: Mesh) -> None:
+    services = [name for address in mesh.addresses.values() for name in await _served(stores, address)]
+    assert {"boxoffice.queue.v1.QueueService", "boxoffice.booking.v1.BookingService"} <= set(services)
+    assert "boxoffice.payment.v1.PaymentService" in services
+    rpcs = _rpcs(services)
+    refused_by_gate = 0
+    refused_before = _refused_total(mesh.rt)
+    checked: dict[str, int] = {"allowed": 0, "denied": 0}
+    for who in CALLERS:
+        role = who if who in access.ROLES else None
+        channels = {
+            server: grpc.aio.secure_channel(address, _credentials(stores, who))
+            for server, address in mesh.addresses.items()
+        }
+        try:
+            denied = [rpc for rpc in rpcs if not access.allowed(rpc.full_method, role)]
+            allowed = [rpc for rpc in rpcs if access.allowed(rpc.full_method, role)]
+            assert who in access.ROLES or not allowed
+            before = await _snapshot(mesh)
+            for rpc in denied:
+                err = await _call(channels[rpc.server], rpc)
+                assert err is not None, f"{who} called {rpc.full_method}"
+                if who in (NO_CERTIFICATE, FOREIGN_CA):
+                    assert err.code() == grpc.StatusCode.UNAVAILABLE, (who, rpc.full_method, err)
+                else:
+                    refused = from_rpc_error(err)
+                    assert err.code() == grpc.StatusCode.PERMISSION_DENIED, (who, rpc.full_method, err)
+                    assert refused.reason == ("CALLER_NOT_ALLOWED" if role else "CALLER_UNKNOWN")
+                    assert refused.metadata["method"] == rpc.full_method
+                    refused_by_gate += 1
+                checked["denied"] += 1
+            assert await _snapshot(mesh) == before, f"a call refused to {who} changed the stores"
+            for rpc in allowed:
+                err = await _call(channels[rpc.server], rpc)
+                if err is not None:
+                    answered = from_rpc_error(err)
+                    # Its own reason (a bad request, no token...), never the caller's.
+                    assert answered.reason not in _CALLER_REASONS, (who, rpc.full_method, err)
+                    assert answered.reason != "UPSTREAM_FAILED", (who, rpc.full_method, err)
+                checked["allowed"] += 1
+        finally:
+            for channel in channels.values():
+                await channel.close()
+    assert _refused_total(mesh.rt) - refused_before == refused_by_gate
+    # Every RPC for every caller; the table allows each RPC to someone.
+    assert checked["allowed"] + checked["denied"] == len(rpcs) * len(CALLERS)
+    assert all(any(access.allowed(rpc.full_method, r) for r in access.ROLES) for rpc in rpcs)
