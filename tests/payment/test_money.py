@@ -346,6 +346,20 @@ async def test_refund_and_keep_the_seat_is_gone(mesh: Mesh) -> None:
     assert len(again.hold.seats) == 2
 
 
+async def test_a_refund_the_policy_refuses_leaves_the_sale_whole(mesh: Mesh) -> None:
+    event, hold, payment = await _sold_in_mesh(mesh, "olga", refund_percent=0)
+    before = await booking_snapshot(mesh.booking, event.event_id)
+    err = await _error(
+        mesh.payment.stub.RefundPayment(pb.RefundPaymentRequest(payment_id=payment.payment_id, request_id="refund-1"))
+    )
+    assert (err.code, err.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "REFUND_NOT_ALLOWED")
+    await mesh.issue_all()
+    assert await booking_snapshot(mesh.booking, event.event_id) == before
+    assert await _tickets_valid(mesh, hold.hold_id) == [True, True]
+    got = await mesh.payment.stub.GetPayment(pb.GetPaymentRequest(payment_id=payment.payment_id))
+    assert got.payment.state == pb.PAYMENT_STATE_SUCCEEDED and got.payment.refunded.amount_minor == 0
+
+
 async def test_a_refund_never_cancels_a_booking_for_nothing(mesh: Mesh) -> None:
     """BookingService's side of REFUND_NOT_ALLOWED: a cancel that must
     refund, under a policy that grants nothing, is refused and changes
