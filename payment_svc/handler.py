@@ -11,7 +11,12 @@ A webhook is verified, then deduplicated by the provider's event id: it is
 recorded (with a lock) before it is applied and marked applied after; a
 later delivery of an applied event changes nothing, one that arrives while
 it is being applied is ABORTED (the provider retries), and one whose first
-application failed applies it again.
+application failed applies it again. An event about the payment's charge or
+refund whose amount or currency is not the payment's is refused before it
+is recorded: a valid signature does not make foreign money the payment's.
+
+Money and tickets agree: a refund of a booking that is still confirmed
+goes through the booking's cancellation (see :meth:`PaymentHandler.request_refund`).
 """
 
 from __future__ import annotations
