@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import sys
 import textwrap
@@ -24,7 +25,7 @@ from booking_svc import app as booking_app
 from boxoffice import access, audit
 from boxoffice.runtime import Runtime
 from boxoffice.tls import CertFiles
-from boxoffice_cli.admin import BadFile, parse_event_file, parse_inventory_file
+from boxoffice_cli.admin import BadFile, Progress, parse_event_file, parse_inventory_file
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from queue_svc.app import QueueApp
@@ -300,3 +301,15 @@ def test_the_seat_file_skips_its_header_and_comments() -> None:
         parse_inventory_file("s.csv", "section,row,first_seat_number,seat_count\n")
     with pytest.raises(BadFile, match=r"s\.csv:2: expected 4 fields"):
         parse_inventory_file("s.csv", "A,1,1,1\nA,2,1\n")
+
+
+def test_on_a_terminal_the_progress_is_one_bar_redrawn_in_place() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    progress = Progress(out, 40)
+    progress.update(10)
+    progress.update(40)
+    assert out.getvalue() == (f"\r[{'#' * 8:<30}] 10/40 seats (25%)" + f"\r[{'#' * 30}] 40/40 seats (100%)\n")
