@@ -2,26 +2,24 @@
 # Regenerates what is derived from proto/: gen/ (messages, gRPC stubs and .pyi
 # type stubs) and docs/errors.md (the reasons of the ErrorReason enums).
 # Usage: scripts/gen_protos.sh [--check]   (--check fails when either would change)
+# The code is generated into a scratch folder first; gen/ is replaced only
+# when protoc succeeded, so a failing proto never leaves gen/ half written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python}
-out=gen
-if [ "${1:-}" = "--check" ]; then
-  out=$(mktemp -d)/gen
-fi
-rm -rf "$out/boxoffice"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+out="$scratch/gen"
 mkdir -p "$out"
-target=$(dirname "$out")
-log=$(mktemp)
+log="$scratch/protoc.log"
 if ! "$py" -m grpc_tools.protoc -Igen=proto \
-  --python_out="$target" --grpc_python_out="$target" \
-  --mypy_out="$target" --mypy_grpc_out="$target" \
+  --python_out="$scratch" --grpc_python_out="$scratch" \
+  --mypy_out="$scratch" --mypy_grpc_out="$scratch" \
   $(find proto -name '*.proto' | sort) >"$log" 2>&1; then
   cat "$log" >&2
   exit 1
 fi
 grep -v '^Writing mypy to' "$log" || true
-rm -f "$log"
 find "$out/boxoffice" -type d -exec touch {}/__init__.py \;
 touch "$out/__init__.py" "$out/py.typed"
 if [ "${1:-}" = "--check" ]; then
@@ -30,5 +28,9 @@ if [ "${1:-}" = "--check" ]; then
     exit 1
   fi
   echo "gen/ matches proto/"
+else
+  rm -rf gen/boxoffice
+  cp -R "$out/boxoffice" gen/boxoffice
+  cp "$out/__init__.py" "$out/py.typed" gen/
 fi
 "$py" scripts/gen_error_docs.py ${1:+"$1"}
