@@ -94,6 +94,17 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     call does anything. Metadata: `method`, the full method name; `role`,
     the caller's role.
     """
+    ERROR_REASON_MALFORMED_REQUEST: _ErrorReason.ValueType  # 16
+    """The request message could not be decoded (truncated bytes, a string
+    that is not UTF-8, a field of the wrong wire type): INVALID_ARGUMENT,
+    answered before the call does anything. Metadata: `detail`, what the
+    decoder said.
+    """
+    ERROR_REASON_STREAMS_EXHAUSTED: _ErrorReason.ValueType  # 17
+    """The server already keeps as many streams open as it allows
+    (RESOURCE_EXHAUSTED); retry later, or on another replica. Metadata:
+    `limit`, the most streams one process keeps open.
+    """
     ERROR_REASON_SEAT_UNAVAILABLE: _ErrorReason.ValueType  # 100
     """HoldSeats: some of the requested seats are held or sold by someone else;
     nothing was held (FAILED_PRECONDITION). Metadata: `seat_ids`, the taken
@@ -285,6 +296,17 @@ ERROR_REASON_CALLER_NOT_ALLOWED: ErrorReason.ValueType  # 15
 not allow its role this call (PERMISSION_DENIED). Refused before the
 call does anything. Metadata: `method`, the full method name; `role`,
 the caller's role.
+"""
+ERROR_REASON_MALFORMED_REQUEST: ErrorReason.ValueType  # 16
+"""The request message could not be decoded (truncated bytes, a string
+that is not UTF-8, a field of the wrong wire type): INVALID_ARGUMENT,
+answered before the call does anything. Metadata: `detail`, what the
+decoder said.
+"""
+ERROR_REASON_STREAMS_EXHAUSTED: ErrorReason.ValueType  # 17
+"""The server already keeps as many streams open as it allows
+(RESOURCE_EXHAUSTED); retry later, or on another replica. Metadata:
+`limit`, the most streams one process keeps open.
 """
 ERROR_REASON_SEAT_UNAVAILABLE: ErrorReason.ValueType  # 100
 """HoldSeats: some of the requested seats are held or sold by someone else;
