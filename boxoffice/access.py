@@ -68,8 +68,10 @@ def _table() -> Mapping[str, frozenset[str]]:
         # Only payment moves a hold towards a sale.
         f"{_BOOKING}ExtendHold": {PAYMENT},
         f"{_BOOKING}ConfirmHold": {PAYMENT},
-        # A fan cancels their own booking; an operator anyone's.
-        f"{_BOOKING}CancelBooking": {EDGE, OPERATOR},
+        # A fan cancels their own booking; an operator anyone's; payment
+        # cancels the booking whose payment it refunds (the cancellation
+        # policy decides the refund).
+        f"{_BOOKING}CancelBooking": {EDGE, OPERATOR, PAYMENT},
         # Payments: the fan's own, through the edge; refunds by operators.
         f"{_PAYMENT}StartPayment": {EDGE},
         f"{_PAYMENT}ConfirmPayment": {EDGE},
