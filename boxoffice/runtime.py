@@ -31,7 +31,6 @@ from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.redis import RedisComponent, create_client
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
 from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, server_credentials
-from boxoffice.tokens import TokenSigner
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
@@ -59,7 +58,8 @@ class Runtime:
         self.redis_url = redis_url
         self.clock = clock
         self.registry = registry
-        self.token_signer = TokenSigner(tokens.keys, tokens.active_kid, clock)
+        # Follows BOXOFFICE_TOKEN_KEYS(_FILE): a rotated key file needs no restart.
+        self.token_signer = tokens.signer(clock)
         self.drain = Drain()
         self.grpc_metrics = GrpcServerMetrics.create(registry)
         self.tls = tls

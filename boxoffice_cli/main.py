@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from boxoffice import access, db, logs
+from boxoffice import access, db, logs, secrets
 from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TlsConfig, TokenConfig
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
 from boxoffice.lifecycle import Component, run
@@ -203,15 +203,23 @@ async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, stor
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["admin"]:
+        # The operator's command: a client of the admin API, not a process
+        # of the mesh.
+        from boxoffice_cli import admin
+
+        return admin.main(words[1:], os.environ if environ is None else environ)
     modules = service_modules()
     table = commands(modules)
     parser = argparse.ArgumentParser(prog="boxoffice", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)")
     sub.add_parser("migrate", help="apply schema migrations and exit")
+    sub.add_parser("admin", help="operate events and waiting rooms over the admin API (boxoffice admin --help)")
     for command, (module, role) in sorted(table.items()):
         sub.add_parser(command, help=f"run {module.COMPONENT} {role}")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     env = Env(os.environ if environ is None else environ)
     try:
         logs.configure(env.choice("BOXOFFICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error")))
@@ -223,6 +231,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command not in ("up", "migrate"):
             # Only `boxoffice up` makes its own CA.
             tls.require_files()
+        # A process off the embedded stores never runs on development secrets.
+        components: set[str] | None = None
+        if args.command == "migrate":
+            components = set()
+        elif args.command != "up":
+            components = {table[args.command][0].COMPONENT}
+        secrets.refuse_development_secrets(
+            env, on_embedded_stores=store.database_url is None and store.redis_url is None, components=components
+        )
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2

@@ -257,3 +257,11 @@ async def mesh_client(stores: Stores, address: str) -> AsyncIterator[MeshClient]
         yield client
     finally:
         await client.close()
+
+
+# Secrets that are not the development ones, for the processes a test starts
+# off the embedded stores (such a process refuses development secrets).
+MESH_SECRETS = {
+    "BOXOFFICE_TOKEN_KEYS": "test1:test-token-key-0123456789abcdef",
+    "BOXOFFICE_WEBHOOK_SECRETS": "whsec_test_0123456789abcdef",
+}

@@ -170,8 +170,30 @@ def env_names_read() -> frozenset[str]:
         if _callee(call) in _ENV_READERS and name is not None and _ENV_NAME.match(name):
             names.add(name)
     for path in _python_files():
-        names.update(n for n in _names_read_in_loops(ast.parse(path.read_text(), str(path))) if _ENV_NAME.match(n))
+        module = ast.parse(path.read_text(), str(path))
+        names.update(n for n in _names_read_in_loops(module) if _ENV_NAME.match(n))
+        names.update(_named_constants_read(module))
     return frozenset(names)
+
+
+def _named_constants_read(module: ast.Module) -> Iterator[str]:
+    """Variables named by a module-level constant (``TOKEN_KEYS =
+    "BOXOFFICE_TOKEN_KEYS"``) in a module that reads the environment by a
+    name it does not spell out (``env.raw(variable)``)."""
+    reads_by_name = any(
+        isinstance(node, ast.Call)
+        and _callee(node) in _ENV_READERS
+        and node.args
+        and not isinstance(node.args[0], ast.Constant)
+        for node in ast.walk(module)
+    )
+    if not reads_by_name:
+        return
+    for statement in module.body:
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant):
+            value = statement.value.value
+            if isinstance(value, str) and value.startswith("BOXOFFICE_") and _ENV_NAME.match(value):
+                yield value
 
 
 @cache

@@ -17,7 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.k8s.support import ROOT
-from tests.support import Stores, client_channel, tls_environ
+from tests.support import MESH_SECRETS, Stores, client_channel, tls_environ
 
 
 async def _serving(proc: asyncio.subprocess.Process) -> dict[str, Any]:
@@ -47,6 +47,7 @@ async def test_background_process_answers_the_grpc_health_probe(stores: Stores, 
         "BOXOFFICE_SHUTDOWN_GRACE_SECONDS": "2",
         "POD_NAME": f"probe-{command}",
         **tls_environ(stores.pki.files(command)),
+        **MESH_SECRETS,
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -17,7 +17,7 @@ import pytest
 from boxoffice import db
 from boxoffice.runtime import Pool
 from tests.payment.harness import insert_outbox, new_event_id
-from tests.support import Stores, tls_environ
+from tests.support import MESH_SECRETS, Stores, tls_environ
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +68,7 @@ async def test_killed_relay_and_issuer_lose_and_duplicate_nothing(stores: Stores
         "BOXOFFICE_LOG_LEVEL": "error",
         "BOXOFFICE_DB_POOL_MIN": "1",
         "BOXOFFICE_DB_POOL_MAX": "4",
+        **MESH_SECRETS,
     }
     event_id = new_event_id()
     holds = [str(uuid.uuid4()) for _ in range(_BOOKINGS)]
