@@ -119,7 +119,14 @@ async def _queue(streams: int, clients: int) -> StreamFigures:
                 await create_event(queue, event(event_id, opens_at_ms=now_ms - 1000, rate=HEAD))
                 await queue_fans(store, event_id, [f"fan-{i}" for i in range(HEAD + streams)], now_ms=now_ms)
                 await store.admit(event_id, now_ms=now_ms, epoch=1)  # starts the rate clock
-                env = {"BOXOFFICE_QUEUE_WATCH_INTERVAL_SECONDS": "0.05"}
+                # Each client process opens streams / clients streams on one
+                # connection: allow them (a server keeps 1,000 per
+                # connection by default).
+                env = {
+                    "BOXOFFICE_QUEUE_WATCH_INTERVAL_SECONDS": "0.05",
+                    "BOXOFFICE_MAX_CONCURRENT_STREAMS": str(streams),
+                    "BOXOFFICE_MAX_OPEN_STREAMS": str(streams + 1000),
+                }
                 with queue_server(database_url, redis_url, gc_freeze=True, **env) as server:
 
                     async def trigger() -> None:

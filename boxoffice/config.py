@@ -113,9 +113,14 @@ class ServerConfig:
     grpc_port: int
     metrics_port: int
     shutdown_grace_seconds: float
+    # HTTP/2 streams one connection may have open at once.
     max_concurrent_streams: int
     max_pending_requests: int
     default_deadline_seconds: float
+    # Server streams one process keeps open at once (each costs ~25 KB).
+    max_open_streams: int
+    # The largest request message a server takes.
+    max_message_bytes: int
 
     @property
     def grpc_address(self) -> str:
@@ -129,9 +134,11 @@ class ServerConfig:
             grpc_port=env.integer("BOXOFFICE_GRPC_PORT", default_grpc_port, minimum=0, maximum=65535),
             metrics_port=env.integer("BOXOFFICE_METRICS_PORT", 9464, minimum=0, maximum=65535),
             shutdown_grace_seconds=env.number("BOXOFFICE_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0, maximum=600.0),
-            max_concurrent_streams=env.integer("BOXOFFICE_MAX_CONCURRENT_STREAMS", 100_000, minimum=1),
+            max_concurrent_streams=env.integer("BOXOFFICE_MAX_CONCURRENT_STREAMS", 1_000, minimum=1),
             max_pending_requests=env.integer("BOXOFFICE_MAX_PENDING_REQUESTS", 50_000, minimum=1),
             default_deadline_seconds=env.number("BOXOFFICE_DEFAULT_DEADLINE_SECONDS", 5.0, minimum=0.01, maximum=300.0),
+            max_open_streams=env.integer("BOXOFFICE_MAX_OPEN_STREAMS", 40_000, minimum=1),
+            max_message_bytes=env.integer("BOXOFFICE_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024, maximum=64 << 20),
         )
 
 

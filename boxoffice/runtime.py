@@ -31,6 +31,7 @@ from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.redis import RedisComponent, create_client
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
 from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, server_credentials
+from boxoffice.wire import StreamBudget
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
@@ -61,6 +62,8 @@ class Runtime:
         # Follows BOXOFFICE_TOKEN_KEYS(_FILE): a rotated key file needs no restart.
         self.token_signer = tokens.signer(clock)
         self.drain = Drain()
+        # The server streams this process keeps open, over all its servers.
+        self.streams = StreamBudget(server.max_open_streams)
         self.grpc_metrics = GrpcServerMetrics.create(registry)
         self.tls = tls
         source = "tls" if tls.enabled else (tls.mesh_identity or "none")
@@ -149,6 +152,7 @@ class Runtime:
             gate=self.gate,
             credentials=credentials,
             health_port=health_port,
+            streams=self.streams,
         )
 
     def identity(self, component: str) -> CertFiles | None:

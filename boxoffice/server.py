@@ -32,7 +32,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from boxoffice import access, deadline
+from boxoffice import access, deadline, wire
 from boxoffice.caller import Caller, acting_as
 from boxoffice.config import ServerConfig
 from boxoffice.errors import (
@@ -47,6 +47,7 @@ from boxoffice.errors import (
 )
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.tls import CallerResolver
+from boxoffice.wire import StreamBudget
 
 _log = logging.getLogger("boxoffice.server")
 
@@ -265,10 +266,17 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     rich statuses, sets each unary call's deadline scope, and records
     go-grpc-prometheus metrics."""
 
-    def __init__(self, metrics: GrpcServerMetrics, default_deadline_seconds: float, gate: Gate) -> None:
+    def __init__(
+        self,
+        metrics: GrpcServerMetrics,
+        default_deadline_seconds: float,
+        gate: Gate,
+        streams: StreamBudget | None = None,
+    ) -> None:
         self._metrics = metrics
         self._default_deadline = default_deadline_seconds
         self._gate = gate
+        self._streams = streams or StreamBudget(1 << 62)
         # Wrapped handlers by method, built once: the hot path of every call
         # reuses them (and their resolved metric children).
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
@@ -298,6 +306,9 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             )
         labels = (_grpc_type(handler), service, method)
         check = self._gate.check(full_method)
+        # A request that does not decode answers INVALID_ARGUMENT, not UNKNOWN
+        # with a traceback.
+        handler = wire.guard(handler)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(cast(Any, handler.unary_unary), labels, check),
@@ -381,6 +392,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
         started, handled, handling_seconds = self._children(labels)
         sent = self._metrics.msg_sent.labels(*labels)
+        streams = self._streams
         check_reason = _reason_check(labels[1], labels[2])
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
@@ -388,7 +400,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
-                with acting_as(check(context)):
+                with acting_as(check(context)), streams.hold():
                     async for message in inner(request, context):
                         sent.inc()
                         yield message
@@ -424,6 +436,7 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     """Channel args for a server that takes flash crowds of streams."""
     return [
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+        ("grpc.max_receive_message_length", config.max_message_bytes),
         # The defaults (about 1,000 soft / 3,000 hard) cancel about half of a
         # burst of 10,000 stream opens.
         ("grpc.server.max_pending_requests", config.max_pending_requests),
@@ -459,6 +472,7 @@ class GrpcServer:
         gate: Gate,
         credentials: grpc.ServerCredentials | None = None,
         health_port: int | None = None,
+        streams: StreamBudget | None = None,
     ) -> None:
         self.name = name
         self._config = config
@@ -468,7 +482,7 @@ class GrpcServer:
         self._credentials = credentials
         self._health = health_aio.HealthServicer()
         self._server = grpc.aio.server(
-            interceptors=[ObservabilityInterceptor(metrics, config.default_deadline_seconds, gate)],
+            interceptors=[ObservabilityInterceptor(metrics, config.default_deadline_seconds, gate, streams)],
             options=server_options(config),
         )
         self._health_port = health_port

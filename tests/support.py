@@ -22,6 +22,7 @@ from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.runtime import Runtime
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
 from boxoffice.tls import Authority, CallerResolver, CertFiles, server_credentials, write_identity
+from boxoffice.wire import StreamBudget
 
 TRUST_DOMAIN = "boxoffice.local"
 NAMESPACE = "boxoffice-test"
@@ -157,6 +158,7 @@ def bare_server(
     role: str = access.QUEUE,
     files: CertFiles | None = None,
     health_port: int | None = None,
+    streams: StreamBudget | None = None,
 ) -> GrpcServer:
     """A GrpcServer of test services (no app) serving mTLS as ``role`` (or
     with ``files``), whose authorization table is the mesh's plus ``allow``
@@ -175,6 +177,7 @@ def bare_server(
         gate=gate,
         credentials=server_credentials(files or stores.pki.files(role)),
         health_port=health_port,
+        streams=streams,
     )
 
 

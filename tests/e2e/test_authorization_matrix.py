@@ -267,3 +267,69 @@ async def test_every_rpc_answers_only_the_roles_the_table_allows(stores: Stores,
     # Every RPC for every caller; the table allows each RPC to someone.
     assert checked["allowed"] + checked["denied"] == len(rpcs) * len(CALLERS)
     assert all(any(access.allowed(rpc.full_method, r) for r in access.ROLES) for rpc in rpcs)
+
+
+def _first_string_field(message: type[Message]) -> int | None:
+    for field in message.DESCRIPTOR.fields:
+        if field.type == field.TYPE_STRING:
+            return int(field.number)
+    return None
+
+
+def _undecodable(rpc: Rpc) -> list[bytes]:
+    """Requests no decoder accepts: corrupt wire format, a message cut in
+    the middle of a field, and (where the request has a string field) a
+    string that is not UTF-8."""
+    payloads = [b"\xff\xff\xff\xff", b"\x0a\x7f" + b"x" * 10]
+    number = _first_string_field(rpc.request)
+    if number is not None:
+        payloads.append(bytes([(number << 3) | 2, 2]) + b"\xff\xfe")
+    return payloads
+
+
+async def _raw(channel: grpc.aio.Channel, rpc: Rpc, payload: bytes) -> grpc.aio.AioRpcError | None:
+    """``payload`` sent as the request bytes of ``rpc``, as a fan's edge would."""
+    metadata = ((caller.CUSTOMER_METADATA_KEY, "fan-fuzz"),)
+    try:
+        if rpc.server_streaming:
+            call: Any = channel.unary_stream(rpc.full_method)(payload, metadata=metadata, timeout=3)
+            await call.read()
+            call.cancel()
+        else:
+            await channel.unary_unary(rpc.full_method)(payload, metadata=metadata, timeout=5)
+    except grpc.aio.AioRpcError as err:
+        return err
+    return None
+
+
+async def test_bad_input_to_every_rpc_answers_invalid_argument_without_a_traceback(
+    stores: Stores, mesh: Mesh, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every RPC, called by a role the table allows, with requests that do
+    not decode and with a request over the size limit: INVALID_ARGUMENT
+    (MALFORMED_REQUEST) or RESOURCE_EXHAUSTED, never UNKNOWN or INTERNAL,
+    nothing changed, and no error logged."""
+    services = [name for address in mesh.addresses.values() for name in await _served(stores, address)]
+    rpcs = [rpc for rpc in _rpcs(services) if not rpc.client_streaming]
+    before = await _snapshot(mesh)
+    channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+    caplog.set_level("ERROR")
+    try:
+        for rpc in rpcs:
+            role = next(r for r in access.ROLES if access.allowed(rpc.full_method, r))
+            key = (rpc.server, role)
+            if key not in channels:
+                channels[key] = grpc.aio.secure_channel(mesh.addresses[rpc.server], _credentials(stores, role))
+            for payload in _undecodable(rpc):
+                err = await _raw(channels[key], rpc, payload)
+                assert err is not None and err.code() == grpc.StatusCode.INVALID_ARGUMENT, (rpc.full_method, err)
+                assert from_rpc_error(err).reason == "MALFORMED_REQUEST", (rpc.full_method, err)
+            err = await _raw(channels[key], rpc, b"\x0a\x80\x80\x80\x01" + b"x" * (2 << 20))
+            assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (rpc.full_method, err)
+    finally:
+        for channel in channels.values():
+            await channel.close()
+    assert await _snapshot(mesh) == before
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], [
+        r.getMessage() for r in caplog.records
+    ]

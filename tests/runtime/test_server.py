@@ -16,6 +16,7 @@ from boxoffice import access, deadline
 from boxoffice.config import Env, ServerConfig
 from boxoffice.errors import FailedPrecondition, from_rpc_error
 from boxoffice.server import Drain, GrpcServer, Registration
+from boxoffice.wire import StreamBudget
 from tests.support import Stores, bare_server, client_channel
 
 SERVICE = "boxoffice.test.v1.TestService"
@@ -168,3 +169,43 @@ async def test_stop_drains_inflight_calls_and_streams(
     assert await stream.read() == b"bye"
     assert await stream.code() == grpc.StatusCode.OK
     await stopping
+
+
+async def test_a_process_keeps_at_most_its_stream_budget_open(stores: Stores) -> None:
+    """One stream over the process's budget answers RESOURCE_EXHAUSTED at
+    once; a stream that ends gives its place back."""
+    registry = CollectorRegistry()
+    drain = Drain()
+    handlers = _Handlers(drain)
+    budget = StreamBudget(2)
+    server = bare_server(
+        stores,
+        services=[handlers.registration()],
+        allow={f"/{SERVICE}/{method}": frozenset({access.EDGE}) for method in _METHODS},
+        config=ServerConfig.from_env(Env({}), default_grpc_port=0),
+        registry=registry,
+        drain=drain,
+        streams=budget,
+    )
+    await server.start()
+    channel = client_channel(stores, server.address, access.EDGE)
+    watch = channel.unary_stream(f"/{SERVICE}/Watch", request_serializer=_identity, response_deserializer=_identity)
+    try:
+        first, second = watch(b""), watch(b"")
+        assert await first.read() == b"first" and await second.read() == b"first"
+        assert budget.open == 2
+        third = watch(b"")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await third.read()
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        refused = from_rpc_error(caught.value)
+        assert refused.reason == "STREAMS_EXHAUSTED" and refused.metadata == {"limit": "2"}
+        first.cancel()
+        fourth = watch(b"")
+        assert await fourth.read() == b"first"
+        second.cancel()
+        fourth.cancel()
+    finally:
+        await channel.close()
+        await server.stop(0)
+    assert budget.open == 0
