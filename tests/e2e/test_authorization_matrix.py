@@ -292,11 +292,13 @@ async def _raw(channel: grpc.aio.Channel, rpc: Rpc, payload: bytes) -> grpc.aio.
     metadata = ((caller.CUSTOMER_METADATA_KEY, "fan-fuzz"),)
     try:
         if rpc.server_streaming:
-            call: Any = channel.unary_stream(rpc.full_method)(payload, metadata=metadata, timeout=3)
+            stream: Any = channel.unary_stream(rpc.full_method)
+            call: Any = stream(payload, metadata=metadata, timeout=3)
             await call.read()
             call.cancel()
         else:
-            await channel.unary_unary(rpc.full_method)(payload, metadata=metadata, timeout=5)
+            unary: Any = channel.unary_unary(rpc.full_method)
+            await unary(payload, metadata=metadata, timeout=5)
     except grpc.aio.AioRpcError as err:
         return err
     return None
