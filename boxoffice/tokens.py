@@ -4,6 +4,10 @@ Format: ``v1.<kid>.<payload>.<signature>``; payload and signature are
 unpadded base64url; the payload is compact JSON ``{"e": event_id, "c":
 customer_id, "iat": issued, "exp": expiry, "jti": id}``. The algorithm is
 fixed here, never read from the token.
+
+A customer-scoped call acts for a customer taken from credentials, never
+from a request body: the token's customer (:meth:`TokenSigner.verify`), or
+the fan the edge asserts (:func:`asserted_customer`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import hashlib
 import hmac
 import json
 import secrets
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from boxoffice import caller
 from boxoffice.clock import Clock
 from boxoffice.errors import PermissionDenied, Unauthenticated
 
@@ -57,6 +63,34 @@ def presented(token: str) -> str:
     if len(token) > _MAX_TOKEN_LENGTH:
         raise _invalid("access token is too long")
     return token
+
+
+def asserted_customer(claimed: str = "") -> str:
+    """The customer the current call acts for: the fan the edge asserts
+    (:mod:`boxoffice.caller`), percent-encoded UTF-8 in the metadata, as
+    gRPC metadata is ASCII. ``claimed`` is what the request body names, if
+    anything: it may only repeat the assertion.
+
+    UNAUTHENTICATED (``CUSTOMER_NOT_ASSERTED``) when the caller asserts no
+    customer; PERMISSION_DENIED (``CUSTOMER_MISMATCH``) when the body names
+    another.
+    """
+    asserted = caller.current().customer_id
+    try:
+        customer = None if asserted is None else urllib.parse.unquote(asserted, errors="strict")
+    except UnicodeDecodeError:
+        customer = None
+    if not customer:
+        raise Unauthenticated("the call names no customer it acts for", reason="CUSTOMER_NOT_ASSERTED")
+    same_customer(claimed, customer)
+    return customer
+
+
+def same_customer(claimed: str, customer_id: str) -> None:
+    """PERMISSION_DENIED (``CUSTOMER_MISMATCH``) when a request body names a
+    customer (``claimed``) other than the one its credentials carry."""
+    if claimed and claimed != customer_id:
+        raise PermissionDenied("the request names another customer than the caller's", reason="CUSTOMER_MISMATCH")
 
 
 @dataclass(frozen=True, slots=True)

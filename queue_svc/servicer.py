@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from boxoffice.server import Registration
+from boxoffice.tokens import asserted_customer
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 from queue_svc.converters import (
@@ -31,6 +32,15 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QueueService"].full_name
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
+def _customer(claimed: str) -> str:
+    """The fan a customer-scoped call acts for: the edge's assertion, never
+    the body. A body ``customer_id`` (deprecated) is checked like any field,
+    then must name the asserted fan."""
+    if claimed:
+        parse_customer_id(claimed)
+    return parse_customer_id(asserted_customer(claimed))
+
+
 class QueueServicer(pb_grpc.QueueServiceServicer):
     """The gRPC face of QueueHandler."""
 
@@ -42,7 +52,7 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
 
     async def JoinQueue(self, request: pb.JoinQueueRequest, context: Context) -> pb.JoinQueueResponse:
         event_id = parse_event_id(request.event_id)
-        customer_id = parse_customer_id(request.customer_id)
+        customer_id = _customer(request.customer_id)
         client_id = parse_client_id(request.client_id)
         position, newly = await self._handler.join(event_id, customer_id, client_id)
         return pb.JoinQueueResponse(position=position_pb(position), newly_joined=newly)
@@ -51,7 +61,7 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         self, request: pb.GetQueuePositionRequest, context: Context
     ) -> pb.GetQueuePositionResponse:
         event_id = parse_event_id(request.event_id)
-        customer_id = parse_customer_id(request.customer_id)
+        customer_id = _customer(request.customer_id)
         position = await self._handler.position(event_id, customer_id)
         return pb.GetQueuePositionResponse(position=position_pb(position))
 
@@ -59,7 +69,7 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         self, request: pb.WatchQueuePositionRequest, context: Context
     ) -> AsyncIterator[pb.WatchQueuePositionResponse]:
         event_id = parse_event_id(request.event_id)
-        customer_id = parse_customer_id(request.customer_id)
+        customer_id = _customer(request.customer_id)
         watch = await self._handler.watch_position(event_id, customer_id)
         try:
             position: Position | None = watch.first
@@ -78,7 +88,7 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
 
     async def LeaveQueue(self, request: pb.LeaveQueueRequest, context: Context) -> pb.LeaveQueueResponse:
         event_id = parse_event_id(request.event_id)
-        customer_id = parse_customer_id(request.customer_id)
+        customer_id = _customer(request.customer_id)
         position = await self._handler.leave(event_id, customer_id)
         return pb.LeaveQueueResponse(position=position_pb(position))
 
@@ -86,7 +96,7 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         self, request: pb.EndShoppingSessionRequest, context: Context
     ) -> pb.EndShoppingSessionResponse:
         event_id = parse_event_id(request.event_id)
-        customer_id = parse_customer_id(request.customer_id)
+        customer_id = _customer(request.customer_id)
         reason = parse_end_reason(request.reason)
         position = await self._handler.end_session(event_id, customer_id, reason)
         return pb.EndShoppingSessionResponse(position=position_pb(position))

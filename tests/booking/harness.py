@@ -22,7 +22,8 @@ from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.runtime import Runtime
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
-from tests.support import ManualClock, Stores, make_runtime, mesh_client, running
+from tests.edge import edge_mesh_client
+from tests.support import ManualClock, Stores, make_runtime, running
 
 
 @dataclass
@@ -56,7 +57,10 @@ async def booking_server(
     env = {"BOXOFFICE_DB_POOL_MAX": "30", "BOXOFFICE_BOOKING_SEAT_MAP_MAX_AGE_SECONDS": "0", **(environ or {})}
     rt = make_runtime(stores, environ=env, clock=clock)
     server = app.build_server(rt, app.Overrides(store_class=store_class, race_pause_seconds=race_pause_seconds))
-    async with running([*rt.infrastructure(), *server.components]), mesh_client(stores, server.grpc.address) as client:
+    async with (
+        running([*rt.infrastructure(), *server.components]),
+        edge_mesh_client(stores, server.grpc.address) as client,
+    ):
         # Each call goes as a role the authorization table allows it.
         stub = client.stub(pb_grpc.BookingServiceStub)
         yield Booking(rt, stub, clock, server.store, server.metrics, stores.database_url)

@@ -29,7 +29,8 @@ from boxoffice_cli.admin import BadFile, Progress, parse_event_file, parse_inven
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from queue_svc.app import QueueApp
-from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, make_runtime, mesh_client, running
+from tests.edge import edge_mesh_client
+from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, make_runtime, running
 
 _RUN = "import os, sys; from boxoffice_cli.admin import main; sys.exit(main(sys.argv[1:], os.environ))"
 
@@ -91,7 +92,7 @@ async def mesh(stores: Stores, tmp_path: Path) -> AsyncIterator[Mesh]:
 @contextlib.asynccontextmanager
 async def edge_queue(mesh: Mesh) -> AsyncIterator[Any]:
     """QueueService as the edge, for the fans of a test."""
-    async with mesh_client(mesh.stores, mesh.queue_addr) as client:
+    async with edge_mesh_client(mesh.stores, mesh.queue_addr) as client:
         yield client.stub(qpb_grpc.QueueServiceStub, role=access.EDGE)
 
 

@@ -24,7 +24,8 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.support import Stores, all_migrations, make_runtime, mesh_client, running
+from tests.edge import edge_mesh_client
+from tests.support import Stores, all_migrations, make_runtime, running
 
 T = TypeVar("T")
 
@@ -81,9 +82,9 @@ async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
         # Each call goes as a role the authorization table allows it (the
         # edge for the fan's calls, the operator for CreateEvent).
         async with (
-            mesh_client(stores, addresses["queue"]) as queue,
-            mesh_client(stores, addresses["booking"]) as booking,
-            mesh_client(stores, addresses["payment"]) as payment,
+            edge_mesh_client(stores, addresses["queue"]) as queue,
+            edge_mesh_client(stores, addresses["booking"]) as booking,
+            edge_mesh_client(stores, addresses["payment"]) as payment,
         ):
             yield Mesh(
                 queue.stub(qpb_grpc.QueueServiceStub),

@@ -43,7 +43,8 @@ from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.model import Payment
 from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
-from tests.support import ManualClock, Stores, make_runtime, mesh_client, running
+from tests.edge import edge_mesh_client
+from tests.support import ManualClock, Stores, make_runtime, running
 
 WEBHOOK_SECRET = "whsec_payment_tests_0123456789"
 
@@ -274,7 +275,7 @@ async def payment_stack(
     parts = payment_app.compose_server(rt, payment_app.Overrides(booking=client))
     async with (
         running([*rt.infrastructure(), parts.server, parts.clients]),
-        mesh_client(stores, parts.server.address) as mesh,
+        edge_mesh_client(stores, parts.server.address) as mesh,
     ):
         # Each call goes as a role the authorization table allows it;
         # ``channel`` is the edge's.

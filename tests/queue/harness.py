@@ -29,7 +29,8 @@ from queue_svc.adapters import EventKeys
 from queue_svc.app import QueueApp
 from queue_svc.model import WaitingRoomConfig
 from queue_svc.ports import JoinLimits, Leadership
-from tests.support import ManualClock, Stores, make_runtime, mesh_client, running
+from tests.edge import edge_mesh_client
+from tests.support import ManualClock, Stores, make_runtime, running
 
 MINUTE_MS = 60_000
 NO_LIMITS = JoinLimits(per_account=0, per_client=0, window_ms=10_000)
@@ -142,7 +143,7 @@ async def queue_service(
     components = queue.components("server")
     async with running([*queue.rt.infrastructure(), *components]):
         address = queue.server.address
-        async with mesh_client(stores, address) as client:
+        async with edge_mesh_client(stores, address) as client:
             # Each call goes as a role the authorization table allows it;
             # ``channel`` is the edge's.
             yield QueueUnderTest(

@@ -105,6 +105,17 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (RESOURCE_EXHAUSTED); retry later, or on another replica. Metadata:
     `limit`, the most streams one process keeps open.
     """
+    ERROR_REASON_CUSTOMER_NOT_ASSERTED: _ErrorReason.ValueType  # 18
+    """A customer-scoped call from the edge that names no customer in the
+    `x-boxoffice-customer` metadata (UNAUTHENTICATED): the customer comes
+    from the edge's assertion or an access token, never from a request body.
+    No metadata.
+    """
+    ERROR_REASON_CUSTOMER_MISMATCH: _ErrorReason.ValueType  # 19
+    """The request names another customer than the one the call acts for (the
+    edge's asserted fan, or the access token's customer) (PERMISSION_DENIED);
+    nothing is read or changed. No metadata.
+    """
     ERROR_REASON_SEAT_UNAVAILABLE: _ErrorReason.ValueType  # 100
     """HoldSeats: some of the requested seats are held or sold by someone else;
     nothing was held (FAILED_PRECONDITION). Metadata: `seat_ids`, the taken
@@ -307,6 +318,17 @@ ERROR_REASON_STREAMS_EXHAUSTED: ErrorReason.ValueType  # 17
 """The server already keeps as many streams open as it allows
 (RESOURCE_EXHAUSTED); retry later, or on another replica. Metadata:
 `limit`, the most streams one process keeps open.
+"""
+ERROR_REASON_CUSTOMER_NOT_ASSERTED: ErrorReason.ValueType  # 18
+"""A customer-scoped call from the edge that names no customer in the
+`x-boxoffice-customer` metadata (UNAUTHENTICATED): the customer comes
+from the edge's assertion or an access token, never from a request body.
+No metadata.
+"""
+ERROR_REASON_CUSTOMER_MISMATCH: ErrorReason.ValueType  # 19
+"""The request names another customer than the one the call acts for (the
+edge's asserted fan, or the access token's customer) (PERMISSION_DENIED);
+nothing is read or changed. No metadata.
 """
 ERROR_REASON_SEAT_UNAVAILABLE: ErrorReason.ValueType  # 100
 """HoldSeats: some of the requested seats are held or sold by someone else;

@@ -265,7 +265,10 @@ class JoinQueueRequest(_message.Message):
     event_id: _builtins.int
     """The event to queue for; positive."""
     customer_id: _builtins.str
-    """The authenticated account of the customer; 1 to 128 characters."""
+    """Deprecated: the customer is the fan the edge asserts in the
+    `x-boxoffice-customer` metadata, never this field. Optional; when set it
+    must name the asserted fan (else PERMISSION_DENIED, CUSTOMER_MISMATCH).
+    """
     client_id: _builtins.str
     """The client the request came from (an IP address or device id), used for
     per-client rate limits; up to 128 characters, optional.
@@ -327,7 +330,10 @@ class GetQueuePositionRequest(_message.Message):
     event_id: _builtins.int
     """The event; positive."""
     customer_id: _builtins.str
-    """The customer; 1 to 128 characters."""
+    """Deprecated: the customer is the fan the edge asserts in the
+    `x-boxoffice-customer` metadata, never this field. Optional; when set it
+    must name the asserted fan (else PERMISSION_DENIED, CUSTOMER_MISMATCH).
+    """
     def __init__(
         self,
         *,
@@ -377,7 +383,10 @@ class WatchQueuePositionRequest(_message.Message):
     event_id: _builtins.int
     """The event; positive."""
     customer_id: _builtins.str
-    """The customer; 1 to 128 characters."""
+    """Deprecated: the customer is the fan the edge asserts in the
+    `x-boxoffice-customer` metadata, never this field. Optional; when set it
+    must name the asserted fan (else PERMISSION_DENIED, CUSTOMER_MISMATCH).
+    """
     def __init__(
         self,
         *,
@@ -525,7 +534,10 @@ class LeaveQueueRequest(_message.Message):
     event_id: _builtins.int
     """The event; positive."""
     customer_id: _builtins.str
-    """The customer; 1 to 128 characters."""
+    """Deprecated: the customer is the fan the edge asserts in the
+    `x-boxoffice-customer` metadata, never this field. Optional; when set it
+    must name the asserted fan (else PERMISSION_DENIED, CUSTOMER_MISMATCH).
+    """
     def __init__(
         self,
         *,
@@ -576,7 +588,10 @@ class EndShoppingSessionRequest(_message.Message):
     event_id: _builtins.int
     """The event; positive."""
     customer_id: _builtins.str
-    """The customer; 1 to 128 characters."""
+    """Deprecated: the customer is the fan the edge asserts in the
+    `x-boxoffice-customer` metadata, never this field. Optional; when set it
+    must name the asserted fan (else PERMISSION_DENIED, CUSTOMER_MISMATCH).
+    """
     reason: Global___SessionEndReason.ValueType
     """Why the session ends."""
     def __init__(
