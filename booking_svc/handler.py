@@ -30,10 +30,10 @@ from booking_svc.model import (
 )
 from booking_svc.ports import BookingStore, SeatGate, attempt_token
 from booking_svc.seatmap import SeatMapCache
-from boxoffice import access, caller
+from boxoffice import access, caller, validate
 from boxoffice.clock import Clock
 from boxoffice.errors import Aborted, BoxofficeError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from boxoffice.tokens import TokenSigner
+from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
 
 # Best available answers ABORTED when every free seat it saw was being taken
 # by a concurrent picker; it looks again this many times first.
@@ -126,8 +126,8 @@ class BookingHandler:
         began = time.perf_counter()
         result = "error"
         try:
-            claims = self._signer.verify(access_token, event_id=event_id)
-            hold, replayed = await self._hold(claims.customer_id, event_id, selection, request_id)
+            customer_id = token_customer(self._signer.verify(access_token, event_id=event_id))
+            hold, replayed = await self._hold(customer_id, event_id, selection, request_id)
             result = "replayed" if replayed else "held"
             return hold
         except BoxofficeError as err:
@@ -183,8 +183,8 @@ class BookingHandler:
             raise NotFound(
                 f"hold {hold_id} does not exist", reason="HOLD_NOT_FOUND", metadata={"hold_id": str(hold_id)}
             )
-        claims = self._signer.verify(access_token, event_id=hold.event_id)
-        if claims.customer_id != hold.customer_id:
+        customer_id = token_customer(self._signer.verify(access_token, event_id=hold.event_id))
+        if customer_id != hold.customer_id:
             raise PermissionDenied(
                 "the hold belongs to another customer", reason="NOT_HOLD_OWNER", metadata={"hold_id": str(hold_id)}
             )
@@ -196,6 +196,11 @@ class BookingHandler:
     async def list_holds(
         self, *, event_id: int, customer_id: str | None, page_size: int, page_token: str | None
     ) -> tuple[list[Hold], str | None]:
+        """A page of holds of the event: the edge's are its asserted fan's
+        only (a ``customer_id`` naming another is refused); an operator's
+        are one customer's, or every customer's without one."""
+        if caller.current().role != access.OPERATOR:
+            customer_id = asserted_customer(customer_id or "")
         after = None if page_token is None else _parse_page_token(page_token, event_id, customer_id)
         holds = await self._store.list_holds(
             event_id=event_id, customer_id=customer_id, limit=page_size + 1, after=after
@@ -241,11 +246,17 @@ class BookingHandler:
         finally:
             self._metrics.confirms.labels(result).inc()
 
-    async def cancel_booking(self, *, hold_id: uuid.UUID, customer_id: str, reason: str) -> tuple[Hold, int]:
-        """Cancel a confirmed booking. PaymentService cancels one only to
-        refund it (RefundPayment): for that caller a policy that grants
-        nothing refuses the cancel, so a refund never voids a booking for
-        nothing and never leaves one confirmed."""
+    async def cancel_booking(self, *, hold_id: uuid.UUID, customer_id: str | None, reason: str) -> tuple[Hold, int]:
+        """Cancel a confirmed booking. The edge cancels its asserted fan's
+        own (``customer_id``, when given, must name that fan); an operator
+        and payment name the booking's customer. PaymentService cancels one
+        only to refund it (RefundPayment): for that caller a policy that
+        grants nothing refuses the cancel, so a refund never voids a booking
+        for nothing and never leaves one confirmed."""
+        if caller.current().is_edge:
+            customer_id = asserted_customer(customer_id or "")
+        elif customer_id is None:
+            raise validate.required("customer_id")
         hold, refund = await self._store.cancel_booking(
             hold_id=hold_id,
             customer_id=customer_id,

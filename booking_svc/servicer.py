@@ -121,7 +121,7 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
 
     async def CancelBooking(self, request: pb.CancelBookingRequest, context: Context) -> pb.CancelBookingResponse:
         hold_id = parse_hold_id("hold_id", request.hold_id)
-        customer_id = validate.text("customer_id", request.customer_id, max_length=128)
+        customer_id = validate.text("customer_id", request.customer_id, max_length=128) if request.customer_id else None
         reason = validate.text("reason", request.reason, max_length=500, min_length=0)
         hold, refund = await self._handler.cancel_booking(hold_id=hold_id, customer_id=customer_id, reason=reason)
         return pb.CancelBookingResponse(

@@ -75,15 +75,32 @@ def asserted_customer(claimed: str = "") -> str:
     customer; PERMISSION_DENIED (``CUSTOMER_MISMATCH``) when the body names
     another.
     """
-    asserted = caller.current().customer_id
-    try:
-        customer = None if asserted is None else urllib.parse.unquote(asserted, errors="strict")
-    except UnicodeDecodeError:
-        customer = None
+    customer = assertion()
     if not customer:
         raise Unauthenticated("the call names no customer it acts for", reason="CUSTOMER_NOT_ASSERTED")
     same_customer(claimed, customer)
     return customer
+
+
+def assertion() -> str | None:
+    """The fan the edge asserts for the current call, decoded; None when
+    the caller is not the edge or asserts nobody (or undecodable bytes)."""
+    asserted = caller.current().customer_id
+    if not asserted:
+        return None
+    try:
+        return urllib.parse.unquote(asserted, errors="strict") or None
+    except UnicodeDecodeError:
+        return None
+
+
+def token_customer(claims: AccessClaims) -> str:
+    """The customer of a verified token, who must be the fan the edge
+    asserts when it asserts one (PERMISSION_DENIED, ``CUSTOMER_MISMATCH``)."""
+    asserted = assertion()
+    if asserted is not None:
+        same_customer(asserted, claims.customer_id)
+    return claims.customer_id
 
 
 def same_customer(claimed: str, customer_id: str) -> None:

@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from booking_svc import app
 from booking_svc.adapters.postgres import PgBookingStore
 from booking_svc.metrics import BookingMetrics
+from boxoffice import access
 from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.runtime import Runtime
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
@@ -36,6 +37,8 @@ class Booking:
     store: PgBookingStore
     metrics: BookingMetrics
     database_url: str
+    # The operator's stub, for what only operators may (every customer's holds).
+    operator: Any = None
     events: list[int] = field(default_factory=list)
 
     def token(self, customer_id: str, event_id: int) -> str:
@@ -63,7 +66,8 @@ async def booking_server(
     ):
         # Each call goes as a role the authorization table allows it.
         stub = client.stub(pb_grpc.BookingServiceStub)
-        yield Booking(rt, stub, clock, server.store, server.metrics, stores.database_url)
+        operator = client.stub(pb_grpc.BookingServiceStub, role=access.OPERATOR)
+        yield Booking(rt, stub, clock, server.store, server.metrics, stores.database_url, operator)
 
 
 def new_event_id() -> int:

@@ -970,7 +970,10 @@ class ListHoldsRequest(_message.Message):
     event_id: _builtins.int
     """The event; positive."""
     customer_id: _builtins.str
-    """Only this customer's holds; empty for all."""
+    """Only this customer's holds. From the edge: optional, and when set it must
+    name the asserted fan (else PERMISSION_DENIED, CUSTOMER_MISMATCH). From an
+    operator: empty for every customer's.
+    """
     page_size: _builtins.int
     """Maximum holds to return, 1 to 1,000; 0 means 100."""
     page_token: _builtins.str
@@ -1197,7 +1200,10 @@ class CancelBookingRequest(_message.Message):
     hold_id: _builtins.str
     """The booking (a confirmed hold)."""
     customer_id: _builtins.str
-    """The customer who must own it, as authenticated by the caller."""
+    """The customer who must own it. From the edge: optional, the asserted fan
+    (when set it must name that fan, else PERMISSION_DENIED,
+    CUSTOMER_MISMATCH). From an operator or PaymentService: required.
+    """
     reason: _builtins.str
     """Why, up to 500 characters."""
     def __init__(

@@ -154,7 +154,9 @@ class BookingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListHolds(self, request, context):
-        """ListHolds lists an event's holds, newest first, optionally of one customer.
+        """ListHolds lists an event's holds, newest first, of one customer: through
+        the edge, the fan it asserts (x-boxoffice-customer) only; an operator's,
+        any one customer's or (no customer_id) every customer's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,7 +204,8 @@ class BookingServiceServicer:
     def CancelBooking(self, request, context):
         """CancelBooking cancels a confirmed booking: its seats return to sale and a
         refund is requested per the event's refund policy (a BookingCancelled
-        outbox row). Cancelling a cancelled booking returns it again.
+        outbox row). Cancelling a cancelled booking returns it again. Through
+        the edge, only the asserted fan's own booking.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

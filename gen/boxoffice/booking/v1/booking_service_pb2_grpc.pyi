@@ -73,7 +73,10 @@ class BookingServiceStub:
     GetHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetHoldRequest, _booking_service_pb2.GetHoldResponse]
     """GetHold returns one hold of the token's customer."""
     ListHolds: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ListHoldsRequest, _booking_service_pb2.ListHoldsResponse]
-    """ListHolds lists an event's holds, newest first, optionally of one customer."""
+    """ListHolds lists an event's holds, newest first, of one customer: through
+    the edge, the fan it asserts (x-boxoffice-customer) only; an operator's,
+    any one customer's or (no customer_id) every customer's.
+    """
     ReleaseHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ReleaseHoldRequest, _booking_service_pb2.ReleaseHoldResponse]
     """ReleaseHold gives a held hold's seats back; only its owner may (else
     PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
@@ -104,7 +107,8 @@ class BookingServiceStub:
     CancelBooking: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.CancelBookingRequest, _booking_service_pb2.CancelBookingResponse]
     """CancelBooking cancels a confirmed booking: its seats return to sale and a
     refund is requested per the event's refund policy (a BookingCancelled
-    outbox row). Cancelling a cancelled booking returns it again.
+    outbox row). Cancelling a cancelled booking returns it again. Through
+    the edge, only the asserted fan's own booking.
     """
 
 @_typing.type_check_only
@@ -146,7 +150,10 @@ class BookingServiceAsyncStub(BookingServiceStub):
     GetHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetHoldRequest, _booking_service_pb2.GetHoldResponse]  # type: ignore[assignment]
     """GetHold returns one hold of the token's customer."""
     ListHolds: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ListHoldsRequest, _booking_service_pb2.ListHoldsResponse]  # type: ignore[assignment]
-    """ListHolds lists an event's holds, newest first, optionally of one customer."""
+    """ListHolds lists an event's holds, newest first, of one customer: through
+    the edge, the fan it asserts (x-boxoffice-customer) only; an operator's,
+    any one customer's or (no customer_id) every customer's.
+    """
     ReleaseHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ReleaseHoldRequest, _booking_service_pb2.ReleaseHoldResponse]  # type: ignore[assignment]
     """ReleaseHold gives a held hold's seats back; only its owner may (else
     PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
@@ -177,7 +184,8 @@ class BookingServiceAsyncStub(BookingServiceStub):
     CancelBooking: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.CancelBookingRequest, _booking_service_pb2.CancelBookingResponse]  # type: ignore[assignment]
     """CancelBooking cancels a confirmed booking: its seats return to sale and a
     refund is requested per the event's refund policy (a BookingCancelled
-    outbox row). Cancelling a cancelled booking returns it again.
+    outbox row). Cancelling a cancelled booking returns it again. Through
+    the edge, only the asserted fan's own booking.
     """
 
 class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -256,7 +264,10 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _booking_service_pb2.ListHoldsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_booking_service_pb2.ListHoldsResponse, _abc.Awaitable[_booking_service_pb2.ListHoldsResponse]]:
-        """ListHolds lists an event's holds, newest first, optionally of one customer."""
+        """ListHolds lists an event's holds, newest first, of one customer: through
+        the edge, the fan it asserts (x-boxoffice-customer) only; an operator's,
+        any one customer's or (no customer_id) every customer's.
+        """
 
     @_abc_1.abstractmethod
     def ReleaseHold(
@@ -311,7 +322,8 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_booking_service_pb2.CancelBookingResponse, _abc.Awaitable[_booking_service_pb2.CancelBookingResponse]]:
         """CancelBooking cancels a confirmed booking: its seats return to sale and a
         refund is requested per the event's refund policy (a BookingCancelled
-        outbox row). Cancelling a cancelled booking returns it again.
+        outbox row). Cancelling a cancelled booking returns it again. Through
+        the edge, only the asserted fan's own booking.
         """
 
 def add_BookingServiceServicer_to_server(servicer: BookingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
