@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from boxoffice import deadline
+from boxoffice import caller, deadline
 from boxoffice.errors import (
     Aborted,
     FailedPrecondition,
@@ -39,7 +39,7 @@ from boxoffice.errors import (
     Unauthenticated,
     Unavailable,
 )
-from boxoffice.tokens import TokenSigner
+from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
 from payment_svc.config import PaymentConfig
 from payment_svc.idempotency import detached, key_scope
 from payment_svc.metrics import ServerMetrics
@@ -138,6 +138,19 @@ class PaymentHandler:
             raise NotFound("no such payment", reason="PAYMENT_NOT_FOUND", metadata={"payment_id": payment_id})
         return payment
 
+    async def visible(self, payment_id: str) -> Payment:
+        """The payment, if the caller may see it: through the edge, only a
+        payment of the asserted fan; another's answers exactly as a payment
+        that does not exist (NOT_FOUND), so that payment ids reveal nothing.
+        Other callers the table lets in (operators) see any."""
+        if not caller.current().is_edge:
+            return await self.get(payment_id)
+        customer_id = asserted_customer()
+        payment = await self._store.get(payment_id)
+        if payment is None or payment.customer_id != customer_id:
+            raise NotFound("no such payment", reason="PAYMENT_NOT_FOUND", metadata={"payment_id": payment_id})
+        return payment
+
     async def key_scope(self, method: str, payment_id: str) -> str:
         """Where ``method``'s idempotency keys for ``payment_id`` live (see
         :func:`payment_svc.idempotency.key_scope`)."""
@@ -148,10 +161,10 @@ class PaymentHandler:
         self, access_token: str, *, event_id: int, hold_id: str | None, page_size: int, page_token: str
     ) -> tuple[list[Ticket], str]:
         """A page of the token's customer's tickets for the event."""
-        claims = self._tokens.verify(access_token, event_id=event_id)
+        customer_id = token_customer(self._tokens.verify(access_token, event_id=event_id))
         return await self._tickets.list_for_customer(
             event_id=event_id,
-            customer_id=claims.customer_id,
+            customer_id=customer_id,
             hold_id=hold_id,
             page_size=page_size,
             page_token=page_token,
@@ -162,8 +175,7 @@ class PaymentHandler:
     async def start(self, access_token: str, hold_id: str, payment_method: str) -> Payment:
         """Charge the hold of the token's customer (one live payment per hold)."""
         hold = await self._booking.get_hold(access_token, hold_id)
-        claims = self._tokens.verify(access_token, event_id=hold.event_id)
-        if claims.customer_id != hold.customer_id:
+        if token_customer(self._tokens.verify(access_token, event_id=hold.event_id)) != hold.customer_id:
             raise PermissionDenied("the hold belongs to another customer", reason="HOLD_NOT_OWNED")
         existing = await self._store.live_for_hold(hold.hold_id)
         if existing is not None:

@@ -62,6 +62,8 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
     ) -> pb.ConfirmPaymentResponse:
         payment_id = parse_uuid("payment_id", request.payment_id)
         key = validate.text("idempotency_key", request.idempotency_key, max_length=255)
+        # Only the payment's own customer confirms it (nothing is stored otherwise).
+        await self._handler.visible(payment_id)
 
         async def work() -> pb.ConfirmPaymentResponse:
             payment = await self._handler.settle(payment_id)
@@ -125,7 +127,7 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
         self, request: pb.GetPaymentRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetPaymentResponse:
         payment_id = parse_uuid("payment_id", request.payment_id)
-        payment = await self._handler.get(payment_id)
+        payment = await self._handler.visible(payment_id)
         return pb.GetPaymentResponse(payment=payment_to_proto(payment))
 
     async def ListTickets(

@@ -64,6 +64,11 @@ PAYMENT_ENV = {
 }
 
 
+# The fan the test edge asserts for a payment call that names none it knows
+# (a payment it did not see started): the customer most tests buy as.
+DEFAULT_FAN = "alice"
+
+
 def new_event_id() -> int:
     return secrets.randbelow(2**40) + 1
 
@@ -227,6 +232,8 @@ class PaymentStack:
     booking: BookingClient
     channel: grpc.aio.Channel
     stub: Any
+    # The operator's stub, for what only operators may (anyone's payment).
+    operator: Any = None
 
     @property
     def provider(self) -> SandboxProvider:
@@ -275,7 +282,7 @@ async def payment_stack(
     parts = payment_app.compose_server(rt, payment_app.Overrides(booking=client))
     async with (
         running([*rt.infrastructure(), parts.server, parts.clients]),
-        edge_mesh_client(stores, parts.server.address) as mesh,
+        edge_mesh_client(stores, parts.server.address, fan=DEFAULT_FAN) as mesh,
     ):
         # Each call goes as a role the authorization table allows it;
         # ``channel`` is the edge's.
@@ -285,6 +292,7 @@ async def payment_stack(
             booking=parts.booking,
             channel=mesh.channel(access.EDGE),
             stub=mesh.stub(pb_grpc.PaymentServiceStub),
+            operator=mesh.stub(pb_grpc.PaymentServiceStub, role=access.OPERATOR),
         )
 
 

@@ -142,7 +142,8 @@ async def _audit(mesh: Mesh, event_id: int) -> None:
     confirmed: list[bpb.Hold] = []
     page_token = ""
     while True:
-        page = await mesh.booking.stub.ListHolds(
+        # Every customer's holds: the operator's listing.
+        page = await mesh.booking.operator.ListHolds(
             bpb.ListHoldsRequest(event_id=event_id, page_size=1000, page_token=page_token)
         )
         confirmed.extend(h for h in page.holds if h.state == bpb.HOLD_STATE_CONFIRMED)

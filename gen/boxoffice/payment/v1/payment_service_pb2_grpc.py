@@ -91,6 +91,8 @@ class PaymentServiceServicer:
         while the first is in flight is ABORTED. Final answers are stored, errors
         included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
         not, so that a retry with the same key runs again. Keys are kept 24 h.
+        Through the edge, only the asserted fan's own payment: another's answers
+        NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -115,7 +117,9 @@ class PaymentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPayment(self, request, context):
-        """GetPayment returns a payment.
+        """GetPayment returns a payment: through the edge, only the asserted fan's
+        own (another's answers NOT_FOUND PAYMENT_NOT_FOUND, as one that does not
+        exist); an operator's, any.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -48,6 +48,8 @@ class PaymentServiceStub:
     while the first is in flight is ABORTED. Final answers are stored, errors
     included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
     not, so that a retry with the same key runs again. Keys are kept 24 h.
+    Through the edge, only the asserted fan's own payment: another's answers
+    NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
     """
     HandleProviderWebhook: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.HandleProviderWebhookRequest, _payment_service_pb2.HandleProviderWebhookResponse]
     """HandleProviderWebhook takes a signed provider notification, checks its
@@ -59,7 +61,10 @@ class PaymentServiceStub:
     RefundPayment: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.RefundPaymentRequest, _payment_service_pb2.RefundPaymentResponse]
     """RefundPayment refunds a captured payment, in full or in part."""
     GetPayment: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.GetPaymentRequest, _payment_service_pb2.GetPaymentResponse]
-    """GetPayment returns a payment."""
+    """GetPayment returns a payment: through the edge, only the asserted fan's
+    own (another's answers NOT_FOUND PAYMENT_NOT_FOUND, as one that does not
+    exist); an operator's, any.
+    """
     ListTickets: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.ListTicketsRequest, _payment_service_pb2.ListTicketsResponse]
     """ListTickets lists the tickets of the token's customer for the token's
     event, oldest first. Tickets are issued from the outbox stream a moment
@@ -86,6 +91,8 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     while the first is in flight is ABORTED. Final answers are stored, errors
     included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
     not, so that a retry with the same key runs again. Keys are kept 24 h.
+    Through the edge, only the asserted fan's own payment: another's answers
+    NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
     """
     HandleProviderWebhook: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.HandleProviderWebhookRequest, _payment_service_pb2.HandleProviderWebhookResponse]  # type: ignore[assignment]
     """HandleProviderWebhook takes a signed provider notification, checks its
@@ -97,7 +104,10 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     RefundPayment: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.RefundPaymentRequest, _payment_service_pb2.RefundPaymentResponse]  # type: ignore[assignment]
     """RefundPayment refunds a captured payment, in full or in part."""
     GetPayment: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.GetPaymentRequest, _payment_service_pb2.GetPaymentResponse]  # type: ignore[assignment]
-    """GetPayment returns a payment."""
+    """GetPayment returns a payment: through the edge, only the asserted fan's
+    own (another's answers NOT_FOUND PAYMENT_NOT_FOUND, as one that does not
+    exist); an operator's, any.
+    """
     ListTickets: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.ListTicketsRequest, _payment_service_pb2.ListTicketsResponse]  # type: ignore[assignment]
     """ListTickets lists the tickets of the token's customer for the token's
     event, oldest first. Tickets are issued from the outbox stream a moment
@@ -133,6 +143,8 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         while the first is in flight is ABORTED. Final answers are stored, errors
         included; a retryable one (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) is
         not, so that a retry with the same key runs again. Keys are kept 24 h.
+        Through the edge, only the asserted fan's own payment: another's answers
+        NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
         """
 
     @_abc_1.abstractmethod
@@ -162,7 +174,10 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _payment_service_pb2.GetPaymentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_payment_service_pb2.GetPaymentResponse, _abc.Awaitable[_payment_service_pb2.GetPaymentResponse]]:
-        """GetPayment returns a payment."""
+        """GetPayment returns a payment: through the edge, only the asserted fan's
+        own (another's answers NOT_FOUND PAYMENT_NOT_FOUND, as one that does not
+        exist); an operator's, any.
+        """
 
     @_abc_1.abstractmethod
     def ListTickets(
