@@ -1,0 +1,372 @@
+"""The attacks of the trust-boundary issue, each against real servers over
+mTLS (every role of every service as `boxoffice up` composes them), each
+refused, and each leaving the sale as it was.
+
+The scene: victim3 is admitted, has bought two seats (a confirmed booking,
+tickets VALID, payment SUCCEEDED) and holds two more; the attacker, fan-1,
+is admitted too and calls through the edge as a fan can (the edge asserts
+fan-1), or with whatever certificate of the mesh it can get.
+
+The poisoned idempotency key is also proven against PaymentService alone in
+tests/payment/test_money.py; the development-secret webhook in
+tests/payment/test_money.py and tests/runtime (a process off the embedded
+stores refuses development secrets).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+from google.protobuf import duration_pb2
+
+from boxoffice import access
+from boxoffice.errors import BoxofficeError, NotFound, PermissionDenied, from_rpc_error
+from boxoffice.lifecycle import Component
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as qapb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
+from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.e2e.test_flow import _eventually, _free_port, _ts
+from tests.edge import EdgeMeshClient, as_fan
+from tests.support import Stores, all_migrations, make_runtime, running
+
+VICTIM = "victim3"
+ATTACKER = "fan-1"
+# Every role of the mesh but payment (the only one ConfirmHold answers).
+NOT_PAYMENT = tuple(r for r in access.ROLES if r != access.PAYMENT)
+
+
+@dataclass
+class Mesh:
+    stores: Stores
+    queue: EdgeMeshClient
+    booking: EdgeMeshClient
+    payment: EdgeMeshClient
+
+    def as_role(self, service: str, role: str) -> Any:
+        client, factory = {
+            "queue": (self.queue, qpb_grpc.QueueServiceStub),
+            "queue-admin": (self.queue, qapb_grpc.QueueAdminServiceStub),
+            "booking": (self.booking, bpb_grpc.BookingServiceStub),
+            "payment": (self.payment, ppb_grpc.PaymentServiceStub),
+        }[service]
+        return client.stub(factory, role=role)
+
+
+@pytest.fixture
+async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
+    from booking_svc import app as booking_app
+    from payment_svc import app as payment_app
+    from queue_svc import app as queue_app
+
+    assert all_migrations()
+    booking_port = _free_port()
+    rt = make_runtime(
+        stores,
+        environ={
+            "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
+            "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
+            "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+            "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+            "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+            "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
+            "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
+            "BOXOFFICE_TICKET_STREAM": f"ticket-issued-attacks-{uuid.uuid4().hex[:12]}",
+            "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
+            "BOXOFFICE_DB_POOL_MAX": "20",
+        },
+    )
+    rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+    components: list[Component] = []
+    for module in (queue_app, booking_app, payment_app):
+        for role in module.ROLES.values():
+            components.extend(await module.build(rt, role))
+    async with running([*rt.infrastructure(), *components]):
+        addresses = {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009
+        clients = [EdgeMeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment")]
+        try:
+            yield Mesh(stores, *clients)
+        finally:
+            for client in clients:
+                await client.close()
+
+
+@dataclass
+class Scene:
+    event_id: int
+    victim_token: str
+    attacker_token: str
+    bought: bpb.Hold
+    held: bpb.Hold
+    payment: ppb.Payment
+
+
+async def _admitted(mesh: Mesh, event_id: int, fan: str) -> str:
+    edge = mesh.as_role("queue", access.EDGE)
+    await edge.JoinQueue(qpb.JoinQueueRequest(event_id=event_id), metadata=as_fan(fan))
+
+    async def token() -> str | None:
+        reply = await edge.GetQueuePosition(qpb.GetQueuePositionRequest(event_id=event_id), metadata=as_fan(fan))
+        position = reply.position
+        return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
+
+    return await _eventually(token, f"{fan} admitted")
+
+
+async def _scene(mesh: Mesh) -> Scene:
+    event_id = int(uuid.uuid4().int % 10**12) + 10**6
+    now = datetime.now(UTC)
+    operator = mesh.as_role("booking", access.OPERATOR)
+    await operator.CreateEvent(
+        bpb.CreateEventRequest(
+            event_id=event_id,
+            display_name="Attacks",
+            kind=bpb.EVENT_KIND_CONCERT,
+            starts_at=_ts(now + timedelta(days=30)),
+            refund_policy=bpb.RefundPolicy(refund_percent=100, refundable_until=_ts(now + timedelta(days=7))),
+            sections=[
+                bpb.SectionSpec(
+                    section_id="A",
+                    display_name="Stalls",
+                    kind=bpb.SECTION_KIND_SEATED,
+                    price=bpb.Money(currency_code="EUR", amount_minor=4500),
+                )
+            ],
+        )
+    )
+    await operator.LoadInventory(
+        bpb.LoadInventoryRequest(
+            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=8)]
+        )
+    )
+    await mesh.as_role("queue", access.OPERATOR).CreateEventQueue(
+        qpb.CreateEventQueueRequest(
+            config=qpb.EventQueueConfig(
+                event_id=event_id,
+                opens_at=_ts(now - timedelta(seconds=1)),
+                admission_rate_per_second=100,
+                max_active_shoppers=10,
+            )
+        )
+    )
+    victim = await _admitted(mesh, event_id, VICTIM)
+    attacker = await _admitted(mesh, event_id, ATTACKER)
+    booking = mesh.booking.stub(bpb_grpc.BookingServiceStub)
+    payment = mesh.payment.stub(ppb_grpc.PaymentServiceStub)
+
+    def best(token: str, quantity: int) -> bpb.HoldSeatsRequest:
+        return bpb.HoldSeatsRequest(
+            access_token=token,
+            event_id=event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=quantity),
+        )
+
+    bought = (await booking.HoldSeats(best(victim, 2))).hold
+    started = await payment.StartPayment(
+        ppb.StartPaymentRequest(access_token=victim, hold_id=bought.hold_id, payment_method="pm_card_ok")
+    )
+    confirmed = await payment.ConfirmPayment(
+        ppb.ConfirmPaymentRequest(payment_id=started.payment.payment_id, idempotency_key=f"victim-{bought.hold_id}")
+    )
+    assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
+
+    async def issued() -> bool | None:
+        reply = await payment.ListTickets(ppb.ListTicketsRequest(access_token=victim, event_id=event_id))
+        return True if len(reply.tickets) == 2 else None
+
+    await _eventually(issued, "the victim's tickets")
+    held = (await booking.HoldSeats(best(victim, 2))).hold
+    return Scene(event_id, victim, attacker, bought, held, confirmed.payment)
+
+
+async def _state(mesh: Mesh, scene: Scene) -> dict[str, Any]:
+    """What the sale is in Postgres, and the victim's place in the queue."""
+    rows: dict[str, Any] = {}
+    async with await psycopg.AsyncConnection.connect(mesh.stores.database_url, autocommit=True) as conn:
+        for name, sql in (
+            ("holds", "SELECT hold_id::text, state, expires_at FROM holds WHERE event_id = %s ORDER BY 1"),
+            ("seats", "SELECT seat_id, status, hold_id::text FROM seats WHERE event_id = %s ORDER BY 1"),
+            ("tickets", "SELECT hold_id::text, seat_id, voided_at FROM tickets WHERE event_id = %s ORDER BY 1, 2"),
+            ("payments", "SELECT payment_id::text, state, refunded_minor FROM payments WHERE event_id = %s ORDER BY 1"),
+            (
+                "outbox",
+                "SELECT o.type FROM outbox o JOIN holds h ON o.aggregateid = h.hold_id::text "
+                "WHERE h.event_id = %s ORDER BY o.seq",
+            ),
+        ):
+            cur = await conn.execute(sql, (scene.event_id,))
+            rows[name] = await cur.fetchall()
+    config = await mesh.as_role("queue", access.OPERATOR).GetEventQueue(
+        qpb.GetEventQueueRequest(event_id=scene.event_id)
+    )
+    rows["config"] = config.config.SerializeToString(deterministic=True)
+    place = await mesh.as_role("queue", access.EDGE).GetQueuePosition(
+        qpb.GetQueuePositionRequest(event_id=scene.event_id), metadata=as_fan(VICTIM)
+    )
+    rows["victim"] = place.position.state
+    return rows
+
+
+async def _refused(call: Any) -> BoxofficeError:
+    try:
+        answer = await call
+    except grpc.aio.AioRpcError as err:
+        return from_rpc_error(err)
+    raise AssertionError(f"answered {answer}")
+
+
+def _denied(err: BoxofficeError, reason: str) -> None:
+    assert isinstance(err, PermissionDenied) and err.reason == reason, err
+
+
+async def test_free_tickets_refund_and_keep_and_the_admin_calls_are_refused_to_every_caller_but_their_own(
+    mesh: Mesh,
+) -> None:
+    scene = await _scene(mesh)
+    before = await _state(mesh, scene)
+    # Free tickets: ConfirmHold with a made-up payment id and no token.
+    confirm = bpb.ConfirmHoldRequest(
+        hold_id=scene.held.hold_id,
+        idempotency_key="free",
+        payment_id=f"made-up-{uuid.uuid4().hex}",
+        amount_paid=scene.held.amount,
+    )
+    for role in NOT_PAYMENT:
+        _denied(await _refused(mesh.as_role("booking", role).ConfirmHold(confirm)), "CALLER_NOT_ALLOWED")
+    edge = access.EDGE
+    fan = as_fan(ATTACKER)
+    for call in (
+        # Refund and keep: the buyer refunds themselves.
+        mesh.as_role("payment", edge).RefundPayment(
+            ppb.RefundPaymentRequest(payment_id=scene.payment.payment_id, request_id="mine"), metadata=fan
+        ),
+        # 1,800 s more on someone else's hold.
+        mesh.as_role("booking", edge).ExtendHold(
+            bpb.ExtendHoldRequest(
+                hold_id=scene.held.hold_id, customer_id=VICTIM, extend_by=duration_pb2.Duration(seconds=1800)
+            ),
+            metadata=fan,
+        ),
+        # Pause, throttle, and the admin service's pause.
+        mesh.as_role("queue", edge).PauseAdmission(qpb.PauseAdmissionRequest(event_id=scene.event_id), metadata=fan),
+        mesh.as_role("queue", edge).UpdateEventQueue(
+            qpb.UpdateEventQueueRequest(
+                config=qpb.EventQueueConfig(
+                    event_id=scene.event_id, opens_at=_ts(datetime.now(UTC)), admission_rate_per_second=1
+                )
+            ),
+            metadata=fan,
+        ),
+        mesh.as_role("queue-admin", edge).PauseWaitingRoom(
+            qapb.PauseWaitingRoomRequest(event_id=scene.event_id), metadata=fan
+        ),
+    ):
+        _denied(await _refused(call), "CALLER_NOT_ALLOWED")
+    assert await _state(mesh, scene) == before
+
+
+async def test_a_fan_gets_no_token_session_holds_or_booking_of_another(mesh: Mesh) -> None:
+    scene = await _scene(mesh)
+    before = await _state(mesh, scene)
+    fan = as_fan(ATTACKER)
+    queue = mesh.as_role("queue", access.EDGE)
+    booking = mesh.as_role("booking", access.EDGE)
+    # A token for a named customer, and the victim's session ended for them.
+    for call in (
+        queue.GetQueuePosition(qpb.GetQueuePositionRequest(event_id=scene.event_id, customer_id=VICTIM), metadata=fan),
+        queue.EndShoppingSession(
+            qpb.EndShoppingSessionRequest(
+                event_id=scene.event_id, customer_id=VICTIM, reason=qpb.SESSION_END_REASON_COMPLETED
+            ),
+            metadata=fan,
+        ),
+        queue.LeaveQueue(qpb.LeaveQueueRequest(event_id=scene.event_id, customer_id=VICTIM), metadata=fan),
+        # Another's holds, listed by naming them.
+        booking.ListHolds(bpb.ListHoldsRequest(event_id=scene.event_id, customer_id=VICTIM), metadata=fan),
+        # Another's booking, cancelled by naming them.
+        booking.CancelBooking(
+            bpb.CancelBookingRequest(hold_id=scene.bought.hold_id, customer_id=VICTIM, reason="x"), metadata=fan
+        ),
+        # The victim's token, replayed by the attacker's session at the edge.
+        booking.HoldSeats(
+            bpb.HoldSeatsRequest(
+                access_token=scene.victim_token,
+                event_id=scene.event_id,
+                best_available=bpb.BestAvailableSelection(section_id="A", quantity=1),
+            ),
+            metadata=fan,
+        ),
+    ):
+        _denied(await _refused(call), "CUSTOMER_MISMATCH")
+    # Another's booking, cancelled naming nobody: the attacker owns no such booking.
+    _denied(
+        await _refused(
+            booking.CancelBooking(bpb.CancelBookingRequest(hold_id=scene.bought.hold_id, reason="x"), metadata=fan)
+        ),
+        "NOT_HOLD_OWNER",
+    )
+    # Listing the event's holds lists the attacker's own: none.
+    listed = await booking.ListHolds(bpb.ListHoldsRequest(event_id=scene.event_id), metadata=fan)
+    assert list(listed.holds) == []
+    assert await _state(mesh, scene) == before
+
+
+async def test_another_fans_payment_is_neither_confirmed_nor_read_and_keys_poison_nobody(mesh: Mesh) -> None:
+    scene = await _scene(mesh)
+    payment = mesh.as_role("payment", access.EDGE)
+    fan = as_fan(ATTACKER)
+    # The victim starts paying for the held seats; the attacker knows the id.
+    started = await payment.StartPayment(
+        ppb.StartPaymentRequest(
+            access_token=scene.victim_token, hold_id=scene.held.hold_id, payment_method="pm_card_ok"
+        ),
+        metadata=as_fan(VICTIM),
+    )
+
+    async def settled() -> bool | None:
+        # The provider's webhook confirms the payment and tickets follow;
+        # the scene stands still before the attacks.
+        reply = await payment.ListTickets(
+            ppb.ListTicketsRequest(access_token=scene.victim_token, event_id=scene.event_id), metadata=as_fan(VICTIM)
+        )
+        return True if len(reply.tickets) == 4 else None
+
+    await _eventually(settled, "the victim's second sale")
+    before = await _state(mesh, scene)
+    key = f"confirm-1-{uuid.uuid4().hex[:8]}"
+    for call in (
+        payment.ConfirmPayment(
+            ppb.ConfirmPaymentRequest(payment_id=started.payment.payment_id, idempotency_key=key), metadata=fan
+        ),
+        payment.GetPayment(ppb.GetPaymentRequest(payment_id=scene.payment.payment_id), metadata=fan),
+        # The poisoned key: a made-up payment id with the key the victim will use.
+        payment.ConfirmPayment(
+            ppb.ConfirmPaymentRequest(payment_id=str(uuid.uuid4()), idempotency_key=key), metadata=fan
+        ),
+    ):
+        err = await _refused(call)
+        assert isinstance(err, NotFound) and err.reason == "PAYMENT_NOT_FOUND", err
+    # The victim's token is not the attacker's to pay with or list tickets by.
+    for call in (
+        payment.ListTickets(
+            ppb.ListTicketsRequest(access_token=scene.victim_token, event_id=scene.event_id), metadata=fan
+        ),
+    ):
+        _denied(await _refused(call), "CUSTOMER_MISMATCH")
+    assert await _state(mesh, scene) == before
+    # The victim's confirm with the same key is whole.
+    mine = await payment.ConfirmPayment(
+        ppb.ConfirmPaymentRequest(payment_id=started.payment.payment_id, idempotency_key=key), metadata=as_fan(VICTIM)
+    )
+    assert mine.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
