@@ -29,6 +29,7 @@ from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
+from boxoffice.sessions import EndedSessionsView
 
 COMPONENT = "booking"
 DEFAULT_GRPC_PORT = 50052
@@ -91,6 +92,8 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         if config.seat_gate
         else OpenGate()
     )
+    # Ended shopping sessions, read from Redis every second (see boxoffice.sessions).
+    sessions = EndedSessionsView(rt.redis(), rt.clock)
     handler = BookingHandler(
         store=store,
         signer=rt.token_signer,
@@ -99,6 +102,7 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         seat_maps=SeatMapCache(store, rt.clock, max_age_seconds=config.seat_map_max_age_seconds),
         metrics=metrics,
         config=config,
+        sessions=sessions,
     )
     # The admin API's own handler, on a store whose transactions join each
     # audited action's (the holds' store stays on the plain pool).
@@ -123,7 +127,12 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
     # the way out (it takes new calls until the server stops).
     batcher: list[Component] = [] if store.hold_batcher is None else [store.hold_batcher]
     return BookingServer(
-        config, store, metrics, handler, server, [server, Loop("booking-seat-gauges", gauges.run), *batcher]
+        config,
+        store,
+        metrics,
+        handler,
+        server,
+        [server, Loop("booking-ended-sessions", sessions.run), Loop("booking-seat-gauges", gauges.run), *batcher],
     )
 
 

@@ -33,7 +33,8 @@ from booking_svc.seatmap import SeatMapCache
 from boxoffice import access, caller, validate
 from boxoffice.clock import Clock
 from boxoffice.errors import Aborted, BoxofficeError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
+from boxoffice.sessions import EndedSessionsView
+from boxoffice.tokens import AccessClaims, TokenSigner, asserted_customer, token_customer
 
 # Best available answers ABORTED when every free seat it saw was being taken
 # by a concurrent picker; it looks again this many times first.
@@ -79,6 +80,7 @@ class BookingHandler:
         seat_maps: SeatMapCache,
         metrics: BookingMetrics,
         config: BookingConfig,
+        sessions: EndedSessionsView | None = None,
     ) -> None:
         self._store = store
         self._signer = signer
@@ -87,6 +89,8 @@ class BookingHandler:
         self._seat_maps = seat_maps
         self._metrics = metrics
         self._config = config
+        # Ended sessions, whose tokens are refused (None: not checked).
+        self._sessions = sessions
         # The holds counter's children by result, resolved once each.
         self._hold_results: dict[str, Counter] = {}
 
@@ -126,7 +130,7 @@ class BookingHandler:
         began = time.perf_counter()
         result = "error"
         try:
-            customer_id = token_customer(self._signer.verify(access_token, event_id=event_id))
+            customer_id = token_customer(self._live(self._signer.verify(access_token, event_id=event_id)))
             hold, replayed = await self._hold(customer_id, event_id, selection, request_id)
             result = "replayed" if replayed else "held"
             return hold
@@ -175,6 +179,13 @@ class BookingHandler:
                 await self._gate.release(event_id, gated, token)
             raise
 
+    def _live(self, claims: AccessClaims) -> AccessClaims:
+        """The claims of a token whose session has not ended (a dictionary
+        lookup in memory, see :mod:`boxoffice.sessions`)."""
+        if self._sessions is not None:
+            self._sessions.check(claims)
+        return claims
+
     async def _owned_hold(self, access_token: str, hold_id: uuid.UUID) -> Hold:
         if not access_token:
             self._signer.verify(access_token, event_id=0)  # raises TOKEN_MISSING
@@ -183,7 +194,7 @@ class BookingHandler:
             raise NotFound(
                 f"hold {hold_id} does not exist", reason="HOLD_NOT_FOUND", metadata={"hold_id": str(hold_id)}
             )
-        customer_id = token_customer(self._signer.verify(access_token, event_id=hold.event_id))
+        customer_id = token_customer(self._live(self._signer.verify(access_token, event_id=hold.event_id)))
         if customer_id != hold.customer_id:
             raise PermissionDenied(
                 "the hold belongs to another customer", reason="NOT_HOLD_OWNER", metadata={"hold_id": str(hold_id)}

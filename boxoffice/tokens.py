@@ -2,7 +2,9 @@
 
 Format: ``v1.<kid>.<payload>.<signature>``; payload and signature are
 unpadded base64url; the payload is compact JSON ``{"e": event_id, "c":
-customer_id, "iat": issued, "exp": expiry, "jti": id}``. The algorithm is
+customer_id, "iat": issued, "iatms": issued in milliseconds, "exp": expiry,
+"jti": id}`` (a token without ``iatms`` was issued at the start of its
+``iat`` second). The algorithm is
 fixed here, never read from the token.
 
 A customer-scoped call acts for a customer taken from credentials, never
@@ -40,6 +42,8 @@ class AccessClaims:
     issued_at: int
     expires_at: int
     token_id: str
+    # When it was issued, in milliseconds (a session's end is compared with it).
+    issued_at_ms: int = 0
 
 
 def _b64(data: bytes) -> str:
@@ -145,14 +149,16 @@ class TokenSigner:
 
     def issue(self, *, event_id: int, customer_id: str, ttl_seconds: int) -> tuple[str, AccessClaims]:
         ring = self._ring()
-        now = int(self._clock.now())
-        claims = AccessClaims(event_id, customer_id, now, now + ttl_seconds, secrets.token_hex(8))
+        now_ms = int(self._clock.now() * 1000)
+        now = now_ms // 1000
+        claims = AccessClaims(event_id, customer_id, now, now + ttl_seconds, secrets.token_hex(8), now_ms)
         payload = _b64(
             json.dumps(
                 {
                     "e": event_id,
                     "c": customer_id,
                     "iat": claims.issued_at,
+                    "iatms": claims.issued_at_ms,
                     "exp": claims.expires_at,
                     "jti": claims.token_id,
                 },
@@ -188,8 +194,9 @@ class TokenSigner:
                 issued_at=int(body["iat"]),
                 expires_at=int(body["exp"]),
                 token_id=str(body["jti"]),
+                issued_at_ms=int(body.get("iatms", int(body["iat"]) * 1000)),
             )
-        except (ValueError, KeyError, TypeError) as err:
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise _invalid("access token payload is malformed") from err
         if self._clock.now() > claims.expires_at + _LEEWAY_SECONDS:
             raise Unauthenticated(

@@ -22,6 +22,7 @@ from boxoffice.lifecycle import Component, Loop
 from boxoffice.redis import ScriptBatcher
 from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
+from boxoffice.sessions import EndedSessions
 from queue_svc import model
 from queue_svc.adapters import PgWaitingRoomRepository, RedisQueueStore
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
@@ -108,6 +109,7 @@ class QueueApp:
             settings=self.settings,
             metrics=self.server_metrics,
             random_score=self._random_score,
+            sessions=EndedSessions(self.rt.redis()),
         )
 
     @functools.cached_property

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
+from boxoffice.sessions import EndedSessions
 from boxoffice.tokens import TokenSigner
 from queue_svc import errors
 from queue_svc.config import QueueSettings
@@ -59,6 +60,7 @@ class QueueHandler:
         settings: QueueSettings,
         metrics: ServerMetrics,
         random_score: Callable[[], int] = uniform_pre_queue_score,
+        sessions: EndedSessions | None = None,
     ) -> None:
         self._store = store
         self._rooms = rooms
@@ -68,6 +70,8 @@ class QueueHandler:
         self._settings = settings
         self._metrics = metrics
         self._random_score = random_score
+        # Where ended sessions are recorded, so that booking refuses their tokens.
+        self._sessions = sessions
         # Events found to have no waiting room, until when (monotonic).
         self._unknown: dict[int, float] = {}
         self._limits = JoinLimits(
@@ -189,7 +193,13 @@ class QueueHandler:
     async def leave(self, event_id: int, customer_id: str) -> Position:
         """A waiting fan leaves; others get their state back unchanged."""
         place = await self._fan(event_id, customer_id, FanOp.LEAVE)
+        if place.changed:
+            await self._session_ended(event_id, customer_id, first=True)
         return self._position(event_id, customer_id, place, with_token=False)
+
+    async def _session_ended(self, event_id: int, customer_id: str, *, first: bool) -> None:
+        if self._sessions is not None:
+            await self._sessions.record(event_id, customer_id, self._now_ms(), first=first)
 
     async def end_session(self, event_id: int, customer_id: str, reason: str) -> Position:
         """An admitted fan's session ends and frees the slot; ending an
@@ -199,6 +209,8 @@ class QueueHandler:
             raise errors.not_admitted(event_id, place.state)
         if place.changed:
             self._metrics.sessions_ended.labels(reason).inc()
+        # The session's tokens stop working at booking (see boxoffice.sessions).
+        await self._session_ended(event_id, customer_id, first=place.changed)
         return self._position(event_id, customer_id, place, with_token=False)
 
     async def watch_position(self, event_id: int, customer_id: str) -> PositionWatch:

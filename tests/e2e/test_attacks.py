@@ -15,6 +15,8 @@ stores refuses development secrets).
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from boxoffice import access
-from boxoffice.errors import BoxofficeError, NotFound, PermissionDenied, from_rpc_error
+from boxoffice.errors import BoxofficeError, NotFound, PermissionDenied, Unauthenticated, from_rpc_error
 from boxoffice.lifecycle import Component
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
@@ -134,6 +136,7 @@ async def _scene(mesh: Mesh) -> Scene:
             display_name="Attacks",
             kind=bpb.EVENT_KIND_CONCERT,
             starts_at=_ts(now + timedelta(days=30)),
+            max_seats_per_customer=8,
             refund_policy=bpb.RefundPolicy(refund_percent=100, refundable_until=_ts(now + timedelta(days=7))),
             sections=[
                 bpb.SectionSpec(
@@ -147,7 +150,7 @@ async def _scene(mesh: Mesh) -> Scene:
     )
     await operator.LoadInventory(
         bpb.LoadInventoryRequest(
-            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=8)]
+            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=20)]
         )
     )
     await mesh.as_role("queue", access.OPERATOR).CreateEventQueue(
@@ -370,3 +373,74 @@ async def test_another_fans_payment_is_neither_confirmed_nor_read_and_keys_poiso
         ppb.ConfirmPaymentRequest(payment_id=started.payment.payment_id, idempotency_key=key), metadata=as_fan(VICTIM)
     )
     assert mine.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
+
+
+async def _refused_within(call: Any, reason: str, seconds: float) -> float:
+    """How long until ``call()`` is refused with ``reason`` (fails after
+    ``seconds``); until then it may answer anything."""
+    began = time.monotonic()
+    while True:
+        try:
+            await call()
+        except grpc.aio.AioRpcError as err:
+            if from_rpc_error(err).reason == reason:
+                return time.monotonic() - began
+        elapsed = time.monotonic() - began
+        assert elapsed < seconds, f"still answered after {elapsed:.2f} s"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_sessions_token_stops_working_at_booking_within_two_seconds_of_its_end(mesh: Mesh) -> None:
+    """EndShoppingSession, then an operator's RevokeCustomer: the ended
+    session's token holds nothing within 2 s; a new session's token works."""
+    scene = await _scene(mesh)
+    queue = mesh.as_role("queue", access.EDGE)
+    booking = mesh.as_role("booking", access.EDGE)
+    victim = as_fan(VICTIM)
+
+    def hold(token: str) -> Any:
+        return booking.HoldSeats(
+            bpb.HoldSeatsRequest(
+                access_token=token,
+                event_id=scene.event_id,
+                best_available=bpb.BestAvailableSelection(section_id="A", quantity=1),
+            ),
+            metadata=victim,
+        )
+
+    old = scene.victim_token
+
+    def get(token: str, hold_id: str) -> Any:
+        return booking.GetHold(bpb.GetHoldRequest(access_token=token, hold_id=hold_id), metadata=victim)
+
+    await get(old, scene.held.hold_id)
+    await queue.EndShoppingSession(
+        qpb.EndShoppingSessionRequest(event_id=scene.event_id, reason=qpb.SESSION_END_REASON_COMPLETED),
+        metadata=victim,
+    )
+    before = await _state(mesh, scene)
+    took = await _refused_within(lambda: get(old, scene.held.hold_id), "SESSION_ENDED", 2.0)
+    assert took < 2.0
+    for call in (
+        hold(old),
+        booking.ReleaseHold(bpb.ReleaseHoldRequest(access_token=old, hold_id=scene.held.hold_id), metadata=victim),
+    ):
+        err = await _refused(call)
+        assert isinstance(err, Unauthenticated) and err.reason == "SESSION_ENDED", err
+    # A refused token changed nothing.
+    assert await _state(mesh, scene) == before
+
+    # A new session: the victim queues again and is admitted again.
+    fresh = await _admitted(mesh, scene.event_id, VICTIM)
+    held = await hold(fresh)
+    assert held.hold.state == bpb.HOLD_STATE_HELD
+    err = await _refused(hold(old))
+    assert err.reason == "SESSION_ENDED"
+
+    # An operator revokes the customer: the new session's token dies too.
+    await mesh.queue.stub(qapb_grpc.QueueAdminServiceStub, role=access.OPERATOR).RevokeCustomer(
+        qapb.RevokeCustomerRequest(event_id=scene.event_id, customer_id=VICTIM)
+    )
+    await _refused_within(lambda: get(fresh, held.hold.hold_id), "SESSION_ENDED", 2.0)
+    err = await _refused(hold(fresh))
+    assert err.reason == "SESSION_ENDED"

@@ -116,6 +116,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     edge's asserted fan, or the access token's customer) (PERMISSION_DENIED);
     nothing is read or changed. No metadata.
     """
+    ERROR_REASON_SESSION_ENDED: _ErrorReason.ValueType  # 20
+    """The access token's shopping session has ended (EndShoppingSession,
+    LeaveQueue or an operator's RevokeCustomer): a token issued before the end
+    is refused within about a second of it (UNAUTHENTICATED); a new admission
+    hands out a new one. No metadata.
+    """
     ERROR_REASON_EVENT_NOT_FOUND: _ErrorReason.ValueType  # 100
     """The event has no waiting room: JoinQueue, GetQueuePosition,
     WatchQueuePosition, WatchAdmissionProgress, LeaveQueue, EndShoppingSession
@@ -251,6 +257,12 @@ ERROR_REASON_CUSTOMER_MISMATCH: ErrorReason.ValueType  # 19
 """The request names another customer than the one the call acts for (the
 edge's asserted fan, or the access token's customer) (PERMISSION_DENIED);
 nothing is read or changed. No metadata.
+"""
+ERROR_REASON_SESSION_ENDED: ErrorReason.ValueType  # 20
+"""The access token's shopping session has ended (EndShoppingSession,
+LeaveQueue or an operator's RevokeCustomer): a token issued before the end
+is refused within about a second of it (UNAUTHENTICATED); a new admission
+hands out a new one. No metadata.
 """
 ERROR_REASON_EVENT_NOT_FOUND: ErrorReason.ValueType  # 100
 """The event has no waiting room: JoinQueue, GetQueuePosition,
