@@ -8,9 +8,10 @@ is admitted too and calls through the edge as a fan can (the edge asserts
 fan-1), or with whatever certificate of the mesh it can get.
 
 The poisoned idempotency key is also proven against PaymentService alone in
-tests/payment/test_money.py; the development-secret webhook in
-tests/payment/test_money.py and tests/runtime (a process off the embedded
-stores refuses development secrets).
+tests/payment/test_money.py. The development-secret webhook is proven where
+its two halves live: a process off the embedded stores refuses development
+secrets (tests/runtime/test_secrets.py), and a signed webhook whose amount
+is not the payment's moves nothing (tests/payment/test_money.py).
 """
 
 from __future__ import annotations
