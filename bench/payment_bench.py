@@ -43,7 +43,7 @@ from bench.common import (
     server_process,
 )
 from booking_svc import app as booking_app
-from boxoffice import db
+from boxoffice import caller, db
 from boxoffice.clock import SystemClock
 from boxoffice.config import Env, TokenConfig
 from boxoffice.tokens import TokenSigner
@@ -209,6 +209,10 @@ async def _measure(
     to_confirm = await _parallel([holding(orders + c) for c in range(orders)])
     straight = await _parallel([holding(2 * orders + c) for c in range(orders)])
     payments = await _parallel([starting(orders + c, h) for c, h in enumerate(to_confirm)], concurrency)
+    # The edge asserts the fan a payment belongs to when it confirms it.
+    asserts = {
+        payment_id: ((caller.CUSTOMER_METADATA_KEY, f"bench-{orders + c}"),) for c, payment_id in enumerate(payments)
+    }
 
     async def work(items: list[Any], n: int) -> Any:
         if n > len(items):  # out of prepared work: idle instead of spinning
@@ -240,7 +244,9 @@ async def _measure(
     async def confirm_one(n: int) -> None:
         payment_id = await work(payments, n)
         await payment.ConfirmPayment(
-            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=60
+            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"),
+            metadata=asserts[payment_id],
+            timeout=60,
         )
         confirmed.append(payment_id)
 
@@ -249,7 +255,9 @@ async def _measure(
     async def replay_one(n: int) -> None:
         payment_id = confirmed[n % len(confirmed)]
         await payment.ConfirmPayment(
-            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"), timeout=60
+            ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"bench-{payment_id}"),
+            metadata=asserts[payment_id],
+            timeout=60,
         )
 
     replay = await closed_loop(replay_one, concurrency=concurrency, seconds=seconds)

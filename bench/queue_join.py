@@ -24,6 +24,7 @@ import grpc
 from bench.common import Row, ServerProcess, closed_loop, echo_call, echo_server, report
 from bench.common import channel as channel_as
 from bench.queue_common import create_event, event, private_database, private_redis, queue_app, queue_server
+from boxoffice import caller
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 
@@ -72,7 +73,11 @@ async def _join(database_url: str, redis_url: str, concurrency: int, seconds: fl
             run = secrets.token_hex(3)
 
             async def join(n: int) -> None:
-                await stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id=f"fan-{run}-{n}"))
+                fan = f"fan-{run}-{n}"
+                # The edge names the fan it acts for.
+                await stub.JoinQueue(
+                    pb.JoinQueueRequest(event_id=event_id), metadata=((caller.CUSTOMER_METADATA_KEY, fan),)
+                )
 
             return await _measure(server, join, concurrency=concurrency, seconds=seconds)
 

@@ -120,7 +120,7 @@ async def _queue(streams: int, clients: int) -> StreamFigures:
                 await queue_fans(store, event_id, [f"fan-{i}" for i in range(HEAD + streams)], now_ms=now_ms)
                 await store.admit(event_id, now_ms=now_ms, epoch=1)  # starts the rate clock
                 # Each client process opens streams / clients streams on one
-                # connection: allow them (a server keeps 1,000 per
+                # connection: allow them (a server allows 10,000 per
                 # connection by default).
                 env = {
                     "BOXOFFICE_QUEUE_WATCH_INTERVAL_SECONDS": "0.05",

@@ -30,7 +30,8 @@ class Caller:
     ``identity`` is the peer's SPIFFE ID (``spiffe://<domain>/ns/<ns>/sa/<role>``)
     and ``role`` its last segment; both are None for a peer that presented
     no certificate this mesh trusts. ``customer_id`` is the fan the edge
-    asserts (None unless the role is the edge and it named one).
+    asserts, decoded from the percent-encoded UTF-8 of the metadata (None
+    unless the role is the edge and it named one).
     """
 
     identity: str | None

@@ -134,7 +134,7 @@ class ServerConfig:
             grpc_port=env.integer("BOXOFFICE_GRPC_PORT", default_grpc_port, minimum=0, maximum=65535),
             metrics_port=env.integer("BOXOFFICE_METRICS_PORT", 9464, minimum=0, maximum=65535),
             shutdown_grace_seconds=env.number("BOXOFFICE_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0, maximum=600.0),
-            max_concurrent_streams=env.integer("BOXOFFICE_MAX_CONCURRENT_STREAMS", 1_000, minimum=1),
+            max_concurrent_streams=env.integer("BOXOFFICE_MAX_CONCURRENT_STREAMS", 10_000, minimum=1),
             max_pending_requests=env.integer("BOXOFFICE_MAX_PENDING_REQUESTS", 50_000, minimum=1),
             default_deadline_seconds=env.number("BOXOFFICE_DEFAULT_DEADLINE_SECONDS", 5.0, minimum=0.01, maximum=300.0),
             max_open_streams=env.integer("BOXOFFICE_MAX_OPEN_STREAMS", 40_000, minimum=1),

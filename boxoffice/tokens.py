@@ -19,7 +19,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -87,15 +86,11 @@ def asserted_customer(claimed: str = "") -> str:
 
 
 def assertion() -> str | None:
-    """The fan the edge asserts for the current call, decoded; None when
-    the caller is not the edge or asserts nobody (or undecodable bytes)."""
-    asserted = caller.current().customer_id
-    if not asserted:
-        return None
-    try:
-        return urllib.parse.unquote(asserted, errors="strict") or None
-    except UnicodeDecodeError:
-        return None
+    """The fan the edge asserts for the current call; None when the caller
+    is not the edge or asserts nobody (or nothing decodable)."""
+    # The server decoded it (percent-encoded UTF-8 on the wire) when it
+    # read the caller.
+    return caller.current().customer_id or None
 
 
 def token_customer(claims: AccessClaims) -> str:

@@ -3,6 +3,7 @@ certificate (TLS on) or from a trusted sidecar's XFCC header (TLS off)."""
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 import grpc
@@ -12,8 +13,10 @@ from boxoffice.caller import CUSTOMER_METADATA_KEY, NOBODY, Caller
 from boxoffice.tls._xfcc import identity_from_xfcc
 
 _XFCC = "x-forwarded-client-cert"
-# An edge's customer assertion longer than this is no customer id.
-_MAX_CUSTOMER_LENGTH = 256
+# A customer id is at most this many characters; its percent-encoded UTF-8
+# (gRPC metadata is ASCII) at most 12 bytes a character.
+_MAX_CUSTOMER_LENGTH = 128
+_MAX_ENCODED_LENGTH = _MAX_CUSTOMER_LENGTH * 12
 
 
 class CallerResolver:
@@ -54,6 +57,18 @@ class CallerResolver:
         if role == access.EDGE:
             for key, value in context.invocation_metadata() or ():
                 if key == CUSTOMER_METADATA_KEY and isinstance(value, str):
-                    customer = value if 0 < len(value) <= _MAX_CUSTOMER_LENGTH else None
+                    customer = _decoded(value)
                     break
         return Caller(identity=identity, role=role, customer_id=customer)
+
+
+def _decoded(value: str) -> str | None:
+    """The fan an assertion names (percent-encoded UTF-8), or None for one
+    that is empty, too long or not UTF-8."""
+    if not 0 < len(value) <= _MAX_ENCODED_LENGTH:
+        return None
+    try:
+        customer = urllib.parse.unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return customer if 0 < len(customer) <= _MAX_CUSTOMER_LENGTH else None
