@@ -12,10 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from boxoffice.embedded import EmbeddedRedis
 from boxoffice.errors import Unauthenticated, Unavailable
 from boxoffice.sessions import KEY, RETENTION_MS, EndedSessions, EndedSessionsView
 from boxoffice.tokens import AccessClaims
-from tests.support import ManualClock
+from tests.support import ManualClock, Stores
 
 
 def _claims(event_id: int, customer_id: str, issued_at_ms: int) -> AccessClaims:
@@ -50,28 +51,37 @@ async def test_a_token_of_an_ended_session_is_refused_and_a_later_ones_lives(red
         view.check(after)
 
 
-async def test_old_ends_are_dropped_and_the_view_keeps_what_it_knew_when_redis_is_lost(
-    redis_client: aioredis.Redis,
-) -> None:
-    clock = ManualClock(2_000_000.0)
-    now_ms = int(clock.now() * 1000)
+async def test_old_ends_are_dropped_as_new_ones_are_recorded(redis_client: aioredis.Redis) -> None:
+    now_ms = int(ManualClock(2_000_000.0).now() * 1000)
     fan = f"fan-{uuid.uuid4().hex[:8]}"
     await EndedSessions(redis_client).record(9, fan, now_ms, first=True)
     # Entries older than a token can live are dropped as new ones are recorded.
     await redis_client.zadd(KEY, {f"9:{fan}-old": now_ms - RETENTION_MS - 1})
     await EndedSessions(redis_client).record(9, f"{fan}-2", now_ms, first=True)
     assert await redis_client.zscore(KEY, f"9:{fan}-old") is None
-    view = EndedSessionsView(redis_client, clock)
-    await view.refresh()
-    gone = aioredis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    assert await redis_client.zscore(KEY, f"9:{fan}") is not None
+
+
+async def test_the_view_keeps_refusing_what_it_knew_when_redis_is_lost(stores: Stores) -> None:
+    """A Redis of its own, stopped under the view: the refresh fails, the
+    ends it read still refuse their tokens, and no end can be recorded."""
+    clock = ManualClock(2_000_000.0)
+    now_ms = int(clock.now() * 1000)
+    fan = f"fan-{uuid.uuid4().hex[:8]}"
+    server = EmbeddedRedis(stores.tmp / f"redis-sessions-{uuid.uuid4().hex[:8]}")
+    client = aioredis.Redis.from_url(server.start(), socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
-        view._client = gone  # Redis lost
+        await EndedSessions(client).record(9, fan, now_ms, first=True)
+        view = EndedSessionsView(client, clock)
+        await view.refresh()
+        server.stop()  # Redis lost
         with pytest.raises(RedisError):
             await view.refresh()
         with pytest.raises(Unauthenticated):
             view.check(_claims(9, fan, now_ms - 1))
         with pytest.raises(Unavailable) as unrecorded:
-            await EndedSessions(gone).record(9, fan, now_ms, first=True)
+            await EndedSessions(client).record(9, fan, now_ms, first=True)
         assert unrecorded.value.reason == "REDIS_UNAVAILABLE"
     finally:
-        await gone.aclose()
+        await client.aclose()
+        server.stop()
