@@ -60,6 +60,7 @@ from bench.common import (
     report,
     server_process,
 )
+from bench.queue_common import private_redis
 from booking_svc import app
 from booking_svc.config import BookingConfig
 from booking_svc.model import EventKind, EventSpec, Money, RefundPolicy, RowSpec, SectionKind, SectionSpec
@@ -327,9 +328,15 @@ def pgbench(url: str, seats: int, seconds: float, clients: int) -> tuple[float |
 
 @contextlib.asynccontextmanager
 async def booking_stub(url: str) -> AsyncIterator[BookingServiceAsyncStub]:
-    with server_process(["-m", "bench.serve", "booking-svc"], env={"DATABASE_URL": url}, role="booking") as server:
+    # BookingService reads the waiting room's ended sessions from Redis.
+    with (
+        private_redis() as (redis_url, _),
+        server_process(
+            ["-m", "bench.serve", "booking-svc"], env={"DATABASE_URL": url, "REDIS_URL": redis_url}, role="booking"
+        ) as server,
+    ):
         async with MeshStub(server.address, pb_grpc.BookingServiceStub) as stub:
-            yield cast(BookingServiceAsyncStub, stub)
+            yield cast("BookingServiceAsyncStub", stub)
 
 
 async def holds_in_database(url: str) -> int:
