@@ -306,19 +306,20 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             )
         labels = (_grpc_type(handler), service, method)
         check = self._gate.check(full_method)
-        # A request that does not decode answers INVALID_ARGUMENT, not UNKNOWN
-        # with a traceback.
-        handler = wire.guard(handler)
+        # A request that does not decode reaches the behaviour as a
+        # wire.Malformed, which it answers INVALID_ARGUMENT (not UNKNOWN with
+        # a traceback).
+        deserializer = wire.total(handler.request_deserializer)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(cast(Any, handler.unary_unary), labels, check),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(cast(Any, handler.unary_stream), labels, check),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         # A method of a shape the contracts do not use: behind the gate all the same.
@@ -340,6 +341,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             code = grpc.StatusCode.OK
             try:
                 who = check(context)
+                wire.check(request)
                 budget = deadline.clamp(context.time_remaining(), default_deadline)
                 with acting_as(who), deadline.scope(budget):
                     return await inner(request, context)
@@ -400,7 +402,9 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             began = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
-                with acting_as(check(context)), streams.hold():
+                who = check(context)
+                wire.check(request)
+                with acting_as(who), streams.hold():
                     async for message in inner(request, context):
                         sent.inc()
                         yield message
