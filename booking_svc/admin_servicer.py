@@ -4,9 +4,9 @@ of BookingService's deprecated admin RPCs.
 :class:`BookingAdmin` holds the events' administration on the handler's
 use cases, each change run through the :class:`boxoffice.audit.Auditor`
 (the one place an admin action is recorded); both servicers below parse
-their requests and call it. Its handler's store must be built on
-:func:`boxoffice.audit.joinable` over the auditor's pool, so that a change
-and its audit row commit together.
+their requests and call it. Its handler's store is built on the
+auditor's pool, so that a change joins the action's transaction and
+commits with its audit row.
 
 The admin contract's messages mirror BookingService's field for field
 (same numbers and types), so a request is parsed by BookingService's

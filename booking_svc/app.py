@@ -104,19 +104,10 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         config=config,
         sessions=sessions,
     )
-    # The admin API's own handler, on a store whose transactions join each
-    # audited action's (the holds' store stays on the plain pool).
-    admin_store = PgBookingStore(audit.joinable(rt.pool()), hold_batch_max=1)
+    # The admin API runs the same use cases; inside an audited action the
+    # store's transactions join the action's (boxoffice.db.joining).
     admin = BookingAdmin(
-        handler=BookingHandler(
-            store=admin_store,
-            signer=rt.token_signer,
-            clock=rt.clock,
-            gate=gate,
-            seat_maps=SeatMapCache(admin_store, rt.clock, max_age_seconds=config.seat_map_max_age_seconds),
-            metrics=metrics,
-            config=config,
-        ),
+        handler=handler,
         auditor=audit.Auditor(rt.pool()),
     )
     server = rt.grpc_server(

@@ -43,7 +43,8 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -120,6 +121,27 @@ class PoolComponent:
         await self.pool.close(timeout=max(grace_seconds, 1.0))
 
 
+# The transaction that transactions on a pool join, while one is bound
+# (see :func:`joining`).
+_ENCLOSING: ContextVar[tuple[object, AsyncConnection[TupleRow]] | None] = ContextVar(
+    "boxoffice_db_enclosing", default=None
+)
+
+
+@contextlib.contextmanager
+def joining(pool: AsyncConnectionPool[AsyncConnection[TupleRow]], conn: AsyncConnection[TupleRow]) -> Iterator[None]:
+    """Within the block, :func:`transaction` on ``pool`` joins ``conn``'s
+    open transaction (as a savepoint) instead of taking a connection of its
+    own: the work of code that knows nothing of the enclosing transaction
+    commits with it or not at all (an audited admin action, its change and
+    its audit row)."""
+    token = _ENCLOSING.set((pool, conn))
+    try:
+        yield
+    finally:
+        _ENCLOSING.reset(token)
+
+
 @contextlib.asynccontextmanager
 async def transaction(
     pool: AsyncConnectionPool[AsyncConnection[TupleRow]], *, default_seconds: float = deadline.FALLBACK_SECONDS
@@ -128,8 +150,19 @@ async def transaction(
     deadline. A lost database answers UNAVAILABLE.
 
     ``BEGIN`` and the ``statement_timeout`` travel in one round trip;
-    ``conn.transaction()`` inside makes savepoints as usual.
+    ``conn.transaction()`` inside makes savepoints as usual. Inside
+    :func:`joining` for this pool it is a savepoint of the bound transaction.
     """
+    enclosing = _ENCLOSING.get()
+    if enclosing is not None and enclosing[0] is pool:
+        try:
+            async with deadline.bounded(default_seconds), enclosing[1].transaction():
+                yield enclosing[1]
+        except psycopg.errors.QueryCanceled as err:
+            raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
+        except psycopg.OperationalError as err:
+            raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
+        return
     budget = deadline.remaining(default_seconds)
     try:
         async with deadline.bounded(default_seconds), pool.connection(timeout=budget) as conn:

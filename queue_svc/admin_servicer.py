@@ -4,9 +4,9 @@ QueueService's deprecated admin RPCs.
 :class:`QueueAdmin` holds the waiting-room administration on the handler's
 use cases, each change run through the :class:`boxoffice.audit.Auditor`
 (the one place an admin action is recorded); both servicers below parse
-their requests and call it. The handler's waiting-room repository must be
-built on :func:`boxoffice.audit.joinable` over the auditor's pool, so that
-a change and its audit row commit together.
+their requests and call it. The handler's waiting-room repository is built
+on the auditor's pool, so that a change joins the action's transaction and
+commits with its audit row.
 """
 
 from __future__ import annotations

@@ -78,8 +78,9 @@ class QueueApp:
 
     @functools.cached_property
     def rooms(self) -> PgWaitingRoomRepository:
-        # Joinable: the admin API's changes commit with their audit rows.
-        return PgWaitingRoomRepository(audit.joinable(self.rt.pool()))
+        # Inside an audited admin action its transactions join the action's,
+        # so a change commits with its audit row (boxoffice.db.joining).
+        return PgWaitingRoomRepository(self.rt.pool())
 
     # -- the server role ------------------------------------------------------
 

@@ -5,8 +5,9 @@ and how it ended, appended in the transaction that made the change.
   ``admin_audit`` table with the caller (:func:`boxoffice.caller.current`),
   the RPC and its request as JSON, the resource before and after, and the
   outcome (``OK`` or the error's code, reason and message).
-- :func:`joinable` wraps the pool the admin stores are built on, so that
-  their writes join the audited action's transaction.
+- The stores an action changes are built on the auditor's pool: inside the
+  action their transactions join its transaction
+  (:func:`boxoffice.db.joining`).
 - :func:`migrations` creates the table, append-only for real: a trigger
   refuses UPDATE, DELETE and TRUNCATE. Each service that serves an admin API
   applies them under its own component name.
@@ -15,7 +16,6 @@ and how it ended, appended in the transaction that made the change.
 
 from __future__ import annotations
 
-from boxoffice.audit._joined import JoinablePool, joinable
 from boxoffice.audit._log import OK, AuditEntry, Auditor, Json, entries, message_json
 from boxoffice.db import Migration, load_migrations
 
@@ -31,10 +31,8 @@ __all__ = [
     "OK",
     "AuditEntry",
     "Auditor",
-    "JoinablePool",
     "Json",
     "entries",
-    "joinable",
     "message_json",
     "migrations",
 ]

@@ -13,10 +13,12 @@ from google.protobuf.message import Message
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
 from boxoffice import caller, db
-from boxoffice.audit._joined import Pool, bound
 from boxoffice.errors import BoxofficeError
+
+Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
 T = TypeVar("T")
 
@@ -95,10 +97,10 @@ async def _append(
 class Auditor:
     """Runs admin actions, each with its audit row.
 
-    The stores an action changes must be built on
-    :func:`boxoffice.audit.joinable` over the same pool: the action's
-    Postgres writes then join the audit's transaction, so the change and
-    its row commit together or not at all. A change in Redis (a mirror of
+    The stores an action changes must be built on the same pool: their
+    ``db.transaction`` then joins the audit's transaction (see
+    :func:`boxoffice.db.joining`), so the change and its row commit
+    together or not at all. A change in Redis (a mirror of
     the configuration, a fan's place) is made inside the action, after its
     Postgres writes, and the row is written after it.
     """
@@ -125,7 +127,7 @@ class Auditor:
         failure: BoxofficeError | None = None
         result: T | None = None
         async with db.transaction(self._pool, default_seconds=ACTION_SECONDS) as conn:
-            with bound(conn):
+            with db.joining(self._pool, conn):
                 prior = await _read_quietly(before)
                 try:
                     async with conn.transaction():

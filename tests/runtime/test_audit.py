@@ -77,7 +77,7 @@ async def test_an_action_and_its_row_commit_together_with_the_caller_before_and_
     key = secrets.token_hex(6)
     operator = Caller(identity="spiffe://boxoffice.local/ns/ops/sa/operator", role="operator")
     async with pool_of(stores) as pool:
-        items = Items(audit.joinable(pool))
+        items = Items(pool)
         auditor = audit.Auditor(pool)
         with acting_as(operator):
             got = await auditor.run(
@@ -98,7 +98,7 @@ async def test_an_action_and_its_row_commit_together_with_the_caller_before_and_
 async def test_a_refused_action_is_recorded_with_its_code_and_its_writes_roll_back(stores: Stores) -> None:
     key = secrets.token_hex(6)
     async with pool_of(stores) as pool:
-        items = Items(audit.joinable(pool))
+        items = Items(pool)
         auditor = audit.Auditor(pool)
         with pytest.raises(NotFound):
             await auditor.run(
@@ -117,7 +117,7 @@ async def test_a_refused_action_is_recorded_with_its_code_and_its_writes_roll_ba
 async def test_a_statement_that_fails_in_the_store_leaves_the_audit_transaction_usable(stores: Stores) -> None:
     key = secrets.token_hex(6)
     async with pool_of(stores) as pool:
-        items = Items(audit.joinable(pool))
+        items = Items(pool)
         auditor = audit.Auditor(pool)
         await items.put(key, 1)
         with pytest.raises(AlreadyExists):
@@ -141,7 +141,7 @@ async def test_a_statement_that_fails_in_the_store_leaves_the_audit_transaction_
 async def test_a_row_that_cannot_be_written_takes_the_change_with_it(stores: Stores) -> None:
     key = secrets.token_hex(6)
     async with pool_of(stores) as pool:
-        items = Items(audit.joinable(pool))
+        items = Items(pool)
         auditor = audit.Auditor(pool)
         # jsonb refuses a NUL character: the audit row fails after the change was made.
         with pytest.raises(psycopg.Error):
@@ -155,10 +155,10 @@ async def test_a_row_that_cannot_be_written_takes_the_change_with_it(stores: Sto
         assert await items.get(key) is None
 
 
-async def test_outside_an_action_a_joinable_pool_is_the_pool(stores: Stores) -> None:
+async def test_outside_an_action_a_store_commits_on_its_own(stores: Stores) -> None:
     key = secrets.token_hex(6)
     async with pool_of(stores) as pool:
-        items = Items(audit.joinable(pool))
+        items = Items(pool)
         assert await items.put(key, 4) == 4
         assert await Items(pool).get(key) == 4
         assert await _rows_for(pool, key) == []
@@ -167,7 +167,7 @@ async def test_outside_an_action_a_joinable_pool_is_the_pool(stores: Stores) -> 
 async def test_the_audit_table_is_append_only(stores: Stores) -> None:
     key = secrets.token_hex(6)
     async with pool_of(stores) as pool:
-        items = Items(audit.joinable(pool))
+        items = Items(pool)
         await audit.Auditor(pool).run(
             METHOD,
             _request(key),
