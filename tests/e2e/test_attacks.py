@@ -31,7 +31,6 @@ from google.protobuf import duration_pb2
 
 from boxoffice import access
 from boxoffice.errors import BoxofficeError, NotFound, PermissionDenied, Unauthenticated, from_rpc_error
-from boxoffice.lifecycle import Component
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
@@ -40,9 +39,9 @@ from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as qapb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.e2e.test_flow import _eventually, _free_port, _ts
+from tests.e2e.harness import eventually, ts, whole_mesh
 from tests.edge import EdgeMeshClient, as_fan
-from tests.support import Stores, all_migrations, make_runtime, running
+from tests.support import Stores
 
 VICTIM = "victim3"
 ATTACKER = "fan-1"
@@ -69,34 +68,7 @@ class Mesh:
 
 @pytest.fixture
 async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
-    from booking_svc import app as booking_app
-    from payment_svc import app as payment_app
-    from queue_svc import app as queue_app
-
-    assert all_migrations()
-    booking_port = _free_port()
-    rt = make_runtime(
-        stores,
-        environ={
-            "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
-            "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
-            "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
-            "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
-            "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
-            "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
-            "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
-            "BOXOFFICE_TICKET_STREAM": f"ticket-issued-attacks-{uuid.uuid4().hex[:12]}",
-            "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
-            "BOXOFFICE_DB_POOL_MAX": "20",
-        },
-    )
-    rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
-    components: list[Component] = []
-    for module in (queue_app, booking_app, payment_app):
-        for role in module.ROLES.values():
-            components.extend(await module.build(rt, role))
-    async with running([*rt.infrastructure(), *components]):
-        addresses = {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009
+    async with whole_mesh(stores, "ticket-issued-attacks") as addresses:
         clients = [EdgeMeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment")]
         try:
             yield Mesh(stores, *clients)
@@ -124,7 +96,7 @@ async def _admitted(mesh: Mesh, event_id: int, fan: str) -> str:
         position = reply.position
         return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
 
-    return await _eventually(token, f"{fan} admitted")
+    return await eventually(token, f"{fan} admitted")
 
 
 async def _scene(mesh: Mesh) -> Scene:
@@ -136,9 +108,9 @@ async def _scene(mesh: Mesh) -> Scene:
             event_id=event_id,
             display_name="Attacks",
             kind=bpb.EVENT_KIND_CONCERT,
-            starts_at=_ts(now + timedelta(days=30)),
+            starts_at=ts(now + timedelta(days=30)),
             max_seats_per_customer=8,
-            refund_policy=bpb.RefundPolicy(refund_percent=100, refundable_until=_ts(now + timedelta(days=7))),
+            refund_policy=bpb.RefundPolicy(refund_percent=100, refundable_until=ts(now + timedelta(days=7))),
             sections=[
                 bpb.SectionSpec(
                     section_id="A",
@@ -158,7 +130,7 @@ async def _scene(mesh: Mesh) -> Scene:
         qpb.CreateEventQueueRequest(
             config=qpb.EventQueueConfig(
                 event_id=event_id,
-                opens_at=_ts(now - timedelta(seconds=1)),
+                opens_at=ts(now - timedelta(seconds=1)),
                 admission_rate_per_second=100,
                 max_active_shoppers=10,
             )
@@ -189,7 +161,7 @@ async def _scene(mesh: Mesh) -> Scene:
         reply = await payment.ListTickets(ppb.ListTicketsRequest(access_token=victim, event_id=event_id))
         return True if len(reply.tickets) == 2 else None
 
-    await _eventually(issued, "the victim's tickets")
+    await eventually(issued, "the victim's tickets")
     held = (await booking.HoldSeats(best(victim, 2))).hold
     return Scene(event_id, victim, attacker, bought, held, confirmed.payment)
 
@@ -267,7 +239,7 @@ async def test_free_tickets_refund_and_keep_and_the_admin_calls_are_refused_to_e
         mesh.as_role("queue", edge).UpdateEventQueue(
             qpb.UpdateEventQueueRequest(
                 config=qpb.EventQueueConfig(
-                    event_id=scene.event_id, opens_at=_ts(datetime.now(UTC)), admission_rate_per_second=1
+                    event_id=scene.event_id, opens_at=ts(datetime.now(UTC)), admission_rate_per_second=1
                 )
             ),
             metadata=fan,
@@ -346,7 +318,7 @@ async def test_another_fans_payment_is_neither_confirmed_nor_read_and_keys_poiso
         )
         return True if len(reply.tickets) == 4 else None
 
-    await _eventually(settled, "the victim's second sale")
+    await eventually(settled, "the victim's second sale")
     before = await _state(mesh, scene)
     key = f"confirm-1-{uuid.uuid4().hex[:8]}"
     for call in (

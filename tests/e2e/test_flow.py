@@ -6,40 +6,23 @@ ticket issuer), each service on its own loopback port."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from google.protobuf import timestamp_pb2
 
-from boxoffice.lifecycle import Component
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.e2e.harness import eventually, ts, whole_mesh
 from tests.edge import edge_mesh_client
-from tests.support import Stores, all_migrations, make_runtime, running
-
-T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ts(value: datetime) -> timestamp_pb2.Timestamp:
-    out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value)
-    return out
+from tests.support import Stores
 
 
 @dataclass
@@ -51,34 +34,7 @@ class Mesh:
 
 @pytest.fixture
 async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
-    from booking_svc import app as booking_app
-    from payment_svc import app as payment_app
-    from queue_svc import app as queue_app
-
-    assert all_migrations()  # the session's database has every service's schema
-    booking_port = _free_port()
-    rt = make_runtime(
-        stores,
-        environ={
-            "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
-            "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
-            "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
-            "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
-            "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
-            "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
-            "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
-            "BOXOFFICE_TICKET_STREAM": f"ticket-issued-e2e-{uuid.uuid4().hex[:12]}",
-            "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
-            "BOXOFFICE_DB_POOL_MAX": "20",
-        },
-    )
-    rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
-    components: list[Component] = []
-    for module in (queue_app, booking_app, payment_app):
-        for role in module.ROLES.values():
-            components.extend(await module.build(rt, role))
-    async with running([*rt.infrastructure(), *components]):
-        addresses = {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009
+    async with whole_mesh(stores, "ticket-issued-e2e") as addresses:
         # Each call goes as a role the authorization table allows it (the
         # edge for the fan's calls, the operator for CreateEvent).
         async with (
@@ -93,17 +49,6 @@ async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
             )
 
 
-async def _eventually(probe: Callable[[], Awaitable[T | None]], what: str, seconds: float = 20.0) -> T:
-    """Poll until ``probe`` answers something (no timing is asserted: the
-    bound only keeps a broken build from hanging)."""
-    for _ in range(int(seconds / 0.05)):
-        found = await probe()
-        if found is not None:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
 async def _admitted(mesh: Mesh, event_id: int, customer: str) -> str:
     joined = await mesh.queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=customer))
     assert joined.position.state in (qpb.QUEUE_STATE_WAITING, qpb.QUEUE_STATE_ADMITTED)
@@ -113,7 +58,7 @@ async def _admitted(mesh: Mesh, event_id: int, customer: str) -> str:
         position = reply.position
         return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
 
-    return await _eventually(token, f"{customer} admitted")
+    return await eventually(token, f"{customer} admitted")
 
 
 async def _tickets(mesh: Mesh, token: str, event_id: int, hold_id: str, count: int) -> list[ppb.Ticket]:
@@ -124,7 +69,7 @@ async def _tickets(mesh: Mesh, token: str, event_id: int, hold_id: str, count: i
         tickets = list(reply.tickets)
         return tickets if len(tickets) >= count else None
 
-    return await _eventually(listed, f"{count} tickets for {hold_id}")
+    return await eventually(listed, f"{count} tickets for {hold_id}")
 
 
 async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
@@ -135,7 +80,7 @@ async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
             event_id=event_id,
             display_name="End to end",
             kind=bpb.EVENT_KIND_CONCERT,
-            starts_at=_ts(now + timedelta(days=30)),
+            starts_at=ts(now + timedelta(days=30)),
             sections=[
                 bpb.SectionSpec(
                     section_id="A",
@@ -155,7 +100,7 @@ async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
         qpb.CreateEventQueueRequest(
             config=qpb.EventQueueConfig(
                 event_id=event_id,
-                opens_at=_ts(now - timedelta(seconds=1)),
+                opens_at=ts(now - timedelta(seconds=1)),
                 admission_rate_per_second=100,
                 max_active_shoppers=10,
             )

@@ -1,0 +1,78 @@
+"""The whole mesh for end-to-end tests: every role of the three services
+in one process, each server serving as its own role over mTLS, with the
+small helpers those tests share."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import TypeVar
+
+from google.protobuf import timestamp_pb2
+
+from boxoffice.lifecycle import Component
+from tests.support import Stores, all_migrations, make_runtime, running
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ts(value: datetime) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, seconds: float = 20.0) -> T:
+    """Poll until ``probe`` answers something (no timing is asserted: the
+    bound only keeps a broken build from hanging)."""
+    for _ in range(int(seconds / 0.05)):
+        found = await probe()
+        if found is not None:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+@contextlib.asynccontextmanager
+async def whole_mesh(stores: Stores, stream_prefix: str) -> AsyncIterator[dict[str, str]]:
+    """Every role of queue, booking and payment running (fast timings, a
+    ticket stream of its own named after ``stream_prefix``); the servers'
+    addresses by component name."""
+    from booking_svc import app as booking_app
+    from payment_svc import app as payment_app
+    from queue_svc import app as queue_app
+
+    assert all_migrations()  # the session's database has every service's schema
+    booking_port = free_port()
+    rt = make_runtime(
+        stores,
+        environ={
+            "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
+            "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
+            "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+            "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+            "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+            "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
+            "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
+            "BOXOFFICE_TICKET_STREAM": f"{stream_prefix}-{uuid.uuid4().hex[:12]}",
+            "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
+            "BOXOFFICE_DB_POOL_MAX": "20",
+        },
+    )
+    rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+    components: list[Component] = []
+    for module in (queue_app, booking_app, payment_app):
+        for role in module.ROLES.values():
+            components.extend(await module.build(rt, role))
+    async with running([*rt.infrastructure(), *components]):
+        yield {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009
