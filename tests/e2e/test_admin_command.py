@@ -25,7 +25,8 @@ from booking_svc import app as booking_app
 from boxoffice import access, audit
 from boxoffice.runtime import Runtime
 from boxoffice.tls import CertFiles
-from boxoffice_cli.admin import BadFile, Progress, parse_event_file, parse_inventory_file
+from boxoffice_cli.admin import Progress
+from boxoffice_cli.admin_files import BadFile, parse_event_file, parse_inventory_file
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from queue_svc.app import QueueApp

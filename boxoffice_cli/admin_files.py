@@ -1,0 +1,325 @@
+"""The files ``boxoffice admin`` reads: an event (YAML, with its sections,
+prices and waiting room) and an inventory of seat rows (CSV), each checked
+whole before anything is sent, every problem reported as
+``FILE:LINE: message``."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bpb
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qpb
+
+_SECTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_CSV_HEADER = ["section", "row", "first_seat_number", "seat_count"]
+
+
+class BadFile(Exception):
+    """A file that cannot be sent; ``problems`` are ``FILE:LINE: message``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# -- the event file (YAML) ----------------------------------------------------
+
+
+class _Doc:
+    """A YAML document walked node by node, so that every problem names
+    its line; problems are collected, not raised one by one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.problems: list[str] = []
+        self._construct = yaml.constructor.SafeConstructor()
+        # The key node of each mapping value seen, where a missing key is reported.
+        self._keys: dict[int, yaml.Node] = {}
+
+    def problem(self, node: yaml.Node, message: str) -> None:
+        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {message}")
+
+    def mapping(self, node: yaml.Node, where: str, keys: Mapping[str, bool]) -> dict[str, yaml.Node]:
+        """The keys of a mapping node (``keys``: name -> required)."""
+        if not isinstance(node, yaml.MappingNode):
+            self.problem(node, f"{where} must be a mapping")
+            return {}
+        found: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key not in keys:
+                self.problem(key_node, f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
+            elif key in found:
+                self.problem(key_node, f"{where}: {key!r} given twice")
+            else:
+                found[key] = value_node
+                self._keys[id(value_node)] = key_node
+        for key, required in keys.items():
+            if required and key not in found:
+                self.problem(self._keys.get(id(node), node), f"{where}: {key!r} is required")
+        return found
+
+    def value(self, node: yaml.Node) -> Any:
+        return self._construct.construct_object(node, deep=True)
+
+    def integer(self, node: yaml.Node | None, where: str, *, low: int, high: int, default: int = 0) -> int:
+        if node is None:
+            return default
+        value = self.value(node)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.problem(node, f"{where} must be a whole number from {low:,} to {high:,}, not {node.value!r}")
+            return default
+        return value
+
+    def text(self, node: yaml.Node | None, where: str, *, pattern: re.Pattern[str] | None = None) -> str:
+        if node is None:
+            return ""
+        value = self.value(node)
+        if not isinstance(value, (str, int)) or isinstance(value, bool) or str(value) == "":
+            self.problem(node, f"{where} must be a non-empty string")
+            return ""
+        text = str(value)
+        if pattern is not None and not pattern.match(text):
+            self.problem(node, f"{where} {text!r} must be 1 to 32 of letters, digits, '_' and '-'")
+        return text
+
+    def choice(self, node: yaml.Node | None, where: str, choices: Mapping[str, int]) -> int:
+        if node is None:
+            return 0
+        value = self.value(node)
+        if not isinstance(value, str) or value.lower() not in choices:
+            self.problem(node, f"{where} must be one of {', '.join(choices)}, not {node.value!r}")
+            return 0
+        return choices[value.lower()]
+
+    def flag(self, node: yaml.Node | None, where: str) -> bool:
+        if node is None:
+            return False
+        value = self.value(node)
+        if not isinstance(value, bool):
+            self.problem(node, f"{where} must be true or false, not {node.value!r}")
+            return False
+        return value
+
+    def instant(self, node: yaml.Node | None, where: str, out: timestamp_pb2.Timestamp) -> None:
+        """An ISO 8601 time with its zone (``2026-07-01T20:00:00Z``) into ``out``."""
+        if node is None:
+            return
+        value = self.value(node)
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value)
+            except ValueError:
+                pass
+        if not isinstance(value, datetime.datetime) or value.tzinfo is None:
+            self.problem(node, f"{where} must be a date and time with its zone, e.g. 2026-07-01T20:00:00Z")
+            return
+        out.FromDatetime(value.astimezone(datetime.UTC))
+
+    def seconds(self, node: yaml.Node | None, where: str, out: duration_pb2.Duration, *, high: int) -> None:
+        if node is not None:
+            out.FromSeconds(self.integer(node, where, low=0, high=high))
+
+
+@dataclass(frozen=True)
+class EventFile:
+    """What ``event create`` sends: the event, and its waiting room if the
+    file has one."""
+
+    event: bpb.BookingAdminServiceCreateEventRequest
+    waiting_room: qpb.CreateWaitingRoomRequest | None
+
+
+_EVENT_KEYS = {"event": True, "sections": True, "waiting_room": False}
+_EVENT_FIELDS = {
+    "id": True,
+    "name": True,
+    "kind": True,
+    "starts_at": True,
+    "hold_ttl_seconds": False,
+    "max_seats_per_customer": False,
+    "refund": False,
+}
+_SECTION_FIELDS = {"id": True, "name": False, "kind": True, "capacity": False, "overbook": False, "price": True}
+_PRICE_FIELDS = {"currency": True, "amount_minor": True}
+_REFUND_FIELDS = {"percent": True, "until": False}
+_ROOM_FIELDS = {
+    "opens_at": True,
+    "pre_queue_window_seconds": False,
+    "admission_rate_per_second": False,
+    "max_active_shoppers": False,
+    "session_length_seconds": False,
+    "token_ttl_seconds": False,
+    "claim_grace_seconds": False,
+    "paused": False,
+}
+_EVENT_KINDS = {"concert": bpb.MANAGED_EVENT_KIND_CONCERT, "flight": bpb.MANAGED_EVENT_KIND_FLIGHT}
+_SECTION_KINDS = {
+    "seated": bpb.MANAGED_SECTION_KIND_SEATED,
+    "general_admission": bpb.MANAGED_SECTION_KIND_GENERAL_ADMISSION,
+}
+_DAY_SECONDS = 86_400
+
+
+def parse_event_file(path: str, text: str) -> EventFile:
+    """The event file's requests; :class:`BadFile` naming every problem."""
+    doc = _Doc(path)
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f"{mark.line + 1}" if mark is not None else "1"
+        raise BadFile([f"{path}:{line}: not valid YAML: {getattr(err, 'problem', None) or err}"]) from None
+    if root is None:
+        raise BadFile([f"{path}:1: the file is empty"])
+    top = doc.mapping(root, "the file", _EVENT_KEYS)
+    request = bpb.BookingAdminServiceCreateEventRequest()
+    if "event" in top:
+        fields = doc.mapping(top["event"], "event", _EVENT_FIELDS)
+        request.event_id = doc.integer(fields.get("id"), "event.id", low=1, high=2**63 - 1)
+        request.display_name = doc.text(fields.get("name"), "event.name")
+        request.kind = bpb.ManagedEventKind.ValueType(doc.choice(fields.get("kind"), "event.kind", _EVENT_KINDS))
+        doc.instant(fields.get("starts_at"), "event.starts_at", request.starts_at)
+        doc.seconds(fields.get("hold_ttl_seconds"), "event.hold_ttl_seconds", request.hold_ttl, high=3600)
+        request.max_seats_per_customer = doc.integer(
+            fields.get("max_seats_per_customer"), "event.max_seats_per_customer", low=1, high=100
+        )
+        if "refund" in fields:
+            refund = doc.mapping(fields["refund"], "event.refund", _REFUND_FIELDS)
+            request.refund_policy.refund_percent = doc.integer(
+                refund.get("percent"), "event.refund.percent", low=0, high=100
+            )
+            doc.instant(refund.get("until"), "event.refund.until", request.refund_policy.refundable_until)
+    if "sections" in top:
+        node = top["sections"]
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            doc.problem(node, "sections must be a list of at least one section")
+        else:
+            seen: set[str] = set()
+            for index, item in enumerate(node.value):
+                request.sections.append(_section(doc, item, f"sections[{index}]", seen))
+    waiting_room = None
+    if "waiting_room" in top:
+        waiting_room = qpb.CreateWaitingRoomRequest(config=_waiting_room(doc, top["waiting_room"], request.event_id))
+    if doc.problems:
+        raise BadFile(doc.problems)
+    return EventFile(request, waiting_room)
+
+
+def _section(doc: _Doc, node: yaml.Node, where: str, seen: set[str]) -> bpb.SectionDraft:
+    fields = doc.mapping(node, where, _SECTION_FIELDS)
+    section = bpb.SectionDraft()
+    section.section_id = doc.text(fields.get("id"), f"{where}.id", pattern=_SECTION_ID)
+    if section.section_id in seen:
+        doc.problem(fields["id"], f"{where}.id: section {section.section_id!r} appears twice")
+    seen.add(section.section_id)
+    section.display_name = doc.text(fields.get("name"), f"{where}.name")
+    section.kind = bpb.ManagedSectionKind.ValueType(doc.choice(fields.get("kind"), f"{where}.kind", _SECTION_KINDS))
+    if section.kind == bpb.MANAGED_SECTION_KIND_GENERAL_ADMISSION:
+        if "capacity" not in fields:
+            doc.problem(node, f"{where}: a general_admission section needs a capacity")
+        section.capacity = doc.integer(fields.get("capacity"), f"{where}.capacity", low=1, high=1_000_000)
+        section.overbook_limit = doc.integer(fields.get("overbook"), f"{where}.overbook", low=0, high=100_000)
+    elif section.kind == bpb.MANAGED_SECTION_KIND_SEATED:
+        for key in ("capacity", "overbook"):
+            if key in fields:
+                doc.problem(fields[key], f"{where}.{key}: a seated section's seats come from `inventory load`")
+    if "price" in fields:
+        price = doc.mapping(fields["price"], f"{where}.price", _PRICE_FIELDS)
+        currency = doc.text(price.get("currency"), f"{where}.price.currency")
+        if currency and not re.fullmatch(r"[A-Z]{3}", currency):
+            doc.problem(price["currency"], f"{where}.price.currency must be an ISO 4217 code such as EUR")
+        section.price.currency_code = currency
+        section.price.amount_minor = doc.integer(
+            price.get("amount_minor"), f"{where}.price.amount_minor", low=0, high=10**12
+        )
+    return section
+
+
+def _waiting_room(doc: _Doc, node: yaml.Node, event_id: int) -> qpb.WaitingRoom:
+    fields = doc.mapping(node, "waiting_room", _ROOM_FIELDS)
+    room = qpb.WaitingRoom(event_id=event_id)
+    doc.instant(fields.get("opens_at"), "waiting_room.opens_at", room.opens_at)
+    doc.seconds(
+        fields.get("pre_queue_window_seconds"),
+        "waiting_room.pre_queue_window_seconds",
+        room.pre_queue_window,
+        high=7 * _DAY_SECONDS,
+    )
+    room.admission_rate_per_second = doc.integer(
+        fields.get("admission_rate_per_second"), "waiting_room.admission_rate_per_second", low=1, high=100_000
+    )
+    room.max_active_shoppers = doc.integer(
+        fields.get("max_active_shoppers"), "waiting_room.max_active_shoppers", low=1, high=10_000_000
+    )
+    for key, out in (
+        ("session_length_seconds", room.session_length),
+        ("token_ttl_seconds", room.token_ttl),
+        ("claim_grace_seconds", room.claim_grace),
+    ):
+        doc.seconds(fields.get(key), f"waiting_room.{key}", out, high=_DAY_SECONDS)
+    room.paused = doc.flag(fields.get("paused"), "waiting_room.paused")
+    return room
+
+
+# -- the inventory file (CSV) -------------------------------------------------
+
+
+def parse_inventory_file(path: str, text: str) -> list[tuple[int, bpb.InventoryRow]]:
+    """(line number, row) for every seat row of the CSV file
+    (``section,row,first_seat_number,seat_count``; a header line with those
+    names may come first); :class:`BadFile` naming every bad line."""
+    problems: list[str] = []
+    rows: list[tuple[int, bpb.InventoryRow]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, fields in enumerate(csv.reader(text.splitlines())):
+        line = index + 1
+        cells = [f.strip() for f in fields]
+        if not cells or cells == [""] or cells[0].startswith("#"):
+            continue
+        if line == 1 and [c.lower() for c in cells] == _CSV_HEADER:
+            continue
+        where = f"{path}:{line}"
+        if len(cells) != 4:
+            problems.append(f"{where}: expected 4 fields ({','.join(_CSV_HEADER)}), got {len(cells)}")
+            continue
+        section, row_label, first, count = cells
+        if not _SECTION_ID.match(section):
+            problems.append(f"{where}: section {section!r} must be 1 to 32 of letters, digits, '_' and '-'")
+            continue
+        if not 1 <= len(row_label) <= 8:
+            problems.append(f"{where}: row {row_label!r} must be 1 to 8 characters")
+            continue
+        if not first.isdigit() or int(first) < 1 or int(first) > 1_000_000:
+            problems.append(f"{where}: first_seat_number {first!r} must be a whole number from 1 to 1,000,000")
+            continue
+        if not count.isdigit() or not 1 <= int(count) <= 1000:
+            problems.append(f"{where}: seat_count {count!r} must be a whole number from 1 to 1,000")
+            continue
+        if (section, row_label) in seen:
+            problems.append(
+                f"{where}: row {row_label!r} of section {section!r} is already on line {seen[section, row_label]}"
+            )
+            continue
+        seen[section, row_label] = line
+        rows.append(
+            (
+                line,
+                bpb.InventoryRow(
+                    section_id=section, row_label=row_label, first_seat_number=int(first), seat_count=int(count)
+                ),
+            )
+        )
+    if not problems and not rows:
+        problems.append(f"{path}:1: no seat rows")
+    if problems:
+        raise BadFile(problems)
+    return rows
