@@ -1,0 +1,312 @@
+"""The edge's HTTP surface: every route, who may call it and acting as whom.
+
+This table is the HTTP half of the authorization table (the gRPC half is
+:data:`boxoffice.access.POLICY`): the server mounts exactly these routes,
+the OpenAPI document is generated from them (with the contracts' messages
+and their ``google.api.http`` annotations), and the matrix test calls each
+one as every kind of caller.
+
+Who may call (:class:`Who`):
+
+- ``PUBLIC``: anyone, signed in or not; the answer is the same for all
+  (cacheable by a CDN when :attr:`Route.cache` is ``public``).
+- ``FAN``: a signed-in fan (the session cookie, or an OpenID Connect bearer
+  token); the edge asserts that fan to the services, never a customer named
+  in the request.
+- ``SHOPPER``: a signed-in fan who also holds the access token of the event
+  (the HttpOnly cookie set on admission, or the ``Boxoffice-Access-Token``
+  header); the token must name the same fan.
+- ``PROVIDER``: the payment provider; its signature (checked by
+  PaymentService) is the credential. The edge asserts no fan.
+- ``OPERATIONS``: whoever reaches the pod's port (kubelet, Prometheus);
+  the Ingress routes none of them but ``/openapi.json``.
+
+Routes that read or change a fan's things answer 404 for another fan's,
+exactly as for one that does not exist.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Who(enum.Enum):
+    """Who may call a route."""
+
+    PUBLIC = "public"
+    FAN = "fan"
+    SHOPPER = "shopper"
+    PROVIDER = "provider"
+    OPERATIONS = "operations"
+
+
+class Cache(enum.Enum):
+    """How an answer may be cached."""
+
+    # Cache-Control: public, max-age (and stale-while-revalidate); the same for all.
+    PUBLIC = "public"
+    # Cache-Control: private, no-store; the caller's own.
+    PRIVATE = "private"
+
+
+_QUEUE = "/boxoffice.queue.v1.QueueService/"
+_BOOKING = "/boxoffice.booking.v1.BookingService/"
+_PAYMENT = "/boxoffice.payment.v1.PaymentService/"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One HTTP route of the edge."""
+
+    # Operation id in the OpenAPI document (the RPC's name where it maps one).
+    name: str
+    method: str
+    # Path template; parameters in braces, named as in the contracts.
+    path: str
+    who: Who
+    # Whom the services see the call acting for.
+    acting_as: str
+    cache: Cache
+    # The RPC the route is the HTTP form of (its google.api.http annotation),
+    # or None for a route of the edge's own.
+    rpc: str | None
+    summary: str
+    # Fields of the RPC's request the edge fills itself (from the path, the
+    # session, the access token or a header); a body may not set them.
+    edge_fields: tuple[str, ...] = ()
+    # Whether the route answers Server-Sent Events.
+    sse: bool = False
+
+
+_FAN = "the signed-in fan"
+_NOBODY = "nobody (no fan is asserted)"
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "CreateSession",
+        "POST",
+        "/v1/session",
+        Who.PUBLIC,
+        "the fan it signs in",
+        Cache.PRIVATE,
+        None,
+        "Development sign-in: a name becomes a signed session cookie (only when development sign-in is on).",
+    ),
+    Route(
+        "GetSession",
+        "GET",
+        "/v1/session",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        None,
+        "Who is signed in.",
+    ),
+    Route(
+        "DeleteSession",
+        "DELETE",
+        "/v1/session",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PRIVATE,
+        None,
+        "Sign out: the session and access-token cookies are cleared.",
+    ),
+    Route(
+        "GetEvent",
+        "GET",
+        "/v1/events/{event_id}",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        f"{_BOOKING}GetEvent",
+        "The event, its sections and prices.",
+        ("event_id",),
+    ),
+    Route(
+        "JoinQueue",
+        "POST",
+        "/v1/events/{event_id}/queue:join",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_QUEUE}JoinQueue",
+        "Join the event's waiting room (idempotent): the fan's place and score.",
+        ("event_id", "customer_id", "client_id"),
+    ),
+    Route(
+        "GetQueuePosition",
+        "GET",
+        "/v1/events/{event_id}/queue/position",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_QUEUE}GetQueuePosition",
+        "The fan's state, approximate place, ETA and poll_after; once admitted, the access token.",
+        ("event_id", "customer_id"),
+    ),
+    Route(
+        "WatchQueuePosition",
+        "GET",
+        "/v1/events/{event_id}/queue/position:watch",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_QUEUE}WatchQueuePosition",
+        "The fan's place as Server-Sent Events until a final state; Last-Event-ID resumes.",
+        ("event_id", "customer_id"),
+        sse=True,
+    ),
+    Route(
+        "GetAdmissionProgress",
+        "GET",
+        "/v1/events/{event_id}/queue/progress",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        f"{_QUEUE}WatchAdmissionProgress",
+        "The event's admission progress (admitted through which score, the rate, the room's state).",
+        ("event_id",),
+    ),
+    Route(
+        "LeaveQueue",
+        "POST",
+        "/v1/events/{event_id}/queue:leave",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_QUEUE}LeaveQueue",
+        "Leave the waiting room, or end the shopping session once admitted.",
+        ("event_id", "customer_id"),
+    ),
+    Route(
+        "GetSeatMap",
+        "GET",
+        "/v1/events/{event_id}/seatmap",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        f"{_BOOKING}GetSeatMap",
+        "The compact seat map, cacheable for its max age, with an ETag.",
+        ("event_id",),
+    ),
+    Route(
+        "HoldSeats",
+        "POST",
+        "/v1/events/{event_id}/holds",
+        Who.SHOPPER,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_BOOKING}HoldSeats",
+        "Hold explicit seats, the best available, or a general-admission quantity.",
+        ("event_id", "access_token"),
+    ),
+    Route(
+        "GetHold",
+        "GET",
+        "/v1/holds/{hold_id}",
+        Who.SHOPPER,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_BOOKING}GetHold",
+        "One of the fan's holds.",
+        ("hold_id", "access_token"),
+    ),
+    Route(
+        "ReleaseHold",
+        "DELETE",
+        "/v1/holds/{hold_id}",
+        Who.SHOPPER,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_BOOKING}ReleaseHold",
+        "Give one of the fan's holds back.",
+        ("hold_id", "access_token"),
+    ),
+    Route(
+        "StartPayment",
+        "POST",
+        "/v1/holds/{hold_id}/payment",
+        Who.SHOPPER,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_PAYMENT}StartPayment",
+        "Start paying for one of the fan's holds.",
+        ("hold_id", "access_token"),
+    ),
+    Route(
+        "ConfirmPayment",
+        "POST",
+        "/v1/payments/{payment_id}:confirm",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_PAYMENT}ConfirmPayment",
+        "Settle one of the fan's payments; the Idempotency-Key header is the key.",
+        ("payment_id", "idempotency_key"),
+    ),
+    Route(
+        "GetPayment",
+        "GET",
+        "/v1/payments/{payment_id}",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_PAYMENT}GetPayment",
+        "One of the fan's payments.",
+        ("payment_id",),
+    ),
+    Route(
+        "ListTickets",
+        "GET",
+        "/v1/events/{event_id}/tickets",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_PAYMENT}ListTickets",
+        "The fan's tickets for the event.",
+        ("event_id", "access_token"),
+    ),
+    Route(
+        "HandleProviderWebhook",
+        "POST",
+        "/v1/webhooks/payment-provider",
+        Who.PROVIDER,
+        _NOBODY,
+        Cache.PRIVATE,
+        f"{_PAYMENT}HandleProviderWebhook",
+        "The payment provider's webhook: the raw body and signature header passed through untouched.",
+        ("signature", "body"),
+    ),
+    Route("GetHealth", "GET", "/healthz", Who.OPERATIONS, _NOBODY, Cache.PRIVATE, None, "Liveness."),
+    Route(
+        "GetReadiness",
+        "GET",
+        "/readyz",
+        Who.OPERATIONS,
+        _NOBODY,
+        Cache.PRIVATE,
+        None,
+        "Readiness: 503 while starting and draining.",
+    ),
+    Route("GetMetrics", "GET", "/metrics", Who.OPERATIONS, _NOBODY, Cache.PRIVATE, None, "Prometheus metrics."),
+    Route(
+        "GetOpenApi",
+        "GET",
+        "/openapi.json",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        None,
+        "This document.",
+    ),
+)
+
+
+def by_name(name: str) -> Route:
+    """The route with operation id ``name``."""
+    for route in ROUTES:
+        if route.name == name:
+            return route
+    raise KeyError(name)
