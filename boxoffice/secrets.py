@@ -41,6 +41,10 @@ DEV_WEBHOOK_SECRET = "whsec_boxoffice_development_secret"
 TOKEN_KEYS = "BOXOFFICE_TOKEN_KEYS"
 WEBHOOK_SECRETS = "BOXOFFICE_WEBHOOK_SECRETS"
 SANDBOX_WEBHOOK_SECRET = "BOXOFFICE_SANDBOX_WEBHOOK_SECRET"
+EDGE_SESSION_KEYS = "BOXOFFICE_EDGE_SESSION_KEYS"
+DEV_EDGE_SESSION_KEY = "boxoffice-development-session-key"
+# Development switches: on, they let anyone in as anyone.
+EDGE_DEV_SIGNIN = "BOXOFFICE_EDGE_DEV_SIGNIN"
 
 _MAX_FILE_BYTES = 64 * 1024
 
@@ -175,7 +179,12 @@ DEVELOPMENT_SECRETS: tuple[DevelopmentSecret, ...] = (
     DevelopmentSecret(TOKEN_KEYS, DEV_TOKEN_KEY, True, frozenset({"queue", "booking", "payment"})),
     DevelopmentSecret(WEBHOOK_SECRETS, DEV_WEBHOOK_SECRET, True, frozenset({"payment"})),
     DevelopmentSecret(SANDBOX_WEBHOOK_SECRET, DEV_WEBHOOK_SECRET, False, frozenset({"payment"})),
+    DevelopmentSecret(EDGE_SESSION_KEYS, DEV_EDGE_SESSION_KEY, True, frozenset({"edge"})),
 )
+
+# Switches that only a process on the embedded stores may turn on, and the
+# components that read them.
+DEVELOPMENT_SWITCHES: tuple[tuple[str, frozenset[str]], ...] = ((EDGE_DEV_SIGNIN, frozenset({"edge"})),)
 
 
 def _configured(env: Env, variable: str) -> str | None:
@@ -215,6 +224,9 @@ def refuse_development_secrets(
     components the process runs, None for all); nothing on embedded stores."""
     if on_embedded_stores:
         return
+    for switch, readers in DEVELOPMENT_SWITCHES:
+        if (components is None or readers.intersection(components)) and env.flag(switch, False):
+            raise ConfigError(f"{switch} is on, which only a process on the embedded stores may be; turn it off")
     in_use = development_secrets_in_use(env, components)
     if in_use:
         variable = in_use[0]

@@ -82,6 +82,7 @@ def progress_pb(progress: Progress) -> pb.AdmissionProgress:
         admission_rate_per_second=round(progress.rate_per_second, 3),
         admission_state=pb.AdmissionState.ValueType(progress.admission_state.value),
         observed_at=observed,
+        pre_queue_joined=progress.pre_queue_joined,
     )
 
 

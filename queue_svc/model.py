@@ -8,15 +8,16 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-# Queue scores: arrivals before opening get a uniformly random score in
-# [0, PRE_QUEUE_BAND); arrivals after opening get PRE_QUEUE_BAND + n for the
-# n-th arrival, so every post-opening score is above every pre-queue score.
-# Scores stay below 2**53, where a Redis score (a double) is still exact.
-PRE_QUEUE_BAND = 2**50
+from boxoffice import places
 
-# Polling hints (seconds): close to the head ask often, far back rarely.
-POLL_MIN_SECONDS = 5.0
-POLL_MAX_SECONDS = 15.0
+# Scores, the pre-queue band and the polling hints are shared with the edge,
+# which estimates places the same way (boxoffice.places).
+PRE_QUEUE_BAND = places.PRE_QUEUE_BAND
+POLL_MIN_SECONDS = places.POLL_MIN_SECONDS
+POLL_MAX_SECONDS = places.POLL_MAX_SECONDS
+eta_seconds = places.eta_seconds
+poll_after_seconds = places.poll_after_seconds
+WatchBase = places.PlaceBase
 
 
 class QueueState(enum.IntEnum):
@@ -129,53 +130,22 @@ def measured_rate(rate_at_last_tick: float, last_tick_ms: int, now_ms: int) -> f
     return rate_at_last_tick * math.exp(-(idle_ms - 2_000) / RATE_WINDOW_MS)
 
 
-def eta_seconds(ahead: int, rate_per_second: float) -> float | None:
-    """Seconds until admission at the measured rate; None while unknown."""
-    if rate_per_second < 0.01:
-        return None
-    return (ahead + 1) / rate_per_second
-
-
-def poll_after_seconds(ahead: int, eta: float | None) -> float:
-    """5 s near the head, up to 15 s far back."""
-    if eta is not None:
-        seconds = eta / 4
-    else:
-        seconds = POLL_MIN_SECONDS + ahead / 1000
-    return min(POLL_MAX_SECONDS, max(POLL_MIN_SECONDS, seconds))
-
-
-@dataclass(frozen=True, slots=True)
-class WatchBase:
-    """An exact reading of a waiting fan's place, from which later places
-    are estimated without asking Redis again."""
-
-    score: int
-    ahead: int
-    admitted_total: int
-    pre_queue_joined: int
-
-
 def estimate_ahead(base: WatchBase, progress: Progress) -> int:
-    """Fans ahead now, from an exact reading and the event's progress.
-
-    Every fan admitted since the reading was ahead (admission pops in score
-    order). Before opening, a later pre-queue arrival lands ahead with
-    probability score / PRE_QUEUE_BAND (scores are uniform), so the expected
-    number of them is added. Fans who left are not known and not subtracted:
-    the estimate errs on the long side.
-    """
-    ahead = base.ahead - max(0, progress.admitted_total - base.admitted_total)
-    if base.score < PRE_QUEUE_BAND:
-        newcomers = max(0, progress.pre_queue_joined - base.pre_queue_joined)
-        ahead += round(newcomers * (base.score / PRE_QUEUE_BAND))
-    return max(0, min(ahead, progress.queue_length - 1))
+    """Fans ahead now (see :func:`boxoffice.places.estimate_ahead`)."""
+    return places.estimate_ahead(
+        base,
+        admitted_total=progress.admitted_total,
+        pre_queue_joined=progress.pre_queue_joined,
+        queue_length=progress.queue_length,
+    )
 
 
 def passed(base_score: int, progress: Progress) -> bool:
     """Whether admission has reached a fan with this score (admitted, or
     gone from the queue some other way)."""
-    return progress.admitted_total > 0 and progress.admitted_through_score >= base_score
+    return places.passed(
+        base_score, admitted_total=progress.admitted_total, admitted_through_score=progress.admitted_through_score
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -461,6 +461,7 @@ class AdmissionProgress(_message.Message):
     ADMISSION_RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
     ADMISSION_STATE_FIELD_NUMBER: _builtins.int
     OBSERVED_AT_FIELD_NUMBER: _builtins.int
+    PRE_QUEUE_JOINED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event."""
     admitted_through_score: _builtins.int
@@ -475,6 +476,12 @@ class AdmissionProgress(_message.Message):
     """Measured admissions per second over the recent window."""
     admission_state: Global___AdmissionState.ValueType
     """Whether admission is running, paused or not yet open."""
+    pre_queue_joined: _builtins.int
+    """Fans who joined before opening, with a random pre-queue score. A client
+    that read a waiting fan's place (JoinQueue, GetQueuePosition) estimates
+    it later from this progress alone: fans admitted since were ahead, and a
+    pre-queue arrival since lands ahead with probability score / 2^50.
+    """
     @_builtins.property
     def observed_at(self) -> _timestamp_pb2.Timestamp:
         """When this snapshot was taken."""
@@ -490,10 +497,11 @@ class AdmissionProgress(_message.Message):
         admission_rate_per_second: _builtins.float = ...,
         admission_state: Global___AdmissionState.ValueType = ...,
         observed_at: _timestamp_pb2.Timestamp | None = ...,
+        pre_queue_joined: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "observed_at", b"observed_at", "queue_length", b"queue_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
