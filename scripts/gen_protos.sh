@@ -4,6 +4,10 @@
 # Usage: scripts/gen_protos.sh [--check]   (--check fails when either would change)
 # The code is generated into a scratch folder first; gen/ is replaced only
 # when protoc succeeded, so a failing proto never leaves gen/ half written.
+# google/api/annotations.proto and google/api/http.proto (imported for the
+# google.api.http annotations) are read from the installed
+# googleapis-common-protos package, whose google.api modules the generated
+# code imports at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python}
@@ -12,7 +16,12 @@ trap 'rm -rf "$scratch"' EXIT
 out="$scratch/gen"
 mkdir -p "$out"
 log="$scratch/protoc.log"
-if ! "$py" -m grpc_tools.protoc -Igen=proto \
+googleapis=$("$py" -c 'import pathlib, google.api.annotations_pb2 as m; print(pathlib.Path(m.__file__).resolve().parents[2])')
+if [ ! -f "$googleapis/google/api/annotations.proto" ]; then
+  echo "google/api/annotations.proto is not in $googleapis: install googleapis-common-protos" >&2
+  exit 1
+fi
+if ! "$py" -m grpc_tools.protoc -Igen=proto -I"$googleapis" \
   --python_out="$scratch" --grpc_python_out="$scratch" \
   --mypy_out="$scratch" --mypy_grpc_out="$scratch" \
   $(find proto -name '*.proto' | sort) >"$log" 2>&1; then

@@ -141,6 +141,8 @@ class BookingServiceServicer:
         available found only seats other callers were taking; retry),
         INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
         UNAUTHENTICATED / PERMISSION_DENIED for the token.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the body.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,6 +150,8 @@ class BookingServiceServicer:
 
     def GetHold(self, request, context):
         """GetHold returns one hold of the token's customer.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the query.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +170,8 @@ class BookingServiceServicer:
         """ReleaseHold gives a held hold's seats back; only its owner may (else
         PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
         again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the query.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

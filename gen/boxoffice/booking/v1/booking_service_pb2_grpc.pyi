@@ -69,9 +69,14 @@ class BookingServiceStub:
     available found only seats other callers were taking; retry),
     INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
     UNAUTHENTICATED / PERMISSION_DENIED for the token.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the body.
     """
     GetHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetHoldRequest, _booking_service_pb2.GetHoldResponse]
-    """GetHold returns one hold of the token's customer."""
+    """GetHold returns one hold of the token's customer.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the query.
+    """
     ListHolds: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ListHoldsRequest, _booking_service_pb2.ListHoldsResponse]
     """ListHolds lists an event's holds, newest first, of one customer: through
     the edge, the fan it asserts (x-boxoffice-customer) only; an operator's,
@@ -81,6 +86,8 @@ class BookingServiceStub:
     """ReleaseHold gives a held hold's seats back; only its owner may (else
     PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
     again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the query.
     """
     ExtendHold: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ExtendHoldRequest, _booking_service_pb2.ExtendHoldResponse]
     """ExtendHold pushes a hold's expiry out while a payment is in flight: only
@@ -146,9 +153,14 @@ class BookingServiceAsyncStub(BookingServiceStub):
     available found only seats other callers were taking; retry),
     INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
     UNAUTHENTICATED / PERMISSION_DENIED for the token.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the body.
     """
     GetHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetHoldRequest, _booking_service_pb2.GetHoldResponse]  # type: ignore[assignment]
-    """GetHold returns one hold of the token's customer."""
+    """GetHold returns one hold of the token's customer.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the query.
+    """
     ListHolds: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ListHoldsRequest, _booking_service_pb2.ListHoldsResponse]  # type: ignore[assignment]
     """ListHolds lists an event's holds, newest first, of one customer: through
     the edge, the fan it asserts (x-boxoffice-customer) only; an operator's,
@@ -158,6 +170,8 @@ class BookingServiceAsyncStub(BookingServiceStub):
     """ReleaseHold gives a held hold's seats back; only its owner may (else
     PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
     again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the query.
     """
     ExtendHold: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ExtendHoldRequest, _booking_service_pb2.ExtendHoldResponse]  # type: ignore[assignment]
     """ExtendHold pushes a hold's expiry out while a payment is in flight: only
@@ -248,6 +262,8 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         available found only seats other callers were taking; retry),
         INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
         UNAUTHENTICATED / PERMISSION_DENIED for the token.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the body.
         """
 
     @_abc_1.abstractmethod
@@ -256,7 +272,10 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _booking_service_pb2.GetHoldRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_booking_service_pb2.GetHoldResponse, _abc.Awaitable[_booking_service_pb2.GetHoldResponse]]:
-        """GetHold returns one hold of the token's customer."""
+        """GetHold returns one hold of the token's customer.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the query.
+        """
 
     @_abc_1.abstractmethod
     def ListHolds(
@@ -278,6 +297,8 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         """ReleaseHold gives a held hold's seats back; only its owner may (else
         PERMISSION_DENIED NOT_HOLD_OWNER). Releasing a released hold returns it
         again; any other state is FAILED_PRECONDITION HOLD_NOT_HELD.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the query.
         """
 
     @_abc_1.abstractmethod

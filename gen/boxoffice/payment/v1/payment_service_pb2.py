@@ -22,50 +22,61 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.gen/boxoffice/payment/v1/payment_service.proto\x12\x14\x62oxoffice.payment.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n\x05Money\x12\x15\n\rcurrency_code\x18\x01 \x01(\t\x12\x14\n\x0c\x61mount_minor\x18\x02 \x01(\x03\"\xfb\x02\n\x07Payment\x12\x12\n\npayment_id\x18\x01 \x01(\t\x12\x0f\n\x07hold_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x63ustomer_id\x18\x04 \x01(\t\x12+\n\x06\x61mount\x18\x05 \x01(\x0b\x32\x1b.boxoffice.payment.v1.Money\x12\x31\n\x05state\x18\x06 \x01(\x0e\x32\".boxoffice.payment.v1.PaymentState\x12\x1b\n\x13provider_payment_id\x18\x07 \x01(\t\x12\x16\n\x0e\x66\x61ilure_reason\x18\x08 \x01(\t\x12-\n\x08refunded\x18\t \x01(\x0b\x32\x1b.boxoffice.payment.v1.Money\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"T\n\x13StartPaymentRequest\x12\x14\n\x0c\x61\x63\x63\x65ss_token\x18\x01 \x01(\t\x12\x0f\n\x07hold_id\x18\x02 \x01(\t\x12\x16\n\x0epayment_method\x18\x03 \x01(\t\"F\n\x14StartPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"D\n\x15\x43onfirmPaymentRequest\x12\x12\n\npayment_id\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"H\n\x16\x43onfirmPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"?\n\x1cHandleProviderWebhookRequest\x12\x11\n\tsignature\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\"}\n\x1dHandleProviderWebhookResponse\x12\x19\n\x11provider_event_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12.\n\x07payment\x18\x03 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"{\n\x14RefundPaymentRequest\x12\x12\n\npayment_id\x18\x01 \x01(\t\x12+\n\x06\x61mount\x18\x02 \x01(\x0b\x32\x1b.boxoffice.payment.v1.Money\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"G\n\x15RefundPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"\'\n\x11GetPaymentRequest\x12\x12\n\npayment_id\x18\x01 \x01(\t\"D\n\x12GetPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"\x9e\x02\n\x06Ticket\x12\x11\n\tticket_id\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\x12\x0f\n\x07hold_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63ustomer_id\x18\x04 \x01(\t\x12\x12\n\nsection_id\x18\x05 \x01(\t\x12\x0f\n\x07seat_id\x18\x06 \x01(\x03\x12\x12\n\nseat_label\x18\x07 \x01(\t\x12\x0c\n\x04unit\x18\x08 \x01(\x05\x12\x0c\n\x04\x63ode\x18\t \x01(\t\x12\x30\n\x05state\x18\n \x01(\x0e\x32!.boxoffice.payment.v1.TicketState\x12.\n\nissue_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\npayment_id\x18\x0c \x01(\t\"t\n\x12ListTicketsRequest\x12\x14\n\x0c\x61\x63\x63\x65ss_token\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\x12\x0f\n\x07hold_id\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"]\n\x13ListTicketsResponse\x12-\n\x07tickets\x18\x01 \x03(\x0b\x32\x1c.boxoffice.payment.v1.Ticket\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9c\x02\n\x0cPaymentState\x12\x1d\n\x19PAYMENT_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PAYMENT_STATE_PENDING\x10\x01\x12\x1a\n\x16PAYMENT_STATE_CAPTURED\x10\x02\x12\x1b\n\x17PAYMENT_STATE_SUCCEEDED\x10\x03\x12\x1a\n\x16PAYMENT_STATE_DECLINED\x10\x04\x12\x18\n\x14PAYMENT_STATE_FAILED\x10\x05\x12!\n\x1dPAYMENT_STATE_REFUND_REQUIRED\x10\x06\x12\x1a\n\x16PAYMENT_STATE_REFUNDED\x10\x07\x12$\n PAYMENT_STATE_PARTIALLY_REFUNDED\x10\x08*Z\n\x0bTicketState\x12\x1c\n\x18TICKET_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12TICKET_STATE_VALID\x10\x01\x12\x15\n\x11TICKET_STATE_VOID\x10\x02\x32\x96\x05\n\x0ePaymentService\x12\x65\n\x0cStartPayment\x12).boxoffice.payment.v1.StartPaymentRequest\x1a*.boxoffice.payment.v1.StartPaymentResponse\x12k\n\x0e\x43onfirmPayment\x12+.boxoffice.payment.v1.ConfirmPaymentRequest\x1a,.boxoffice.payment.v1.ConfirmPaymentResponse\x12\x80\x01\n\x15HandleProviderWebhook\x12\x32.boxoffice.payment.v1.HandleProviderWebhookRequest\x1a\x33.boxoffice.payment.v1.HandleProviderWebhookResponse\x12h\n\rRefundPayment\x12*.boxoffice.payment.v1.RefundPaymentRequest\x1a+.boxoffice.payment.v1.RefundPaymentResponse\x12_\n\nGetPayment\x12\'.boxoffice.payment.v1.GetPaymentRequest\x1a(.boxoffice.payment.v1.GetPaymentResponse\x12\x62\n\x0bListTickets\x12(.boxoffice.payment.v1.ListTicketsRequest\x1a).boxoffice.payment.v1.ListTicketsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.gen/boxoffice/payment/v1/payment_service.proto\x12\x14\x62oxoffice.payment.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n\x05Money\x12\x15\n\rcurrency_code\x18\x01 \x01(\t\x12\x14\n\x0c\x61mount_minor\x18\x02 \x01(\x03\"\xfb\x02\n\x07Payment\x12\x12\n\npayment_id\x18\x01 \x01(\t\x12\x0f\n\x07hold_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x63ustomer_id\x18\x04 \x01(\t\x12+\n\x06\x61mount\x18\x05 \x01(\x0b\x32\x1b.boxoffice.payment.v1.Money\x12\x31\n\x05state\x18\x06 \x01(\x0e\x32\".boxoffice.payment.v1.PaymentState\x12\x1b\n\x13provider_payment_id\x18\x07 \x01(\t\x12\x16\n\x0e\x66\x61ilure_reason\x18\x08 \x01(\t\x12-\n\x08refunded\x18\t \x01(\x0b\x32\x1b.boxoffice.payment.v1.Money\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"T\n\x13StartPaymentRequest\x12\x14\n\x0c\x61\x63\x63\x65ss_token\x18\x01 \x01(\t\x12\x0f\n\x07hold_id\x18\x02 \x01(\t\x12\x16\n\x0epayment_method\x18\x03 \x01(\t\"F\n\x14StartPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"D\n\x15\x43onfirmPaymentRequest\x12\x12\n\npayment_id\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"H\n\x16\x43onfirmPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"?\n\x1cHandleProviderWebhookRequest\x12\x11\n\tsignature\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\"}\n\x1dHandleProviderWebhookResponse\x12\x19\n\x11provider_event_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12.\n\x07payment\x18\x03 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"{\n\x14RefundPaymentRequest\x12\x12\n\npayment_id\x18\x01 \x01(\t\x12+\n\x06\x61mount\x18\x02 \x01(\x0b\x32\x1b.boxoffice.payment.v1.Money\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"G\n\x15RefundPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"\'\n\x11GetPaymentRequest\x12\x12\n\npayment_id\x18\x01 \x01(\t\"D\n\x12GetPaymentResponse\x12.\n\x07payment\x18\x01 \x01(\x0b\x32\x1d.boxoffice.payment.v1.Payment\"\x9e\x02\n\x06Ticket\x12\x11\n\tticket_id\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\x12\x0f\n\x07hold_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63ustomer_id\x18\x04 \x01(\t\x12\x12\n\nsection_id\x18\x05 \x01(\t\x12\x0f\n\x07seat_id\x18\x06 \x01(\x03\x12\x12\n\nseat_label\x18\x07 \x01(\t\x12\x0c\n\x04unit\x18\x08 \x01(\x05\x12\x0c\n\x04\x63ode\x18\t \x01(\t\x12\x30\n\x05state\x18\n \x01(\x0e\x32!.boxoffice.payment.v1.TicketState\x12.\n\nissue_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\npayment_id\x18\x0c \x01(\t\"t\n\x12ListTicketsRequest\x12\x14\n\x0c\x61\x63\x63\x65ss_token\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\x12\x0f\n\x07hold_id\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"]\n\x13ListTicketsResponse\x12-\n\x07tickets\x18\x01 \x03(\x0b\x32\x1c.boxoffice.payment.v1.Ticket\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9c\x02\n\x0cPaymentState\x12\x1d\n\x19PAYMENT_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PAYMENT_STATE_PENDING\x10\x01\x12\x1a\n\x16PAYMENT_STATE_CAPTURED\x10\x02\x12\x1b\n\x17PAYMENT_STATE_SUCCEEDED\x10\x03\x12\x1a\n\x16PAYMENT_STATE_DECLINED\x10\x04\x12\x18\n\x14PAYMENT_STATE_FAILED\x10\x05\x12!\n\x1dPAYMENT_STATE_REFUND_REQUIRED\x10\x06\x12\x1a\n\x16PAYMENT_STATE_REFUNDED\x10\x07\x12$\n PAYMENT_STATE_PARTIALLY_REFUNDED\x10\x08*Z\n\x0bTicketState\x12\x1c\n\x18TICKET_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12TICKET_STATE_VALID\x10\x01\x12\x15\n\x11TICKET_STATE_VOID\x10\x02\x32\xe7\x06\n\x0ePaymentService\x12\x8d\x01\n\x0cStartPayment\x12).boxoffice.payment.v1.StartPaymentRequest\x1a*.boxoffice.payment.v1.StartPaymentResponse\"&\x82\xd3\xe4\x93\x02 \"\x1b/v1/holds/{hold_id}/payment:\x01*\x12\x99\x01\n\x0e\x43onfirmPayment\x12+.boxoffice.payment.v1.ConfirmPaymentRequest\x1a,.boxoffice.payment.v1.ConfirmPaymentResponse\",\x82\xd3\xe4\x93\x02&\"!/v1/payments/{payment_id}:confirm:\x01*\x12\xad\x01\n\x15HandleProviderWebhook\x12\x32.boxoffice.payment.v1.HandleProviderWebhookRequest\x1a\x33.boxoffice.payment.v1.HandleProviderWebhookResponse\"+\x82\xd3\xe4\x93\x02%\"\x1d/v1/webhooks/payment-provider:\x04\x62ody\x12h\n\rRefundPayment\x12*.boxoffice.payment.v1.RefundPaymentRequest\x1a+.boxoffice.payment.v1.RefundPaymentResponse\x12\x82\x01\n\nGetPayment\x12\'.boxoffice.payment.v1.GetPaymentRequest\x1a(.boxoffice.payment.v1.GetPaymentResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/payments/{payment_id}\x12\x89\x01\n\x0bListTickets\x12(.boxoffice.payment.v1.ListTicketsRequest\x1a).boxoffice.payment.v1.ListTicketsResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/events/{event_id}/ticketsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gen.boxoffice.payment.v1.payment_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PAYMENTSTATE']._serialized_start=1847
-  _globals['_PAYMENTSTATE']._serialized_end=2131
-  _globals['_TICKETSTATE']._serialized_start=2133
-  _globals['_TICKETSTATE']._serialized_end=2223
-  _globals['_MONEY']._serialized_start=105
-  _globals['_MONEY']._serialized_end=157
-  _globals['_PAYMENT']._serialized_start=160
-  _globals['_PAYMENT']._serialized_end=539
-  _globals['_STARTPAYMENTREQUEST']._serialized_start=541
-  _globals['_STARTPAYMENTREQUEST']._serialized_end=625
-  _globals['_STARTPAYMENTRESPONSE']._serialized_start=627
-  _globals['_STARTPAYMENTRESPONSE']._serialized_end=697
-  _globals['_CONFIRMPAYMENTREQUEST']._serialized_start=699
-  _globals['_CONFIRMPAYMENTREQUEST']._serialized_end=767
-  _globals['_CONFIRMPAYMENTRESPONSE']._serialized_start=769
-  _globals['_CONFIRMPAYMENTRESPONSE']._serialized_end=841
-  _globals['_HANDLEPROVIDERWEBHOOKREQUEST']._serialized_start=843
-  _globals['_HANDLEPROVIDERWEBHOOKREQUEST']._serialized_end=906
-  _globals['_HANDLEPROVIDERWEBHOOKRESPONSE']._serialized_start=908
-  _globals['_HANDLEPROVIDERWEBHOOKRESPONSE']._serialized_end=1033
-  _globals['_REFUNDPAYMENTREQUEST']._serialized_start=1035
-  _globals['_REFUNDPAYMENTREQUEST']._serialized_end=1158
-  _globals['_REFUNDPAYMENTRESPONSE']._serialized_start=1160
-  _globals['_REFUNDPAYMENTRESPONSE']._serialized_end=1231
-  _globals['_GETPAYMENTREQUEST']._serialized_start=1233
-  _globals['_GETPAYMENTREQUEST']._serialized_end=1272
-  _globals['_GETPAYMENTRESPONSE']._serialized_start=1274
-  _globals['_GETPAYMENTRESPONSE']._serialized_end=1342
-  _globals['_TICKET']._serialized_start=1345
-  _globals['_TICKET']._serialized_end=1631
-  _globals['_LISTTICKETSREQUEST']._serialized_start=1633
-  _globals['_LISTTICKETSREQUEST']._serialized_end=1749
-  _globals['_LISTTICKETSRESPONSE']._serialized_start=1751
-  _globals['_LISTTICKETSRESPONSE']._serialized_end=1844
-  _globals['_PAYMENTSERVICE']._serialized_start=2226
-  _globals['_PAYMENTSERVICE']._serialized_end=2888
+  _globals['_PAYMENTSERVICE'].methods_by_name['StartPayment']._loaded_options = None
+  _globals['_PAYMENTSERVICE'].methods_by_name['StartPayment']._serialized_options = b'\202\323\344\223\002 \"\033/v1/holds/{hold_id}/payment:\001*'
+  _globals['_PAYMENTSERVICE'].methods_by_name['ConfirmPayment']._loaded_options = None
+  _globals['_PAYMENTSERVICE'].methods_by_name['ConfirmPayment']._serialized_options = b'\202\323\344\223\002&\"!/v1/payments/{payment_id}:confirm:\001*'
+  _globals['_PAYMENTSERVICE'].methods_by_name['HandleProviderWebhook']._loaded_options = None
+  _globals['_PAYMENTSERVICE'].methods_by_name['HandleProviderWebhook']._serialized_options = b'\202\323\344\223\002%\"\035/v1/webhooks/payment-provider:\004body'
+  _globals['_PAYMENTSERVICE'].methods_by_name['GetPayment']._loaded_options = None
+  _globals['_PAYMENTSERVICE'].methods_by_name['GetPayment']._serialized_options = b'\202\323\344\223\002\033\022\031/v1/payments/{payment_id}'
+  _globals['_PAYMENTSERVICE'].methods_by_name['ListTickets']._loaded_options = None
+  _globals['_PAYMENTSERVICE'].methods_by_name['ListTickets']._serialized_options = b'\202\323\344\223\002\037\022\035/v1/events/{event_id}/tickets'
+  _globals['_PAYMENTSTATE']._serialized_start=1877
+  _globals['_PAYMENTSTATE']._serialized_end=2161
+  _globals['_TICKETSTATE']._serialized_start=2163
+  _globals['_TICKETSTATE']._serialized_end=2253
+  _globals['_MONEY']._serialized_start=135
+  _globals['_MONEY']._serialized_end=187
+  _globals['_PAYMENT']._serialized_start=190
+  _globals['_PAYMENT']._serialized_end=569
+  _globals['_STARTPAYMENTREQUEST']._serialized_start=571
+  _globals['_STARTPAYMENTREQUEST']._serialized_end=655
+  _globals['_STARTPAYMENTRESPONSE']._serialized_start=657
+  _globals['_STARTPAYMENTRESPONSE']._serialized_end=727
+  _globals['_CONFIRMPAYMENTREQUEST']._serialized_start=729
+  _globals['_CONFIRMPAYMENTREQUEST']._serialized_end=797
+  _globals['_CONFIRMPAYMENTRESPONSE']._serialized_start=799
+  _globals['_CONFIRMPAYMENTRESPONSE']._serialized_end=871
+  _globals['_HANDLEPROVIDERWEBHOOKREQUEST']._serialized_start=873
+  _globals['_HANDLEPROVIDERWEBHOOKREQUEST']._serialized_end=936
+  _globals['_HANDLEPROVIDERWEBHOOKRESPONSE']._serialized_start=938
+  _globals['_HANDLEPROVIDERWEBHOOKRESPONSE']._serialized_end=1063
+  _globals['_REFUNDPAYMENTREQUEST']._serialized_start=1065
+  _globals['_REFUNDPAYMENTREQUEST']._serialized_end=1188
+  _globals['_REFUNDPAYMENTRESPONSE']._serialized_start=1190
+  _globals['_REFUNDPAYMENTRESPONSE']._serialized_end=1261
+  _globals['_GETPAYMENTREQUEST']._serialized_start=1263
+  _globals['_GETPAYMENTREQUEST']._serialized_end=1302
+  _globals['_GETPAYMENTRESPONSE']._serialized_start=1304
+  _globals['_GETPAYMENTRESPONSE']._serialized_end=1372
+  _globals['_TICKET']._serialized_start=1375
+  _globals['_TICKET']._serialized_end=1661
+  _globals['_LISTTICKETSREQUEST']._serialized_start=1663
+  _globals['_LISTTICKETSREQUEST']._serialized_end=1779
+  _globals['_LISTTICKETSRESPONSE']._serialized_start=1781
+  _globals['_LISTTICKETSRESPONSE']._serialized_end=1874
+  _globals['_PAYMENTSERVICE']._serialized_start=2256
+  _globals['_PAYMENTSERVICE']._serialized_end=3127
 # @@protoc_insertion_point(module_scope)

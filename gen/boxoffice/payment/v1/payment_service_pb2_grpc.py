@@ -79,6 +79,8 @@ class PaymentServiceServicer:
         """StartPayment creates a payment for a hold of the token's customer, extends
         the hold so that it cannot lapse while the charge is in flight, and
         charges the provider with an idempotency key derived from the hold.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the body.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -93,6 +95,7 @@ class PaymentServiceServicer:
         not, so that a retry with the same key runs again. Keys are kept 24 h.
         Through the edge, only the asserted fan's own payment: another's answers
         NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
+        Over HTTP the idempotency key is the Idempotency-Key header, never the body.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +107,9 @@ class PaymentServiceServicer:
         forged or stale signature is UNAUTHENTICATED and changes nothing; a
         delivery of an event already applied answers duplicate = true; one that
         arrives while the same event is being applied is ABORTED (retry later).
+        Over HTTP the body is the provider's raw request body (any bytes, not base64
+        JSON) and the signature is the Provider-Signature header, both passed on
+        untouched.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,6 +135,8 @@ class PaymentServiceServicer:
         """ListTickets lists the tickets of the token's customer for the token's
         event, oldest first. Tickets are issued from the outbox stream a moment
         after a payment succeeds.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the query.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,6 +40,8 @@ class PaymentServiceStub:
     """StartPayment creates a payment for a hold of the token's customer, extends
     the hold so that it cannot lapse while the charge is in flight, and
     charges the provider with an idempotency key derived from the hold.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the body.
     """
     ConfirmPayment: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.ConfirmPaymentRequest, _payment_service_pb2.ConfirmPaymentResponse]
     """ConfirmPayment settles a payment with the provider and, when captured,
@@ -50,6 +52,7 @@ class PaymentServiceStub:
     not, so that a retry with the same key runs again. Keys are kept 24 h.
     Through the edge, only the asserted fan's own payment: another's answers
     NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
+    Over HTTP the idempotency key is the Idempotency-Key header, never the body.
     """
     HandleProviderWebhook: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.HandleProviderWebhookRequest, _payment_service_pb2.HandleProviderWebhookResponse]
     """HandleProviderWebhook takes a signed provider notification, checks its
@@ -57,6 +60,9 @@ class PaymentServiceStub:
     forged or stale signature is UNAUTHENTICATED and changes nothing; a
     delivery of an event already applied answers duplicate = true; one that
     arrives while the same event is being applied is ABORTED (retry later).
+    Over HTTP the body is the provider's raw request body (any bytes, not base64
+    JSON) and the signature is the Provider-Signature header, both passed on
+    untouched.
     """
     RefundPayment: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.RefundPaymentRequest, _payment_service_pb2.RefundPaymentResponse]
     """RefundPayment refunds a captured payment, in full or in part."""
@@ -69,6 +75,8 @@ class PaymentServiceStub:
     """ListTickets lists the tickets of the token's customer for the token's
     event, oldest first. Tickets are issued from the outbox stream a moment
     after a payment succeeds.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the query.
     """
 
 @_typing.type_check_only
@@ -83,6 +91,8 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     """StartPayment creates a payment for a hold of the token's customer, extends
     the hold so that it cannot lapse while the charge is in flight, and
     charges the provider with an idempotency key derived from the hold.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the body.
     """
     ConfirmPayment: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.ConfirmPaymentRequest, _payment_service_pb2.ConfirmPaymentResponse]  # type: ignore[assignment]
     """ConfirmPayment settles a payment with the provider and, when captured,
@@ -93,6 +103,7 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     not, so that a retry with the same key runs again. Keys are kept 24 h.
     Through the edge, only the asserted fan's own payment: another's answers
     NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
+    Over HTTP the idempotency key is the Idempotency-Key header, never the body.
     """
     HandleProviderWebhook: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.HandleProviderWebhookRequest, _payment_service_pb2.HandleProviderWebhookResponse]  # type: ignore[assignment]
     """HandleProviderWebhook takes a signed provider notification, checks its
@@ -100,6 +111,9 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     forged or stale signature is UNAUTHENTICATED and changes nothing; a
     delivery of an event already applied answers duplicate = true; one that
     arrives while the same event is being applied is ABORTED (retry later).
+    Over HTTP the body is the provider's raw request body (any bytes, not base64
+    JSON) and the signature is the Provider-Signature header, both passed on
+    untouched.
     """
     RefundPayment: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.RefundPaymentRequest, _payment_service_pb2.RefundPaymentResponse]  # type: ignore[assignment]
     """RefundPayment refunds a captured payment, in full or in part."""
@@ -112,6 +126,8 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     """ListTickets lists the tickets of the token's customer for the token's
     event, oldest first. Tickets are issued from the outbox stream a moment
     after a payment succeeds.
+    Over HTTP the access token comes from the access-token cookie or the
+    Boxoffice-Access-Token header, never the query.
     """
 
 class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -129,6 +145,8 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         """StartPayment creates a payment for a hold of the token's customer, extends
         the hold so that it cannot lapse while the charge is in flight, and
         charges the provider with an idempotency key derived from the hold.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the body.
         """
 
     @_abc_1.abstractmethod
@@ -145,6 +163,7 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         not, so that a retry with the same key runs again. Keys are kept 24 h.
         Through the edge, only the asserted fan's own payment: another's answers
         NOT_FOUND PAYMENT_NOT_FOUND, as one that does not exist, and stores nothing.
+        Over HTTP the idempotency key is the Idempotency-Key header, never the body.
         """
 
     @_abc_1.abstractmethod
@@ -158,6 +177,9 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         forged or stale signature is UNAUTHENTICATED and changes nothing; a
         delivery of an event already applied answers duplicate = true; one that
         arrives while the same event is being applied is ABORTED (retry later).
+        Over HTTP the body is the provider's raw request body (any bytes, not base64
+        JSON) and the signature is the Provider-Signature header, both passed on
+        untouched.
         """
 
     @_abc_1.abstractmethod
@@ -188,6 +210,8 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         """ListTickets lists the tickets of the token's customer for the token's
         event, oldest first. Tickets are issued from the outbox stream a moment
         after a payment succeeds.
+        Over HTTP the access token comes from the access-token cookie or the
+        Boxoffice-Access-Token header, never the query.
         """
 
 def add_PaymentServiceServicer_to_server(servicer: PaymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

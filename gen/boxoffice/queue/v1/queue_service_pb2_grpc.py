@@ -112,6 +112,8 @@ class QueueServiceServicer:
         event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
         the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
         is "account" or "client") when joins come too often.
+        Over HTTP the edge sets the fan (the signed-in one) and client_id (the
+        caller's address) itself; a body may not.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,6 +123,9 @@ class QueueServiceServicer:
         """GetQueuePosition returns the customer's state, an approximate number of
         fans ahead, an ETA and a polling hint. Once the customer is admitted it
         carries the access token; the first such answer claims the admission.
+        Over HTTP the edge answers the signed-in fan's place from its one
+        admission-progress stream per event and calls this RPC only to fetch the
+        token once the fan is admitted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -133,6 +138,9 @@ class QueueServiceServicer:
         ahead or the admission state changes. A dropped stream loses nothing: the
         client watches again or polls. When the server shuts down the stream ends
         with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
+        Over HTTP the updates are Server-Sent Events (each event's data is one
+        response in the proto3 JSON mapping), with heartbeats and resumption by
+        Last-Event-ID, served from the edge's admission-progress stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -145,6 +153,8 @@ class QueueServiceServicer:
         answers its users' polls itself. A snapshot is sent at once, then whenever
         the progress changes; on server shutdown the stream ends with UNAVAILABLE
         (reason DRAINING).
+        Over HTTP (GET) the answer is the latest snapshot as one response, a
+        document that caches may keep for a second or two, not a stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -154,6 +164,7 @@ class QueueServiceServicer:
         """LeaveQueue removes a waiting customer from the queue. Leaving is final for
         that join; joining again queues the customer at the back. A customer who
         is not waiting keeps their state, which the answer carries.
+        Over HTTP it also ends the shopping session of a fan who was admitted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -49,11 +49,16 @@ class QueueServiceStub:
     event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
     the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
     is "account" or "client") when joins come too often.
+    Over HTTP the edge sets the fan (the signed-in one) and client_id (the
+    caller's address) itself; a body may not.
     """
     GetQueuePosition: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueuePositionRequest, _queue_service_pb2.GetQueuePositionResponse]
     """GetQueuePosition returns the customer's state, an approximate number of
     fans ahead, an ETA and a polling hint. Once the customer is admitted it
     carries the access token; the first such answer claims the admission.
+    Over HTTP the edge answers the signed-in fan's place from its one
+    admission-progress stream per event and calls this RPC only to fetch the
+    token once the fan is admitted.
     """
     WatchQueuePosition: _grpc.UnaryStreamMultiCallable[_queue_service_pb2.WatchQueuePositionRequest, _queue_service_pb2.WatchQueuePositionResponse]
     """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
@@ -62,6 +67,9 @@ class QueueServiceStub:
     ahead or the admission state changes. A dropped stream loses nothing: the
     client watches again or polls. When the server shuts down the stream ends
     with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
+    Over HTTP the updates are Server-Sent Events (each event's data is one
+    response in the proto3 JSON mapping), with heartbeats and resumption by
+    Last-Event-ID, served from the edge's admission-progress stream.
     """
     WatchAdmissionProgress: _grpc.UnaryStreamMultiCallable[_queue_service_pb2.WatchAdmissionProgressRequest, _queue_service_pb2.WatchAdmissionProgressResponse]
     """WatchAdmissionProgress streams an event's admission progress: every fan
@@ -70,11 +78,14 @@ class QueueServiceStub:
     answers its users' polls itself. A snapshot is sent at once, then whenever
     the progress changes; on server shutdown the stream ends with UNAVAILABLE
     (reason DRAINING).
+    Over HTTP (GET) the answer is the latest snapshot as one response, a
+    document that caches may keep for a second or two, not a stream.
     """
     LeaveQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.LeaveQueueRequest, _queue_service_pb2.LeaveQueueResponse]
     """LeaveQueue removes a waiting customer from the queue. Leaving is final for
     that join; joining again queues the customer at the back. A customer who
     is not waiting keeps their state, which the answer carries.
+    Over HTTP it also ends the shopping session of a fan who was admitted.
     """
     EndShoppingSession: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.EndShoppingSessionRequest, _queue_service_pb2.EndShoppingSessionResponse]
     """EndShoppingSession ends an admitted customer's shopping session, because
@@ -124,11 +135,16 @@ class QueueServiceAsyncStub(QueueServiceStub):
     event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
     the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
     is "account" or "client") when joins come too often.
+    Over HTTP the edge sets the fan (the signed-in one) and client_id (the
+    caller's address) itself; a body may not.
     """
     GetQueuePosition: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueuePositionRequest, _queue_service_pb2.GetQueuePositionResponse]  # type: ignore[assignment]
     """GetQueuePosition returns the customer's state, an approximate number of
     fans ahead, an ETA and a polling hint. Once the customer is admitted it
     carries the access token; the first such answer claims the admission.
+    Over HTTP the edge answers the signed-in fan's place from its one
+    admission-progress stream per event and calls this RPC only to fetch the
+    token once the fan is admitted.
     """
     WatchQueuePosition: _aio.UnaryStreamMultiCallable[_queue_service_pb2.WatchQueuePositionRequest, _queue_service_pb2.WatchQueuePositionResponse]  # type: ignore[assignment]
     """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
@@ -137,6 +153,9 @@ class QueueServiceAsyncStub(QueueServiceStub):
     ahead or the admission state changes. A dropped stream loses nothing: the
     client watches again or polls. When the server shuts down the stream ends
     with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
+    Over HTTP the updates are Server-Sent Events (each event's data is one
+    response in the proto3 JSON mapping), with heartbeats and resumption by
+    Last-Event-ID, served from the edge's admission-progress stream.
     """
     WatchAdmissionProgress: _aio.UnaryStreamMultiCallable[_queue_service_pb2.WatchAdmissionProgressRequest, _queue_service_pb2.WatchAdmissionProgressResponse]  # type: ignore[assignment]
     """WatchAdmissionProgress streams an event's admission progress: every fan
@@ -145,11 +164,14 @@ class QueueServiceAsyncStub(QueueServiceStub):
     answers its users' polls itself. A snapshot is sent at once, then whenever
     the progress changes; on server shutdown the stream ends with UNAVAILABLE
     (reason DRAINING).
+    Over HTTP (GET) the answer is the latest snapshot as one response, a
+    document that caches may keep for a second or two, not a stream.
     """
     LeaveQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.LeaveQueueRequest, _queue_service_pb2.LeaveQueueResponse]  # type: ignore[assignment]
     """LeaveQueue removes a waiting customer from the queue. Leaving is final for
     that join; joining again queues the customer at the back. A customer who
     is not waiting keeps their state, which the answer carries.
+    Over HTTP it also ends the shopping session of a fan who was admitted.
     """
     EndShoppingSession: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.EndShoppingSessionRequest, _queue_service_pb2.EndShoppingSessionResponse]  # type: ignore[assignment]
     """EndShoppingSession ends an admitted customer's shopping session, because
@@ -202,6 +224,8 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         event without a waiting room, FAILED_PRECONDITION (QUEUE_NOT_OPEN) before
         the pre-queue window, RESOURCE_EXHAUSTED (RATE_LIMITED, metadata "limit"
         is "account" or "client") when joins come too often.
+        Over HTTP the edge sets the fan (the signed-in one) and client_id (the
+        caller's address) itself; a body may not.
         """
 
     @_abc_1.abstractmethod
@@ -213,6 +237,9 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """GetQueuePosition returns the customer's state, an approximate number of
         fans ahead, an ETA and a polling hint. Once the customer is admitted it
         carries the access token; the first such answer claims the admission.
+        Over HTTP the edge answers the signed-in fan's place from its one
+        admission-progress stream per event and calls this RPC only to fetch the
+        token once the fan is admitted.
         """
 
     @_abc_1.abstractmethod
@@ -227,6 +254,9 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         ahead or the admission state changes. A dropped stream loses nothing: the
         client watches again or polls. When the server shuts down the stream ends
         with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
+        Over HTTP the updates are Server-Sent Events (each event's data is one
+        response in the proto3 JSON mapping), with heartbeats and resumption by
+        Last-Event-ID, served from the edge's admission-progress stream.
         """
 
     @_abc_1.abstractmethod
@@ -241,6 +271,8 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         answers its users' polls itself. A snapshot is sent at once, then whenever
         the progress changes; on server shutdown the stream ends with UNAVAILABLE
         (reason DRAINING).
+        Over HTTP (GET) the answer is the latest snapshot as one response, a
+        document that caches may keep for a second or two, not a stream.
         """
 
     @_abc_1.abstractmethod
@@ -252,6 +284,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """LeaveQueue removes a waiting customer from the queue. Leaving is final for
         that join; joining again queues the customer at the back. A customer who
         is not waiting keeps their state, which the answer carries.
+        Over HTTP it also ends the shopping session of a fan who was admitted.
         """
 
     @_abc_1.abstractmethod
