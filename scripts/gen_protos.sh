@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates what is derived from proto/: gen/ (messages, gRPC stubs and .pyi
-# type stubs) and docs/errors.md (the reasons of the ErrorReason enums).
-# Usage: scripts/gen_protos.sh [--check]   (--check fails when either would change)
+# type stubs), docs/errors.md (the reasons of the ErrorReason enums) and
+# edge_svc/openapi.json (the edge's OpenAPI document, from its route table and
+# the generated messages).
+# Usage: scripts/gen_protos.sh [--check]   (--check fails when any would change)
 # The code is generated into a scratch folder first; gen/ is replaced only
 # when protoc succeeded, so a failing proto never leaves gen/ half written.
 # google/api/annotations.proto and google/api/http.proto (imported for the
@@ -43,3 +45,4 @@ else
   cp "$out/__init__.py" "$out/py.typed" gen/
 fi
 "$py" scripts/gen_error_docs.py ${1:+"$1"}
+"$py" scripts/gen_openapi.py ${1:+"$1"}
