@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for every boxoffice process; the command picks the part:
-#   docker run IMAGE queue-svc | admitter | booking-svc | sweeper | relay | payment-svc | issuer | migrate
+#   docker run IMAGE queue-svc | admitter | booking-svc | sweeper | relay | payment-svc | issuer | edge | migrate
 # It holds what a cluster needs: no embedded stores (a cluster names its
 # Postgres and Redis), the Kubernetes client for leader election.
 # Every dependency ships as a manylinux wheel for linux/amd64, so the build
@@ -17,6 +17,7 @@ COPY boxoffice_cli ./boxoffice_cli
 COPY queue_svc ./queue_svc
 COPY booking_svc ./booking_svc
 COPY payment_svc ./payment_svc
+COPY edge_svc ./edge_svc
 COPY gen ./gen
 RUN /opt/boxoffice/bin/pip install ".[kubernetes]" \
  && /opt/boxoffice/bin/python -m compileall -q /opt/boxoffice/lib
@@ -31,9 +32,10 @@ ENV PATH=/opt/boxoffice/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     BOXOFFICE_GRPC_HOST=0.0.0.0 \
+    BOXOFFICE_EDGE_HOST=0.0.0.0 \
     BOXOFFICE_DATA_DIR=/tmp/boxoffice
 WORKDIR /tmp
 USER 10001:10001
-EXPOSE 50051 9464
+EXPOSE 50051 8080 9464
 ENTRYPOINT ["boxoffice"]
 CMD ["up"]

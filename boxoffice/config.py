@@ -25,6 +25,10 @@ class Env:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self._environ = environ
 
+    def overlay(self, values: Mapping[str, str]) -> Env:
+        """This environment with ``values`` set over it."""
+        return Env({**self._environ, **values})
+
     def raw(self, name: str) -> str | None:
         value = self._environ.get(name)
         if value is None or value.strip() == "":

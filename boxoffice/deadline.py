@@ -45,6 +45,19 @@ def scope(seconds: float) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+@contextlib.contextmanager
+def detached(seconds: float) -> Iterator[None]:
+    """Run the enclosed work under its own deadline ``seconds`` from now,
+    whatever the enclosing scope says: work shared by several calls (one
+    load that many callers wait for) must not end with the first caller's
+    deadline. Each caller still bounds its own wait."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 def remaining(default_seconds: float = FALLBACK_SECONDS) -> float:
     """Seconds left in the current scope; ``default_seconds`` outside any.
 

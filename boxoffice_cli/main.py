@@ -23,9 +23,11 @@ from boxoffice.tls import CertFiles, local_pki
 _log = logging.getLogger("boxoffice.cli")
 
 # Ports of `boxoffice up`: one gRPC server per service in one process.
-UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053}
+UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053, "edge": 8080}
 # The plaintext health-only port of a single-role process, for kubelet.
 HEALTH_PORT = 50050
+# Components that serve HTTP, not gRPC (their port comes from their own settings).
+_HTTP_COMPONENTS = frozenset({"edge"})
 # The namespace in the SPIFFE IDs of `boxoffice up`'s certificates.
 UP_NAMESPACE = "boxoffice"
 
@@ -33,10 +35,17 @@ UP_NAMESPACE = "boxoffice"
 def service_modules() -> list[ServiceModule]:
     """The services of the mesh, in start order (the one list of them)."""
     from booking_svc import app as booking_app
+    from edge_svc import app as edge_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
 
-    return [queue_app, booking_app, payment_app]
+    return [queue_app, booking_app, payment_app, edge_app]
+
+
+def _stores_of(module: ServiceModule) -> tuple[str, ...]:
+    """The stores a service uses (the edge needs no database)."""
+    stores: tuple[str, ...] = getattr(module, "STORES", ("postgres", "redis"))
+    return stores
 
 
 def commands(modules: Sequence[ServiceModule]) -> dict[str, tuple[ServiceModule, str]]:
@@ -59,7 +68,7 @@ class _Stores:
             store.stop()
 
 
-def _stores(store: StoreConfig, *, need_redis: bool = True) -> _Stores:
+def _stores(store: StoreConfig, *, need_redis: bool = True, need_postgres: bool = True) -> _Stores:
     """The configured stores, or embedded ones for what is not configured
     (no Redis at all when the command needs none)."""
     embedded: list[EmbeddedPostgres | EmbeddedRedis] = []
@@ -67,7 +76,7 @@ def _stores(store: StoreConfig, *, need_redis: bool = True) -> _Stores:
     database_url = store.database_url
     redis_url = store.redis_url
     try:
-        if database_url is None:
+        if database_url is None and need_postgres:
             pg = EmbeddedPostgres(data_dir / "postgres")
             database_url = pg.start()
             embedded.append(pg)
@@ -79,7 +88,7 @@ def _stores(store: StoreConfig, *, need_redis: bool = True) -> _Stores:
         for item in embedded:
             item.stop()
         raise
-    return _Stores(database_url, redis_url or "", embedded)
+    return _Stores(database_url or "", redis_url or "", embedded)
 
 
 def _runtime(env: Env, default_grpc_port: int, stores: _Stores, *, default_health_port: int | None = None) -> Runtime:
@@ -107,7 +116,22 @@ async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
     return await db.migrate(url, migrations)
 
 
+def _up_env(env: Env, on_embedded_stores: bool) -> Env:
+    """`boxoffice up`'s environment: every service dials the others on the
+    ports this process serves them on, and the edge's development sign-in
+    is on when the stores are embedded (unless switched off)."""
+    ports = {
+        name: env.integer(f"BOXOFFICE_{name.upper()}_PORT", port, minimum=0, maximum=65535)
+        for name, port in UP_PORTS.items()
+    }
+    wired = {f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in ("queue", "booking", "payment")}
+    if on_embedded_stores and env.raw(secrets.EDGE_DEV_SIGNIN) is None:
+        wired[secrets.EDGE_DEV_SIGNIN] = "true"
+    return env.overlay(wired)
+
+
 async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store: StoreConfig) -> None:
+    env = _up_env(env, on_embedded_stores=store.database_url is None and store.redis_url is None)
     base = ServerConfig.from_env(env, default_grpc_port=0)
     rt = _runtime(env, 0, stores)
     tls_dir = None
@@ -121,9 +145,12 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
     components: list[Component] = []
     service_components: list[Component] = []
     for module in modules:
-        rt.grpc_ports[module.COMPONENT] = env.integer(
+        port = env.integer(
             f"BOXOFFICE_{module.COMPONENT.upper()}_PORT", UP_PORTS[module.COMPONENT], minimum=0, maximum=65535
         )
+        if module.COMPONENT in _HTTP_COMPONENTS:
+            continue
+        rt.grpc_ports[module.COMPONENT] = port
     for module in modules:
         for role in module.ROLES.values():
             service_components.extend(await module.build(rt, role))
@@ -143,8 +170,11 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         if applied:
             print(f"  migrations applied: {', '.join(applied)}", flush=True)
         for component in service_components:
+            url = getattr(component, "url", None)
             address = getattr(component, "address", None)
-            if address:
+            if url:
+                print(f"  {component.name:<10} {url}", flush=True)
+            elif address:
                 scheme = "grpcs" if tls_dir is not None else "grpc"
                 print(f"  {component.name:<10} {scheme}://{address}", flush=True)
         print(f"  metrics    {metrics.url}", flush=True)
@@ -186,8 +216,13 @@ def _redact(url: str) -> str:
 async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, store: StoreConfig) -> None:
     server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
     rt = _runtime(env, module.DEFAULT_GRPC_PORT, stores, default_health_port=HEALTH_PORT)
-    await _migrate(stores.database_url, [module])
+    if "postgres" in _stores_of(module):
+        await _migrate(stores.database_url, [module])
     built = await module.build(rt, role)
+    if module.COMPONENT in _HTTP_COMPONENTS:
+        # An HTTP process answers its probes and serves its metrics on its own port.
+        await run([*rt.infrastructure(), *built], grace_seconds=server.shutdown_grace_seconds)
+        return
     if not any(isinstance(component, GrpcServer) for component in built):
         # A background role serves gRPC health (for probes) and nothing else;
         # on an ephemeral port unless BOXOFFICE_GRPC_PORT says otherwise, so
@@ -244,7 +279,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
     try:
-        stores = _stores(store, need_redis=args.command != "migrate")
+        needs = ("postgres", "redis") if args.command in ("up", "migrate") else _stores_of(table[args.command][0])
+        stores = _stores(
+            store, need_redis=args.command != "migrate" and "redis" in needs, need_postgres="postgres" in needs
+        )
     except Exception as err:  # a store that cannot start is a clear message
         print(f"boxoffice: cannot start the embedded stores: {err}", file=sys.stderr)
         return 1

@@ -27,7 +27,7 @@ from boxoffice.wire import StreamBudget
 TRUST_DOMAIN = "boxoffice.local"
 NAMESPACE = "boxoffice-test"
 # The components whose servers `make_runtime` gives their own role's identity.
-_COMPONENTS = ("queue", "booking", "payment")
+_COMPONENTS = ("queue", "booking", "payment", "edge")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.runtime import Runtime
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
-from tests.edge import edge_mesh_client
+from tests.edge.asserting import edge_mesh_client
 from tests.support import ManualClock, Stores, make_runtime, running
 
 

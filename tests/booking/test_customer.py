@@ -10,7 +10,7 @@ from datetime import timedelta
 from boxoffice.errors import PermissionDenied, Unauthenticated
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from tests.booking.harness import Booking, booking_server, call, create_event, hold_request, seat_ids, seated, snapshot
-from tests.edge import as_fan
+from tests.edge.asserting import as_fan
 from tests.support import Stores
 
 NOBODY = (("x-boxoffice-customer", ""),)

@@ -30,7 +30,7 @@ from boxoffice_cli.admin_files import BadFile, parse_event_file, parse_inventory
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from queue_svc.app import QueueApp
-from tests.edge import edge_mesh_client
+from tests.edge.asserting import edge_mesh_client
 from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, make_runtime, running
 
 _RUN = "import os, sys; from boxoffice_cli.admin import main; sys.exit(main(sys.argv[1:], os.environ))"

@@ -40,7 +40,7 @@ from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as qapb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from tests.e2e.harness import eventually, ts, whole_mesh
-from tests.edge import EdgeMeshClient, as_fan
+from tests.edge.asserting import EdgeMeshClient, as_fan
 from tests.support import Stores
 
 VICTIM = "victim3"

@@ -21,7 +21,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from tests.e2e.harness import eventually, ts, whole_mesh
-from tests.edge import edge_mesh_client
+from tests.edge.asserting import edge_mesh_client
 from tests.support import Stores
 
 

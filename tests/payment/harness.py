@@ -43,7 +43,7 @@ from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.model import Payment
 from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
-from tests.edge import edge_mesh_client
+from tests.edge.asserting import edge_mesh_client
 from tests.support import ManualClock, Stores, make_runtime, running
 
 WEBHOOK_SECRET = "whsec_payment_tests_0123456789"

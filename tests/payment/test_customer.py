@@ -15,7 +15,7 @@ from boxoffice import db
 from boxoffice.errors import BoxofficeError, NotFound, PermissionDenied, Unauthenticated, from_rpc_error
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from payment_svc.adapters.sandbox import PM_OK
-from tests.edge import as_fan
+from tests.edge.asserting import as_fan
 from tests.payment.harness import FakeBooking, PaymentStack, new_event_id, snapshot
 
 NOBODY = (("x-boxoffice-customer", ""),)

@@ -29,7 +29,7 @@ from queue_svc.adapters import EventKeys
 from queue_svc.app import QueueApp
 from queue_svc.model import WaitingRoomConfig
 from queue_svc.ports import JoinLimits, Leadership
-from tests.edge import edge_mesh_client
+from tests.edge.asserting import edge_mesh_client
 from tests.support import ManualClock, Stores, make_runtime, running
 
 MINUTE_MS = 60_000

@@ -12,7 +12,7 @@ import pytest
 
 from boxoffice.errors import BoxofficeError, PermissionDenied, Unauthenticated, from_rpc_error
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from tests.edge import as_fan
+from tests.edge.asserting import as_fan
 from tests.queue.harness import QueueUnderTest, event_keys_dump, new_event_id, queue_service
 from tests.support import ManualClock, Stores
 

@@ -1,0 +1,155 @@
+"""The edge's composition root: the one place its objects are built.
+
+Role ``edge`` (command ``boxoffice edge``, and inside ``boxoffice up``): the
+HTTP server, the admission-progress hub, the rate limiter's Redis batcher
+and the client channels to the three services, dialled as the ``edge``
+identity. Tests and benchmarks build through :func:`compose`, replacing only
+what they must (:class:`Overrides`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+
+from boxoffice.db import Migration
+from boxoffice.lifecycle import Component
+from boxoffice.redis import ScriptBatcher
+from boxoffice.runtime import Runtime
+from edge_svc.cache import PublicCache
+from edge_svc.config import EdgeConfig
+from edge_svc.handlers import EdgeDeps, Handlers
+from edge_svc.http import EdgeApp
+from edge_svc.identity import OidcVerifier, SessionCookies, key_source
+from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, GrpcMesh, Mesh
+from edge_svc.metrics import EdgeMetrics
+from edge_svc.progress import ProgressHub
+from edge_svc.ratelimit import RateLimiter, RedisRateLimiter
+from edge_svc.server import EdgeServer
+from edge_svc.state import EdgeState
+from edge_svc.waiting import PlaceBook, PlaceCookies
+
+COMPONENT = "edge"
+# The edge serves HTTP, not gRPC; the number is its HTTP port's default.
+DEFAULT_GRPC_PORT = 8080
+ROLES: Mapping[str, str] = {"edge": "server"}
+# The stores the edge uses: Redis for rate limits, no database.
+STORES = ("redis",)
+
+
+def migrations() -> list[Migration]:
+    return []
+
+
+@dataclass
+class Overrides:
+    """What ``boxoffice up``, a test or a benchmark replaces."""
+
+    # Settings over the environment's (addresses, port, development sign-in).
+    settings: Mapping[str, object] = field(default_factory=dict)
+    mesh: Mesh | None = None
+    limiter: RateLimiter | None = None
+
+
+@dataclass(frozen=True)
+class Edge:
+    """The edge's objects, for the process and for tests that look inside."""
+
+    config: EdgeConfig
+    server: EdgeServer
+    hub: ProgressHub
+    deps: EdgeDeps
+    components: list[Component]
+
+
+def openapi_document() -> bytes:
+    return resources.files("edge_svc").joinpath("openapi.json").read_bytes()
+
+
+def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
+    overrides = overrides or Overrides()
+    config = EdgeConfig.from_env(rt.env)
+    if overrides.settings:
+        config = replace(config, **overrides.settings)  # type: ignore[arg-type]
+    metrics = EdgeMetrics.create(rt.registry)
+    components: list[Component] = []
+    mesh = overrides.mesh
+    if mesh is None:
+        grpc_mesh = GrpcMesh(
+            {
+                QUEUE: rt.channel(COMPONENT, config.queue_addr),
+                BOOKING: rt.channel(COMPONENT, config.booking_addr),
+                PAYMENT: rt.channel(COMPONENT, config.payment_addr),
+            },
+            metrics,
+        )
+        mesh = grpc_mesh
+        components.append(_Closing(grpc_mesh))
+    limiter = overrides.limiter
+    if limiter is None:
+        batcher = ScriptBatcher(rt.redis(), name="edge-rate-limits")
+        components.append(batcher)
+        limiter = RedisRateLimiter(batcher, rt.clock, on_unavailable=metrics.rate_limit_unavailable.inc)
+    hub = ProgressHub(mesh, metrics)
+    state = EdgeState()
+    sessions = SessionCookies(config.session_keys, rt.clock, ttl_seconds=config.session_ttl_seconds)
+    oidc = None if config.oidc is None else OidcVerifier(config.oidc, key_source(config.oidc), rt.clock)
+    deps = EdgeDeps(
+        config=config,
+        clock=rt.clock,
+        mesh=mesh,
+        hub=hub,
+        book=PlaceBook(config.place_cache_size),
+        place_cookies=PlaceCookies(config.session_keys),
+        sessions=sessions,
+        oidc=oidc,
+        limiter=limiter,
+        metrics=metrics,
+        registry=rt.registry,
+        state=state,
+        openapi=openapi_document(),
+        events=PublicCache(
+            max_age_seconds=config.seatmap_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
+        ),
+        seatmaps=PublicCache(
+            max_age_seconds=config.seatmap_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
+        ),
+    )
+    app = EdgeApp(config, metrics, Handlers(deps).table())
+    server = EdgeServer(
+        app,
+        state,
+        hub,
+        host=config.host,
+        port=config.port,
+        drain_seconds=config.drain_seconds,
+        grace_seconds=rt.server.shutdown_grace_seconds,
+    )
+    # Started in order, stopped in reverse: the server stops (and drains)
+    # before the hub and the channels it uses.
+    components[:0] = [hub]
+    components.append(server)
+    return Edge(config=config, server=server, hub=hub, deps=deps, components=components)
+
+
+class _Closing:
+    def __init__(self, mesh: GrpcMesh) -> None:
+        self.name = "edge-channels"
+        self._mesh = mesh
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self, grace_seconds: float) -> None:
+        await self._mesh.close()
+
+
+async def build(rt: Runtime, role: str, overrides: Overrides | None = None) -> list[Component]:
+    if role != "server":
+        raise ValueError(f"the edge has no role {role!r}")
+    return compose(rt, overrides).components
+
+
+async def seed_demo(rt: Runtime) -> list[str]:
+    return []

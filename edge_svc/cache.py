@@ -1,0 +1,94 @@
+"""Public, cacheable documents (the event, the seat map, the progress
+document): one load per key per max age whatever the number of callers,
+an ETag, ``Cache-Control: public`` with ``stale-while-revalidate`` so that
+a CDN in front answers the polling of a million pages.
+
+A shared load runs on its own deadline (the edge's request limit), not on
+the first caller's: one caller with a short deadline never fails the
+others, each of whom waits only as long as its own deadline allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+
+from starlette.responses import Response
+
+from boxoffice import deadline
+from edge_svc.http import Ctx
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    body: bytes
+    etag: str
+    loaded_at: float
+
+
+def etag_of(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+class PublicCache:
+    """Documents by key, each fresh for ``max_age_seconds``."""
+
+    def __init__(
+        self,
+        *,
+        max_age_seconds: int,
+        load_timeout_seconds: float,
+        capacity: int = 10_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_age = max_age_seconds
+        self._load_timeout = load_timeout_seconds
+        self._capacity = capacity
+        self._monotonic = monotonic
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._loading: dict[Hashable, asyncio.Task[_Entry]] = {}
+
+    async def answer(self, ctx: Ctx, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> Response:
+        entry = self._entries.get(key)
+        if entry is None or self._monotonic() - entry.loaded_at >= max(self._max_age, 0.001):
+            entry = await self._shared(key, load)
+        return self.respond(ctx, entry.body, entry.etag, self._max_age)
+
+    async def _shared(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> _Entry:
+        task = self._loading.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(key, load))
+            self._loading[key] = task
+            task.add_done_callback(lambda _: self._loading.pop(key, None))
+        # Each caller waits as long as its own deadline allows.
+        async with deadline.bounded():
+            return await asyncio.shield(task)
+
+    async def _load(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> _Entry:
+        # Detached from the first caller's deadline: the load has its own.
+        with deadline.detached(self._load_timeout):
+            body = await load()
+        entry = _Entry(body, etag_of(body), self._monotonic())
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+        return entry
+
+    def fresh(self, ctx: Ctx, body: bytes, max_age: int) -> Response:
+        """A public document computed now (no load to share)."""
+        return self.respond(ctx, body, etag_of(body), max_age)
+
+    @staticmethod
+    def respond(ctx: Ctx, body: bytes, etag: str, max_age: int) -> Response:
+        headers = {
+            "cache-control": f"public, max-age={max_age}, stale-while-revalidate={max(10, 5 * max_age)}",
+            "etag": etag,
+        }
+        if etag in [tag.strip() for tag in ctx.request.headers.get("if-none-match", "").split(",")]:
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)

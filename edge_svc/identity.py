@@ -1,0 +1,294 @@
+"""Who the fan is: a signed session cookie (browsers) or an OpenID Connect
+bearer token (apps).
+
+The session cookie is ``v1.<kid>.<payload>.<signature>``: the payload the
+base64url JSON ``{"c": customer, "iat": ..., "exp": ...}``, the signature an
+HMAC-SHA256 with the key ``kid`` of the edge's session key ring (every key
+verifies, the first signs: rotate by putting a new key first). Development
+sign-in hands one out for a name; in production the customer is the subject
+of a verified OpenID Connect token.
+
+Bearer tokens are JWTs verified against the issuer's JWKS: the algorithm is
+fixed by configuration (RS256 / ES256), never taken from the token; the key
+is found by ``kid`` (the JWKS is fetched again when a token names a key it
+does not have, at most once per ``_REFETCH_SECONDS``); issuer, audience,
+expiry and not-before are checked with a small leeway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+from boxoffice.clock import Clock
+from boxoffice.config import ConfigError
+from boxoffice.errors import Unauthenticated
+from boxoffice.secrets import SecretSource
+from boxoffice.tokens import KeyRing
+from edge_svc.config import OidcConfig
+
+_log = logging.getLogger("boxoffice.edge.identity")
+
+_VERSION = "v1"
+_MAX_COOKIE = 1024
+_MAX_JWT = 8192
+# The longest a customer id (a development name or a token subject) may be.
+MAX_CUSTOMER_ID = 255
+# A JWKS is fetched again for an unknown key id at most this often.
+_REFETCH_SECONDS = 30.0
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A verified fan."""
+
+    customer_id: str
+    expires_at: int
+    # "cookie" or "bearer": how the fan authenticated (cookies need CSRF checks).
+    via: str
+
+
+def _session_invalid(message: str) -> Unauthenticated:
+    return Unauthenticated(message, reason="SESSION_INVALID")
+
+
+class SessionCookies:
+    """Signs and verifies session cookies with the edge's key ring."""
+
+    def __init__(self, keys: SecretSource[KeyRing], clock: Clock, *, ttl_seconds: int) -> None:
+        self._keys = keys
+        self._clock = clock
+        self.ttl_seconds = ttl_seconds
+
+    def issue(self, customer_id: str) -> tuple[str, Session]:
+        ring = self._keys.get()
+        now = int(self._clock.now())
+        session = Session(customer_id, now + self.ttl_seconds, "cookie")
+        payload = _b64(json.dumps({"c": customer_id, "iat": now, "exp": session.expires_at}).encode())
+        signing_input = f"{_VERSION}.{ring.active_kid}.{payload}"
+        return f"{signing_input}.{self._sign(ring.keys[ring.active_kid], signing_input)}", session
+
+    def verify(self, cookie: str) -> Session:
+        if len(cookie) > _MAX_COOKIE:
+            raise _session_invalid("the session cookie is too long")
+        parts = cookie.split(".")
+        if len(parts) != 4 or parts[0] != _VERSION:
+            raise _session_invalid("the session cookie is malformed")
+        _, kid, payload, signature = parts
+        key = self._keys.get().keys.get(kid)
+        if key is None:
+            raise _session_invalid("the session cookie is signed with a retired key; sign in again")
+        if not hmac.compare_digest(self._sign(key, f"{_VERSION}.{kid}.{payload}").encode(), signature.encode()):
+            raise _session_invalid("the session cookie does not verify")
+        try:
+            body = json.loads(_unb64(payload))
+            customer_id, expires_at = str(body["c"]), int(body["exp"])
+        except (ValueError, KeyError, TypeError):
+            raise _session_invalid("the session cookie is malformed") from None
+        if expires_at < self._clock.now():
+            raise _session_invalid("the session has expired; sign in again")
+        return Session(customer_id, expires_at, "cookie")
+
+    @staticmethod
+    def _sign(key: bytes, signing_input: str) -> str:
+        return _b64(hmac.new(key, signing_input.encode(), hashlib.sha256).digest())
+
+
+def _bearer_invalid(check: str, message: str) -> Unauthenticated:
+    return Unauthenticated(message, reason="BEARER_INVALID", metadata={"check": check})
+
+
+PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
+
+
+def parse_jwks(text: str) -> dict[str, tuple[str, PublicKey]]:
+    """The keys of a JWKS document by kid: (algorithm family, key). Keys of
+    a type or curve the edge does not verify with are skipped."""
+    try:
+        document = json.loads(text)
+        entries = document["keys"]
+        if not isinstance(entries, list):
+            raise TypeError("keys is not a list")
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"not a JWKS document: {err}") from None
+    keys: dict[str, tuple[str, PublicKey]] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
+            continue
+        kid = str(entry.get("kid", ""))
+        try:
+            if entry.get("kty") == "RSA":
+                numbers = rsa.RSAPublicNumbers(
+                    int.from_bytes(_unb64(entry["e"]), "big"), int.from_bytes(_unb64(entry["n"]), "big")
+                )
+                keys[kid] = ("RS256", numbers.public_key())
+            elif entry.get("kty") == "EC" and entry.get("crv") == "P-256":
+                point = ec.EllipticCurvePublicNumbers(
+                    int.from_bytes(_unb64(entry["x"]), "big"), int.from_bytes(_unb64(entry["y"]), "big"), ec.SECP256R1()
+                )
+                keys[kid] = ("ES256", point.public_key())
+        except (KeyError, ValueError, TypeError):
+            _log.warning("JWKS key skipped: malformed", extra={"kid": kid[:64]})
+    return keys
+
+
+class KeySource(Protocol):
+    """Where the issuer's keys come from."""
+
+    async def keys(self, *, refresh: bool) -> Mapping[str, tuple[str, PublicKey]]:
+        """The keys by kid; ``refresh`` asks for a fresh copy (an unknown kid)."""
+
+
+class FileKeys:
+    """A JWKS file, re-read when it changes (a mounted ConfigMap)."""
+
+    def __init__(self, path: str) -> None:
+        self._source = SecretSource.from_file("BOXOFFICE_OIDC_JWKS", path, parse_jwks)
+
+    async def keys(self, *, refresh: bool) -> Mapping[str, tuple[str, PublicKey]]:
+        return self._source.get()
+
+
+class UrlKeys:
+    """A JWKS URL, fetched at first use, then again after ``cache_seconds``
+    or for an unknown kid (at most once per ``_REFETCH_SECONDS``). A failed
+    fetch keeps the last good keys."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cache_seconds: float,
+        fetch: Callable[[str], str] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._url = url
+        self._cache_seconds = cache_seconds
+        self._fetch = fetch or _http_get
+        self._monotonic = monotonic
+        self._keys: dict[str, tuple[str, PublicKey]] = {}
+        self._fetched_at: float | None = None
+        self._lock = asyncio.Lock()
+
+    async def keys(self, *, refresh: bool) -> Mapping[str, tuple[str, PublicKey]]:
+        now = self._monotonic()
+        stale = self._fetched_at is None or now - self._fetched_at > self._cache_seconds
+        may_refresh = self._fetched_at is None or now - self._fetched_at > _REFETCH_SECONDS
+        if stale or (refresh and may_refresh):
+            async with self._lock:
+                if self._fetched_at is None or self._monotonic() - self._fetched_at > min(
+                    _REFETCH_SECONDS, self._cache_seconds
+                ):
+                    try:
+                        text = await asyncio.to_thread(self._fetch, self._url)
+                        self._keys = parse_jwks(text)
+                    except (OSError, ConfigError) as err:
+                        _log.warning("JWKS fetch failed; keeping the last keys", extra={"error": str(err)})
+                    self._fetched_at = self._monotonic()
+        return self._keys
+
+
+def _http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        data: bytes = response.read(1 << 20)
+    return data.decode()
+
+
+class OidcVerifier:
+    """Verifies OpenID Connect bearer tokens (JWTs) of one issuer and audience."""
+
+    def __init__(self, config: OidcConfig, keys: KeySource, clock: Clock) -> None:
+        self._config = config
+        self._keys = keys
+        self._clock = clock
+
+    async def verify(self, token: str) -> Session:
+        if len(token) > _MAX_JWT:
+            raise _bearer_invalid("format", "the bearer token is too long")
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise _bearer_invalid("format", "the bearer token is not a JWT")
+        try:
+            header = json.loads(_unb64(parts[0]))
+            claims = json.loads(_unb64(parts[1]))
+            signature = _unb64(parts[2])
+            if not isinstance(header, dict) or not isinstance(claims, dict):
+                raise TypeError("not objects")
+        except (ValueError, TypeError):
+            raise _bearer_invalid("format", "the bearer token is not a JWT") from None
+        algorithm = header.get("alg")
+        if algorithm not in self._config.algorithms:
+            raise _bearer_invalid("key", "the bearer token's algorithm is not accepted")
+        kid = str(header.get("kid", ""))
+        keys = await self._keys.keys(refresh=False)
+        if kid not in keys:
+            keys = await self._keys.keys(refresh=True)
+        found = keys.get(kid)
+        if found is None or found[0] != algorithm:
+            raise _bearer_invalid("key", "the bearer token is signed with a key the issuer does not publish")
+        if not _signature_ok(found[1], f"{parts[0]}.{parts[1]}".encode(), signature):
+            raise _bearer_invalid("signature", "the bearer token's signature does not verify")
+        return self._claims(claims)
+
+    def _claims(self, claims: dict[str, Any]) -> Session:
+        config = self._config
+        if claims.get("iss") != config.issuer:
+            raise _bearer_invalid("issuer", "the bearer token is from another issuer")
+        audience = claims.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if config.audience not in audiences:
+            raise _bearer_invalid("audience", "the bearer token is for another audience")
+        now = self._clock.now()
+        expires = claims.get("exp")
+        if not isinstance(expires, int | float) or expires + config.leeway_seconds < now:
+            raise _bearer_invalid("expiry", "the bearer token has expired")
+        not_before = claims.get("nbf")
+        if isinstance(not_before, int | float) and not_before - config.leeway_seconds > now:
+            raise _bearer_invalid("expiry", "the bearer token is not valid yet")
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject or len(subject) > MAX_CUSTOMER_ID:
+            raise _bearer_invalid("subject", "the bearer token names no subject")
+        return Session(subject, int(expires), "bearer")
+
+
+def _signature_ok(key: PublicKey, signed: bytes, signature: bytes) -> bool:
+    try:
+        if isinstance(key, rsa.RSAPublicKey):
+            key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
+        else:
+            if len(signature) != 64:
+                return False
+            r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
+            key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        return False
+    return True
+
+
+def key_source(config: OidcConfig) -> KeySource:
+    if config.jwks_file is not None:
+        return FileKeys(config.jwks_file)
+    assert config.jwks_url is not None
+    return UrlKeys(config.jwks_url, cache_seconds=config.jwks_cache_seconds)

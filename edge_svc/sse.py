@@ -1,0 +1,150 @@
+"""A fan's place as Server-Sent Events, from the event's one progress stream.
+
+The stream starts with a ``retry:`` hint, then sends ``event: position``
+whenever the fan's state, place or the room's state changes, a comment line
+as a heartbeat when nothing changed for a while (so that proxies keep the
+connection), and ends with ``event: final`` once the fan is admitted (the
+access token, for a bearer client; a browser then reads its position, which
+sets the HttpOnly token cookie) or leaves the queue some other way. Each
+event's id says what it showed; a reconnect with ``Last-Event-ID`` gets no
+repeat of what it already has. When the edge drains, every stream ends with
+``event: reconnect`` and a short retry, and the browser reconnects to
+another replica by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+from starlette.responses import Response, StreamingResponse
+
+from boxoffice import deadline
+from boxoffice.errors import BoxofficeError
+from edge_svc import errors
+from edge_svc.http import PRIVATE, Ctx, attrs
+from edge_svc.identity import Session
+from edge_svc.progress import Watch
+from edge_svc.waiting import FINAL_STATES, Place, estimate
+from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
+
+if TYPE_CHECKING:
+    from edge_svc.handlers import EdgeDeps
+
+_log = logging.getLogger("boxoffice.edge.sse")
+
+# How long a stream may take to fetch the token of an admitted fan.
+_CLAIM_SECONDS = 5.0
+
+Claim = Callable[[Ctx, int, str], Awaitable[queue_pb.QueuePosition]]
+
+
+class Positions(Protocol):
+    """What the stream needs of the handlers."""
+
+    async def position(self, ctx: Ctx, event_id: int, session: Session) -> queue_pb.QueuePosition: ...
+
+    def place(self, ctx: Ctx, event_id: int, customer: str) -> Place | None: ...
+
+
+def event_id_of_position(position: queue_pb.QueuePosition) -> str:
+    return f"{position.state}.{position.ahead}.{position.admission_state}"
+
+
+class PositionStream:
+    def __init__(self, deps: EdgeDeps, claim: Claim) -> None:
+        self._d = deps
+        self._claim = claim
+
+    async def open(self, ctx: Ctx, event_id: int, session: Session, positions: Positions) -> Response:
+        if self._d.state.draining:
+            raise errors.draining()
+        # The first answer is computed before the stream starts, so that an
+        # unknown event or a fan who is not queued gets a plain HTTP error.
+        first = await positions.position(ctx, event_id, session)
+        watch = None if first.state in FINAL_STATES else self._d.hub.watch(event_id)
+        place = positions.place(ctx, event_id, session.customer_id)
+        body = self._events(ctx, event_id, session, first, place, watch)
+        headers = {"cache-control": PRIVATE, "x-accel-buffering": "no"}
+        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+    def _format(self, ctx: Ctx, session: Session, name: str, position: queue_pb.QueuePosition) -> str:
+        from edge_svc.handlers import to_json
+
+        if session.via == "cookie" and position.access_token:
+            shown = queue_pb.QueuePosition()
+            shown.CopyFrom(position)
+            shown.access_token = ""
+            position = shown
+        data = to_json(queue_pb.GetQueuePositionResponse(position=position)).decode()
+        return f"id: {event_id_of_position(position)}\nevent: {name}\ndata: {data}\n\n"
+
+    async def _events(
+        self,
+        ctx: Ctx,
+        event_id: int,
+        session: Session,
+        first: queue_pb.QueuePosition,
+        place: Place | None,
+        watch: Watch | None,
+    ) -> AsyncIterator[str]:
+        config = self._d.config
+        gauge = self._d.metrics.sse_connections
+        gauge.inc()
+        last_id = ctx.request.headers.get("last-event-id", "")
+        try:
+            yield f"retry: {config.sse_retry_ms}\n\n"
+            if watch is None or place is None:
+                yield self._format(ctx, session, "final", first)
+                return
+            position = first
+            version = watch.version
+            while True:
+                if position.state in FINAL_STATES:
+                    yield self._format(ctx, session, "final", position)
+                    return
+                shown = event_id_of_position(position)
+                if shown != last_id:
+                    last_id = shown
+                    yield self._format(ctx, session, "position", position)
+                snapshot = await self._next(watch, version)
+                if snapshot is _DRAINED:
+                    yield f"retry: {max(250, config.sse_retry_ms // 3)}\nevent: reconnect\ndata: {{}}\n\n"
+                    return
+                if snapshot is None:
+                    yield ": keep-alive\n\n"
+                    continue
+                assert isinstance(snapshot, queue_pb.AdmissionProgress)
+                version = watch.version
+                estimated = estimate(place, snapshot)
+                if estimated is None:
+                    with deadline.detached(_CLAIM_SECONDS):
+                        position = await self._claim(ctx, event_id, session.customer_id)
+                else:
+                    position = estimated
+        except BoxofficeError as err:
+            # The stream's status is sent; say why it ends in the stream.
+            _log.info("position stream ended", extra={**attrs(ctx), "reason": err.reason, "code": err.code.name})
+            yield f"event: error\ndata: {errors.render(err)[1].decode()}\n\n"
+        finally:
+            gauge.dec()
+            if watch is not None:
+                watch.close()
+
+    async def _next(self, watch: Watch, version: int) -> queue_pb.AdmissionProgress | object | None:
+        """The next snapshot; None after a heartbeat interval without one;
+        _DRAINED when the edge drains."""
+        state = self._d.state
+        if state.draining:
+            return _DRAINED
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._d.config.sse_heartbeat_seconds):
+                snapshot = await watch.next(version)
+                return _DRAINED if state.draining else snapshot
+        return _DRAINED if state.draining else None
+
+
+_DRAINED = object()
