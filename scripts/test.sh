@@ -18,14 +18,7 @@ rm -f "$pip_log"
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== contracts"
-buf lint
-buf format --diff --exit-code
-if git rev-parse --verify --quiet HEAD~1 >/dev/null && git cat-file -e HEAD~1:proto 2>/dev/null; then
-  buf breaking --against '.git#ref=HEAD~1'
-  echo "buf breaking: no breaking change against HEAD~1"
-else
-  echo "buf breaking: skipped (no earlier commit with proto/)"
-fi
+scripts/check_contracts.sh
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 
 echo "== lint and types"
