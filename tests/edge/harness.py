@@ -54,6 +54,7 @@ class EdgeStack:
         rate: int = 100,
         opens_in_seconds: float = -1.0,
         price_minor: int = 4500,
+        paused: bool = False,
     ) -> int:
         """A new event with a seated section A (row K) and, optionally, a
         standing FLOOR, and its open waiting room; its id."""
@@ -101,6 +102,7 @@ class EdgeStack:
                     opens_at=ts(now + timedelta(seconds=opens_in_seconds)),
                     admission_rate_per_second=rate,
                     max_active_shoppers=max_active,
+                    paused=paused,
                 )
             )
         )
