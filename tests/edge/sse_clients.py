@@ -37,17 +37,12 @@ async def _client(
         return False, None
 
 
-async def main() -> None:
-    host, port, path, cookies_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    with open(cookies_file) as handle:
-        cookies = [line.strip() for line in handle if line.strip()]
-    ready = asyncio.Event()
+async def main(cookies: list[str]) -> None:
+    host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     results: list[tuple[bool, asyncio.StreamWriter | None]] = []
     for start in range(0, len(cookies), 500):
         batch = cookies[start : start + 500]
-        results.extend(await asyncio.gather(*(_client(host, port, path, c, ready) for c in batch)))
+        results.extend(await asyncio.gather(*(_client(host, port, path, c) for c in batch)))
     ok = sum(1 for good, _ in results if good)
     print(f"ready {ok} failed {len(results) - ok}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -57,4 +52,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with open(sys.argv[4]) as handle:
+        asyncio.run(main([line.strip() for line in handle if line.strip()]))
