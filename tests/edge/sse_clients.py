@@ -15,9 +15,7 @@ import resource
 import sys
 
 
-async def _client(
-    host: str, port: int, path: str, cookie: str, ready: asyncio.Event
-) -> tuple[bool, asyncio.StreamWriter | None]:
+async def _client(host: str, port: int, path: str, cookie: str) -> tuple[bool, asyncio.StreamWriter | None]:
     try:
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(
