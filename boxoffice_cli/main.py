@@ -127,6 +127,9 @@ def _up_env(env: Env, on_embedded_stores: bool) -> Env:
     wired = {f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in ("queue", "booking", "payment")}
     if on_embedded_stores and env.raw(secrets.EDGE_DEV_SIGNIN) is None:
         wired[secrets.EDGE_DEV_SIGNIN] = "true"
+    if env.raw("BOXOFFICE_EDGE_DRAIN_SECONDS") is None:
+        # No load balancer to tell on one machine: Ctrl-C stops at once.
+        wired["BOXOFFICE_EDGE_DRAIN_SECONDS"] = "0"
     return env.overlay(wired)
 
 
