@@ -19,7 +19,23 @@ yaml: Any = importlib.import_module("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-CODE_PACKAGES = ("boxoffice", "boxoffice_cli", "queue_svc", "booking_svc", "payment_svc")
+CODE_PACKAGES = ("boxoffice", "boxoffice_cli", "queue_svc", "booking_svc", "payment_svc", "edge_svc")
+
+# The sample names the edge's panels and alerts read (edge_svc/metrics.py).
+EDGE_METRICS = frozenset(
+    {
+        "boxoffice_edge_http_requests_total",
+        "boxoffice_edge_http_request_duration_seconds_bucket",
+        "boxoffice_edge_http_request_duration_seconds_sum",
+        "boxoffice_edge_http_request_duration_seconds_count",
+        "boxoffice_edge_http_requests_in_flight",
+        "boxoffice_edge_sse_connections",
+        "boxoffice_edge_progress_streams",
+        "boxoffice_edge_progress_updates_total",
+        "boxoffice_edge_rate_limited_total",
+        "boxoffice_edge_upstream_errors_total",
+    }
+)
 
 _ENV_READERS = frozenset({"string", "integer", "number", "flag", "choice", "keys", "optional_str", "raw", "getenv"})
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -163,17 +179,70 @@ def _names_read_in_loops(module: ast.Module) -> Iterator[str]:
 @cache
 def env_names_read() -> frozenset[str]:
     """Environment variables the code reads (through ``Env`` or ``os.getenv``,
-    by a literal name or in a loop over a module-level tuple of names)."""
+    by a literal name or in a loop over a module-level tuple of names; a
+    secret read with ``read_secret`` also as ``NAME_FILE``)."""
     names = set()
     for call in _calls():
         name = _first_str(call)
         if _callee(call) in _ENV_READERS and name is not None and _ENV_NAME.match(name):
             names.add(name)
+        # A helper handed the environment and a name: ``_networks(env, "NAME")``.
+        if len(call.args) >= 2 and isinstance(call.args[0], ast.Name) and call.args[0].id == "env":
+            second = call.args[1]
+            if isinstance(second, ast.Constant) and isinstance(second.value, str) and _ENV_NAME.match(second.value):
+                names.add(second.value)
     for path in _python_files():
         module = ast.parse(path.read_text(), str(path))
         names.update(n for n in _names_read_in_loops(module) if _ENV_NAME.match(n))
         names.update(_named_constants_read(module))
+    names.update(f"{name}_FILE" for name in _secrets_read())
     return frozenset(names)
+
+
+def _string_constants() -> dict[str, str]:
+    """Module-level ``NAME = "value"`` and ``NAME = module.OTHER`` of every
+    module, by NAME (aliases resolved; the code's constant names are unique
+    enough for this)."""
+    literal: dict[str, str] = {}
+    alias: dict[str, str] = {}
+    for path in _python_files():
+        for statement in ast.parse(path.read_text(), str(path)).body:
+            if not isinstance(statement, ast.Assign):
+                continue
+            value = statement.value
+            for target in statement.targets:
+                if not isinstance(target, ast.Name):
+                    continue
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    literal[target.id] = value.value
+                elif isinstance(value, ast.Attribute):
+                    alias[target.id] = value.attr
+                elif isinstance(value, ast.Name):
+                    alias[target.id] = value.id
+    for name, other in alias.items():
+        seen = {name}
+        while other in alias and other not in seen:
+            seen.add(other)
+            other = alias[other]
+        if other in literal:
+            literal.setdefault(name, literal[other])
+    return literal
+
+
+def _secrets_read() -> Iterator[str]:
+    """The names ``read_secret(env, NAME, ...)`` reads (which also reads
+    ``NAME_FILE``, a mounted Secret)."""
+    constants = _string_constants()
+    for call in _calls():
+        if _callee(call) != "read_secret" or len(call.args) < 2:
+            continue
+        argument = call.args[1]
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            yield argument.value
+        elif isinstance(argument, ast.Name | ast.Attribute):
+            key = argument.id if isinstance(argument, ast.Name) else argument.attr
+            if key in constants:
+                yield constants[key]
 
 
 def _named_constants_read(module: ast.Module) -> Iterator[str]:
@@ -221,5 +290,16 @@ def metrics_in(query: str) -> set[str]:
     return set(_METRIC_IN_QUERY.findall(query))
 
 
-def config_map_data() -> dict[str, str]:
-    return dict(by_name("ConfigMap")["boxoffice-config"]["data"])
+def config_map_data(name: str = "boxoffice-config") -> dict[str, str]:
+    return dict(by_name("ConfigMap")[name]["data"])
+
+
+def monitor_jobs() -> dict[str, str]:
+    """PodMonitor name -> the job its targets get (a fixed relabelling)."""
+    jobs = {}
+    for monitor in of_kind("PodMonitor"):
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        (job,) = [r for r in endpoint["relabelings"] if r["targetLabel"] == "job"]
+        assert "sourceLabels" not in job and job.get("action", "replace") == "replace"
+        jobs[monitor["metadata"]["name"]] = job["replacement"]
+    return jobs

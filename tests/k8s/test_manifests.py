@@ -23,6 +23,7 @@ from tests.k8s.support import (
     kustomization_roots,
     metric_names_exported,
     metrics_in,
+    monitor_jobs,
     objects,
     of_kind,
     patch_files,
@@ -32,6 +33,7 @@ from tests.k8s.support import (
 
 SERVERS = ("queue-svc", "booking-svc", "payment-svc")
 WORKERS = ("admitter", "sweeper", "relay", "issuer")
+EDGE = "edge"
 GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
 DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
 
@@ -81,8 +83,13 @@ def test_kustomizations_name_files_that_exist_and_every_manifest_is_used() -> No
 
 def test_a_deployment_for_every_process() -> None:
     deployments = by_name("Deployment")
-    assert set(deployments) == {*SERVERS, *WORKERS}
-    assert {c["args"][0] for name, spec in pod_specs() for c in spec["containers"]} == {*SERVERS, *WORKERS, "migrate"}
+    assert set(deployments) == {*SERVERS, *WORKERS, EDGE}
+    assert {c["args"][0] for name, spec in pod_specs() for c in spec["containers"]} == {
+        *SERVERS,
+        *WORKERS,
+        EDGE,
+        "migrate",
+    }
 
 
 def test_containers_run_real_cli_commands() -> None:
@@ -174,6 +181,8 @@ def test_env_var_names_are_ones_the_code_reads() -> None:
     assert {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS", "BOXOFFICE_LEADER_BACKEND"} <= read
     unknown = {key for key in config_map_data() if key not in read}
     for name, spec in pod_specs():
+        if name == EDGE:
+            continue  # its own settings: test_edge.py
         for container in _containers(spec):
             unknown |= {e["name"] for e in container.get("env", []) if e["name"] not in read}
             for source in container.get("envFrom", []):
@@ -195,6 +204,8 @@ def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> Non
         "queue-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS"},
         "booking-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS"},
         "payment-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS", "BOXOFFICE_WEBHOOK_SECRETS"},
+        # Rate limits in Redis, nothing in Postgres (nor may it reach it).
+        EDGE: {"REDIS_URL"},
     }
     for name, spec in pod_specs():
         (container,) = spec["containers"]
@@ -206,8 +217,11 @@ def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> Non
         }
         # Without both URLs a process would start embedded stores instead.
         assert needs.get(name, {"DATABASE_URL", "REDIS_URL"}) <= from_secret, name
-    for key in config_map_data():
-        assert not re.search(r"URL|KEY|SECRET|PASSWORD", key), f"{key} belongs in the Secret"
+    (edge,) = by_name("Deployment")[EDGE]["spec"]["template"]["spec"]["containers"]
+    assert "DATABASE_URL" not in {e["name"] for e in edge["env"]}
+    for config in ("boxoffice-config", "boxoffice-edge-config"):
+        for key in config_map_data(config):
+            assert not re.search(r"URL|KEY|SECRET|PASSWORD", key), f"{key} belongs in the Secret"
 
 
 def test_admitter_is_leader_elected_on_a_lease_it_may_use() -> None:
@@ -241,7 +255,7 @@ def test_admitter_is_leader_elected_on_a_lease_it_may_use() -> None:
 def test_stateless_services_scale_and_every_deployment_has_a_budget() -> None:
     deployments = by_name("Deployment")
     scaled = {h["spec"]["scaleTargetRef"]["name"]: h for h in of_kind("HorizontalPodAutoscaler")}
-    assert set(scaled) == set(SERVERS)
+    assert set(scaled) == {*SERVERS, EDGE}
     for name, hpa in scaled.items():
         assert hpa["apiVersion"] == "autoscaling/v2"
         assert hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment" and name in deployments
@@ -255,13 +269,21 @@ def test_stateless_services_scale_and_every_deployment_has_a_budget() -> None:
 
 def test_services_reach_the_grpc_port_of_the_servers() -> None:
     services = by_name("Service")
-    assert set(services) == set(SERVERS)
-    for name, service in services.items():
-        (port,) = service["spec"]["ports"]
+    assert set(services) == {*SERVERS, EDGE}
+    for name in SERVERS:
+        (port,) = services[name]["spec"]["ports"]
         assert port["targetPort"] == "grpc" and port["name"] == "grpc", name
-    booking_addr = config_map_data()["BOXOFFICE_BOOKING_ADDR"]
-    host, _, port_text = booking_addr.rpartition(":")
-    assert host in services and int(port_text) == services[host]["spec"]["ports"][0]["port"]
+    (port,) = services[EDGE]["spec"]["ports"]
+    assert port["targetPort"] == "http" and port["name"] == "http"
+    # The addresses the edge and payment dial are the servers' Services.
+    addresses = {
+        "BOXOFFICE_BOOKING_ADDR": ("boxoffice-config", "booking-svc"),
+        "BOXOFFICE_QUEUE_ADDR": ("boxoffice-edge-config", "queue-svc"),
+        "BOXOFFICE_PAYMENT_ADDR": ("boxoffice-edge-config", "payment-svc"),
+    }
+    for variable, (config, service) in addresses.items():
+        host, _, port_text = config_map_data(config)[variable].rpartition(":")
+        assert host == service and int(port_text) == services[host]["spec"]["ports"][0]["port"], variable
 
 
 def test_the_migration_job_migrates() -> None:
@@ -271,13 +293,25 @@ def test_the_migration_job_migrates() -> None:
     assert job["spec"]["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
 
 
-def test_prometheus_scrapes_every_process() -> None:
-    (monitor,) = of_kind("PodMonitor")
-    selector = monitor["spec"]["selector"]["matchLabels"]
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+def test_prometheus_scrapes_every_process_once_where_it_serves_metrics() -> None:
+    monitors = of_kind("PodMonitor")
     for deployment in of_kind("Deployment"):
-        assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+        template = deployment["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        ports = {p["name"] for p in container["ports"]}
+        scrapes = [
+            endpoint
+            for monitor in monitors
+            if monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+            for endpoint in monitor["spec"]["podMetricsEndpoints"]
+            if endpoint["port"] in ports
+        ]
+        (endpoint,) = scrapes
+        assert endpoint["path"] == "/metrics"
+        expected = "http" if deployment["metadata"]["name"] == EDGE else "metrics"
+        assert endpoint["port"] == expected, deployment["metadata"]["name"]
+    # Fixed, distinct jobs: what the alerts select on.
+    assert sorted(monitor_jobs().values()) == ["boxoffice", "boxoffice-edge"]
 
 
 def _dashboard_queries() -> list[str]:
@@ -349,3 +383,18 @@ def test_object_names_are_unique_per_kind() -> None:
         key = (obj["kind"], obj["metadata"]["name"])
         assert key not in seen, key
         seen.add(key)
+
+
+def test_each_axis_of_a_panel_has_one_unit() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        axes = {"left": {panel["fieldConfig"]["defaults"]["unit"]}}
+        for override in panel["fieldConfig"]["overrides"]:
+            properties = {p["id"]: p["value"] for p in override["properties"]}
+            if "unit" in properties:
+                # A second unit goes on the other axis.
+                side = properties.get("custom.axisPlacement", "left")
+                axes.setdefault(side, set()).add(properties["unit"])
+        assert all(len(units) == 1 for units in axes.values()), (panel["title"], axes)

@@ -28,13 +28,13 @@ from tests.k8s.support import (
     of_kind,
 )
 
-GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
+GRPC_PORT, METRICS_PORT, HEALTH_PORT, EDGE_PORT = 50051, 9464, 50050, 8080
 TRUST_DOMAIN, NAMESPACE = "boxoffice.local", "boxoffice"
 TLS_DIR = "/var/run/boxoffice/tls"
 
-# Role of the mesh -> the app.kubernetes.io/name of its pods. The edge is
-# not deployed yet and operators' toolbox pods are not Deployments: the
-# policies select them by these labels all the same.
+# Role of the mesh -> the app.kubernetes.io/name of its pods. Operators'
+# toolbox pods are not Deployments: the policies select them by this label
+# all the same.
 WORKLOAD = {
     access.EDGE: "edge",
     access.QUEUE: "queue-svc",
@@ -47,7 +47,16 @@ WORKLOAD = {
     access.OPERATOR: "operator",
 }
 ROLE = {workload: role for role, workload in WORKLOAD.items()}
-DEPLOYED = (access.QUEUE, access.BOOKING, access.PAYMENT, access.ADMITTER, access.SWEEPER, access.RELAY, access.ISSUER)
+DEPLOYED = (
+    access.EDGE,
+    access.QUEUE,
+    access.BOOKING,
+    access.PAYMENT,
+    access.ADMITTER,
+    access.SWEEPER,
+    access.RELAY,
+    access.ISSUER,
+)
 # The contract packages each server serves.
 SERVES = {"queue-svc": "boxoffice.queue.", "booking-svc": "boxoffice.booking.", "payment-svc": "boxoffice.payment."}
 ISTIO_POLICIES = K8S / "components/istio/authorization-policies.yaml"
@@ -66,8 +75,21 @@ def _labels(role: str) -> dict[str, str]:
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    assert set(selector) <= {"matchLabels"}, selector  # the manifests use no matchExpressions
-    return bool(selector.get("matchLabels", {}).items() <= labels.items())
+    assert set(selector) <= {"matchLabels", "matchExpressions"}, selector
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+        assert operator in ("In", "NotIn", "Exists", "DoesNotExist"), expression
+    return True
 
 
 def _policies(kind: str, role: str) -> Iterator[dict[str, Any]]:
@@ -154,36 +176,87 @@ def _egress_ports(role: str, peer: dict[str, Any] | None = None) -> set[int]:
     return ports
 
 
-@pytest.mark.parametrize("role", [*DEPLOYED, access.EDGE])
-def test_every_process_reaches_dns_postgres_redis_and_prometheus_reaches_it(role: str) -> None:
-    dns = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-    }
-    assert _egress_ports(role, dns) == {53}
-    assert {5432, 6379} <= _egress_ports(role)
-    prometheus = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-    }
+DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+
+
+@pytest.mark.parametrize("role", DEPLOYED)
+def test_every_process_reaches_dns_its_stores_and_prometheus_reaches_it(role: str) -> None:
+    assert _egress_ports(role, DNS) == {53}
+    # The edge keeps its rate limits in Redis and nothing in Postgres.
+    stores = {6379} if role == access.EDGE else {5432, 6379}
+    assert _egress_ports(role) & {5432, 6379} == stores
     scraped = [
         rule
         for policy in _policies("Ingress", role)
         for rule in policy["spec"].get("ingress", [])
-        if prometheus in rule.get("from", [])
+        if PROMETHEUS in rule.get("from", [])
     ]
-    assert [_ports(rule) for rule in scraped] == [{METRICS_PORT}]
+    # The edge serves /metrics on its one port.
+    assert [_ports(rule) for rule in scraped] == [{EDGE_PORT if role == access.EDGE else METRICS_PORT}]
+
+
+def _rules(kind: str, role: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(policy name, rule) of every rule that applies to ``role``'s pods."""
+    key = "ingress" if kind == "Ingress" else "egress"
+    for policy in _policies(kind, role):
+        for rule in policy["spec"].get(key, []):
+            yield policy["metadata"]["name"], rule
+
+
+def _flows(kind: str, role: str) -> set[tuple[str, str, int]]:
+    """(protocol, peer, port) of every flow the policies open for ``role``;
+    the peer is a role of the mesh, "DNS", "Prometheus", "Redis", "Postgres"
+    or "anyone"."""
+    stores = {
+        "Redis": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}},
+        "Postgres": {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "postgresql"}},
+        },
+    }
+    named = {"DNS": DNS, "Prometheus": PROMETHEUS, **stores}
+    flows = set()
+    for policy, rule in _rules(kind, role):
+        assert rule.get("ports"), f"{policy} opens every port"
+        peers = rule.get("from" if kind == "Ingress" else "to")
+        names = ["anyone"] if peers is None else []
+        for peer in peers or []:
+            found = [name for name, selector in named.items() if peer == selector]
+            names += found or sorted(_peer_roles([peer]))
+        for port in rule["ports"]:
+            flows |= {(port.get("protocol", "TCP"), name, port["port"]) for name in names}
+    return flows
+
+
+def test_the_edge_reaches_the_services_redis_and_dns_only() -> None:
+    services = {("TCP", role, GRPC_PORT) for role in (access.QUEUE, access.BOOKING, access.PAYMENT)}
+    dns = {("UDP", "DNS", 53), ("TCP", "DNS", 53)}
+    assert _flows("Egress", access.EDGE) == services | {("TCP", "Redis", 6379)} | dns
+
+
+def test_the_edge_is_reached_on_its_http_port_only() -> None:
+    # From anywhere (the ingress controller, wherever it runs; README.md
+    # says how to narrow it) and from Prometheus, which keeps its own rule
+    # when the first is narrowed.
+    assert _flows("Ingress", access.EDGE) == {("TCP", "anyone", EDGE_PORT), ("TCP", "Prometheus", EDGE_PORT)}
 
 
 def test_only_the_admitter_reaches_the_api_server() -> None:
-    for role in [*DEPLOYED, access.EDGE, access.OPERATOR]:
+    for role in [*DEPLOYED, access.OPERATOR]:
         api = {443, 6443} <= _egress_ports(role)
         assert api == (role == access.ADMITTER), role
 
 
 def test_no_service_exposes_the_plaintext_health_port() -> None:
     for name, service in by_name("Service").items():
-        assert {p["targetPort"] for p in service["spec"]["ports"]} == {"grpc"}, name
+        assert {p["targetPort"] for p in service["spec"]["ports"]} == {"http" if name == "edge" else "grpc"}, name
     # Nor does any NetworkPolicy open it: the kubelet probes from the node.
     for policy in of_kind("NetworkPolicy"):
         for rule in policy["spec"].get("ingress", []):
@@ -278,7 +351,8 @@ def test_istio_allows_each_method_to_exactly_its_roles() -> None:
         service = method.split("/")[1]
         workloads = [w for w, prefix in SERVES.items() if service.startswith(prefix)]
         if service.startswith(("grpc.health.", "grpc.reflection.")):
-            workloads = [WORKLOAD[role] for role in DEPLOYED]
+            # Every process but the edge, which serves HTTP only.
+            workloads = [WORKLOAD[role] for role in DEPLOYED if role != access.EDGE]
         assert workloads, method
         expected = {"*"} if access.ANYONE in roles else {_principal(role) for role in roles}
         for workload in workloads:
@@ -300,7 +374,10 @@ def test_with_istio_the_sidecars_do_the_tls() -> None:
         template = deployment["spec"]["template"]
         assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "true"
         excluded = template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeInboundPorts"]
-        assert set(excluded.split(",")) == {str(METRICS_PORT), str(HEALTH_PORT)}
+        # Prometheus and the kubelet are outside the mesh; so are the
+        # ingress controller and the fans behind the edge's public port.
+        outside = {EDGE_PORT} if deployment["metadata"]["name"] == "edge" else {METRICS_PORT, HEALTH_PORT}
+        assert set(excluded.split(",")) == {str(port) for port in outside}
         (container,) = template["spec"]["containers"]
         assert not [e for e in container["env"] if e["name"].startswith("BOXOFFICE_TLS_")]
     (job,) = [o for o in objects if o["kind"] == "Job"]
@@ -324,7 +401,7 @@ def test_every_kustomization_builds_one_namespace(root: Path) -> None:
 
 # Kinds the Kubernetes schemas do not describe (CRDs): checked field by
 # field above instead.
-_CUSTOM = ("cert-manager.io/", "security.istio.io/", "monitoring.coreos.com/")
+_CUSTOM = ("cert-manager.io/", "security.istio.io/", "networking.istio.io/", "monitoring.coreos.com/")
 
 
 @needs_kubectl
