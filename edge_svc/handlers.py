@@ -74,9 +74,8 @@ def to_json(message: Message) -> bytes:
 def parse_json(body: bytes, message: Message, *, edge_fields: tuple[str, ...]) -> None:
     """Fills ``message`` from a JSON body; refuses unknown fields and the
     fields the edge fills itself."""
-    text = body.decode("utf-8", errors="strict") if body else "{}"
     try:
-        json_format.Parse(text or "{}", message)
+        json_format.Parse(body.decode("utf-8", errors="strict") or "{}", message)
     except (json_format.ParseError, UnicodeDecodeError, RecursionError) as err:
         raise errors.malformed_json(str(err)) from None
     for name in edge_fields:
