@@ -1,0 +1,73 @@
+"""`boxoffice up` as a new user runs it, on a machine with nothing running:
+the embedded stores, every service on the ports it is told, the edge on
+HTTP with development sign-in, and a fan's purchase through the edge that
+crosses every service (payment dials booking on booking's port, whatever
+it is)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.harness import eventually, free_port
+
+
+@pytest.mark.slow
+async def test_up_serves_the_edge_and_wires_its_own_ports(tmp_path: Path) -> None:
+    ports = {name: free_port() for name in ("QUEUE", "BOOKING", "PAYMENT", "EDGE", "METRICS")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("BOXOFFICE_") and key not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env.update({f"BOXOFFICE_{name}_PORT": str(port) for name, port in ports.items()})
+    env["BOXOFFICE_DATA_DIR"] = str(tmp_path / "data")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "boxoffice_cli",
+        "up",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    banner: list[str] = []
+    try:
+        async with asyncio.timeout(120):
+            while not any(line.startswith("  demo: pay in the sandbox") for line in banner):
+                line = (await process.stdout.readline()).decode()
+                assert line, f"boxoffice up ended early: {banner}"
+                banner.append(line.rstrip("\n"))
+        edge = f"http://127.0.0.1:{ports['EDGE']}"
+        assert f"  edge       {edge}" in banner
+        assert f"  booking    grpcs://127.0.0.1:{ports['BOOKING']}" in banner
+
+        async with httpx.AsyncClient(base_url=edge, timeout=30) as fan:
+            assert (await fan.post("/v1/session", json={"name": "first-fan"})).status_code == 200
+            joined = await fan.post("/v1/events/1/queue:join", json={})
+            assert joined.status_code == 200, joined.text
+
+            async def admitted() -> bool | None:
+                reply = await fan.get("/v1/events/1/queue/position")
+                return True if reply.json()["position"]["state"] == "QUEUE_STATE_ADMITTED" else None
+
+            await eventually(admitted, "admitted on the demo event", seconds=60)
+            held = await fan.post("/v1/events/1/holds", json={"bestAvailable": {"sectionId": "FLOOR", "quantity": 1}})
+            assert held.status_code == 200, held.text
+            hold_id = held.json()["hold"]["holdId"]
+            # Payment reads the hold from booking on the port `up` gave it.
+            started = await fan.post(f"/v1/holds/{hold_id}/payment", json={"paymentMethod": "pm_card_ok"})
+            assert started.status_code == 200, started.text
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            code = await process.wait()
+    assert code == 0
