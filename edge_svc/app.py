@@ -24,6 +24,7 @@ from edge_svc.http import EdgeApp
 from edge_svc.identity import OidcVerifier, SessionCookies, key_source
 from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, GrpcMesh, Mesh
 from edge_svc.metrics import EdgeMetrics
+from edge_svc.pages import Pages
 from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import RateLimiter, RedisRateLimiter
 from edge_svc.server import EdgeServer
@@ -116,7 +117,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
             max_age_seconds=config.seatmap_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
         ),
     )
-    app = EdgeApp(config, metrics, Handlers(deps).table())
+    app = EdgeApp(config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()))
     server = EdgeServer(
         app,
         state,

@@ -141,10 +141,11 @@ class Handlers:
         self._account_limit = Limit(config.account_rate_per_second, config.account_burst)
         self._positions = PositionStream(deps, self._claim)
 
-    def table(self) -> Mapping[str, Handler]:
-        """Every route's handler, by route name."""
-        found = {route.name: getattr(self, f"_{_snake(route.name)}") for route in ROUTES}
-        return found
+    def table(self, others: Mapping[str, Handler] | None = None) -> Mapping[str, Handler]:
+        """Every route's handler, by route name: ``others`` (the pages), else
+        this object's method named after the route."""
+        others = others or {}
+        return {route.name: others.get(route.name) or getattr(self, f"_{_snake(route.name)}") for route in ROUTES}
 
     # -- who is calling --------------------------------------------------
 

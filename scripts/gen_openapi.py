@@ -807,6 +807,17 @@ def _edge_operation(route: Route) -> tuple[Json, Json | None, Json]:
         )
     if route.name == "GetOpenApi":
         return {"description": "This document.", "content": _json_content({"type": "object"})}, None, {}
+    if route.name in ("GetIndexPage", "GetEventPage"):
+        html: Json = {"text/html": {"schema": {"type": "string"}}}
+        return {"description": "The page (HTML; its scripts and styles are assets).", "content": html}, None, {}
+    if route.name == "GetAsset":
+        asset: Json = {"*/*": {"schema": {"type": "string"}}}
+        missing = {"description": "No asset has this name.", "content": asset}
+        return (
+            {"description": "The asset, cacheable forever under its hashed name.", "content": asset},
+            None,
+            {"404": missing},
+        )
     raise ValueError(f"{route.name}: a route of the edge's own that this generator does not know")
 
 
