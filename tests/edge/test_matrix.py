@@ -1,0 +1,351 @@
+"""The HTTP authorization matrix: every route of edge_svc.routes.ROUTES,
+called through HTTP as every kind of caller, answers as the route's ``who``
+says, and what a caller may not do changes nothing.
+
+Callers: ``anonymous``; the ``provider`` (a genuine webhook signature with
+no session); a signed-in ``fan`` with no access token; an ``intruder``, a
+signed-in fan presenting the owner's access token; and the ``owner`` of
+what the route reads or changes (signed in, with their own access token).
+
+- PUBLIC and OPERATIONS routes answer everyone alike.
+- FAN routes answer 401 NOT_SIGNED_IN without a session; another fan's
+  payment answers 404 as one that does not exist.
+- SHOPPER routes answer 401 without a session or a token, and another fan's
+  token answers 403 CUSTOMER_MISMATCH or 404, never the owner's data.
+- PROVIDER: no signature or a forged one answers 401 and records nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from boxoffice import secrets
+from edge_svc.routes import ROUTES, Route, Who
+from payment_svc.webhooks import signature_header
+from tests.edge.fans import ACCESS_HEADER, admit, hold, problem, signed_in
+from tests.edge.harness import EdgeStack, edge_stack
+from tests.support import Stores
+
+CALLERS = ("anonymous", "provider", "fan", "intruder", "owner")
+
+
+@dataclass
+class Fan:
+    name: str
+    session: str
+    token: str = ""
+
+
+@dataclass
+class World:
+    """One event and the fans and things the matrix calls about."""
+
+    stack: EdgeStack
+    event_id: int
+    # owner: holds; payer: a settled payment; leaver: queued only.
+    owner: Fan
+    payer: Fan
+    leaver: Fan
+    fan: Fan
+    intruder: Fan
+    holds: dict[str, str]
+    payment_id: str
+    signature_header: str
+
+
+@pytest.fixture(scope="module")
+async def world(stores: Stores) -> AsyncIterator[World]:
+    async with edge_stack(stores, prefix="edge-matrix") as stack:
+        event_id = await stack.event(seats=8, max_active=10)
+
+        async def fan(prefix: str, *, admitted: bool, joined: bool = False) -> tuple[Fan, httpx.AsyncClient]:
+            name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+            async with signed_in(stack, name) as client:
+                found = Fan(name, client.cookies["bo_session"])
+                if admitted:
+                    found.token = await admit(client, event_id)
+                elif joined:
+                    assert (await client.post(f"/v1/events/{event_id}/queue:join", json={})).status_code == 200
+            return found, stack.client(cookies={"bo_session": found.session, "bo_access": found.token})
+
+        owner, owner_client = await fan("owner", admitted=True)
+        payer, payer_client = await fan("payer", admitted=True)
+        leaver, _ = await fan("leaver", admitted=False, joined=True)
+        plain, _ = await fan("fan", admitted=False)
+        intruder, _ = await fan("intruder", admitted=True)
+        async with owner_client, payer_client:
+            holds = {use: (await hold(owner_client, event_id))["holdId"] for use in ("get", "release", "start")}
+            paid = (await hold(payer_client, event_id))["holdId"]
+            started = await payer_client.post(f"/v1/holds/{paid}/payment", json={"paymentMethod": "pm_card_ok"})
+            assert started.status_code == 200, started.text
+            payment_id = started.json()["payment"]["paymentId"]
+            confirmed = await payer_client.post(
+                f"/v1/payments/{payment_id}:confirm", headers={"Idempotency-Key": "matrix-key"}
+            )
+            assert confirmed.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", confirmed.text
+        yield World(
+            stack,
+            event_id,
+            owner,
+            payer,
+            leaver,
+            plain,
+            intruder,
+            holds,
+            payment_id,
+            stack.edge.config.webhook_signature_header,
+        )
+
+
+@dataclass(frozen=True)
+class Case:
+    """How the matrix calls one route."""
+
+    # Path parameters from the world.
+    params: Callable[[World], Mapping[str, str]] = lambda w: {}
+    body: Callable[[World], Any] = lambda w: None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # Whose the route's thing is (a World attribute).
+    owner: str = "owner"
+    # A FAN route about one fan's thing: other fans get 404.
+    owned: bool = False
+    # Checked after every other caller and before the owner: nothing changed.
+    unchanged: Callable[[World, httpx.AsyncClient], Awaitable[None]] | None = None
+    # What a PUBLIC or OPERATIONS route answers everyone.
+    status: int = 200
+
+
+def _event(w: World) -> Mapping[str, str]:
+    return {"event_id": str(w.event_id)}
+
+
+def _hold(use: str) -> Callable[[World], Mapping[str, str]]:
+    return lambda w: {"hold_id": w.holds[use]}
+
+
+def _payment(w: World) -> Mapping[str, str]:
+    return {"payment_id": w.payment_id}
+
+
+def _webhook_body(w: World) -> dict[str, Any]:
+    return {
+        "id": f"evt_matrix_{uuid.uuid4().hex}",
+        "type": "charge.failed",
+        "created": int(time.time()),
+        "data": {"id": "ch_matrix", "status": "failed", "metadata": {"payment_id": str(uuid.uuid4())}},
+    }
+
+
+async def _hold_state(w: World, owner: httpx.AsyncClient, use: str) -> dict[str, Any]:
+    reply = await owner.get(f"/v1/holds/{w.holds[use]}")
+    assert reply.status_code == 200, reply.text
+    found: dict[str, Any] = reply.json()["hold"]
+    return found
+
+
+async def _still_held(w: World, owner: httpx.AsyncClient) -> None:
+    assert (await _hold_state(w, owner, "release"))["state"] == "HOLD_STATE_HELD"
+
+
+async def _still_unpaid(w: World, owner: httpx.AsyncClient) -> None:
+    assert (await _hold_state(w, owner, "start"))["paymentId"] == ""
+
+
+async def _payment_unchanged(w: World, payer: httpx.AsyncClient) -> None:
+    reply = await payer.get(f"/v1/payments/{w.payment_id}")
+    assert reply.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED"
+
+
+async def _still_queued(w: World, leaver: httpx.AsyncClient) -> None:
+    reply = await leaver.get(f"/v1/events/{w.event_id}/queue/position")
+    assert reply.json()["position"]["state"] in ("QUEUE_STATE_WAITING", "QUEUE_STATE_ADMITTED"), reply.text
+
+
+MATRIX: dict[str, Case] = {
+    "CreateSession": Case(body=lambda w: {"name": f"matrix-{uuid.uuid4().hex[:6]}"}),
+    "GetSession": Case(),
+    "DeleteSession": Case(),
+    "GetEvent": Case(params=_event),
+    "JoinQueue": Case(params=_event, body=lambda w: {}),
+    "GetQueuePosition": Case(params=_event),
+    "WatchQueuePosition": Case(params=_event),
+    "GetAdmissionProgress": Case(params=_event),
+    "LeaveQueue": Case(params=_event, body=lambda w: {}, owner="leaver", unchanged=_still_queued),
+    "GetSeatMap": Case(params=_event),
+    "HoldSeats": Case(params=_event, body=lambda w: {"bestAvailable": {"sectionId": "A", "quantity": 1}}),
+    "GetHold": Case(params=_hold("get")),
+    "ReleaseHold": Case(params=_hold("release"), unchanged=_still_held),
+    "StartPayment": Case(
+        params=_hold("start"), body=lambda w: {"paymentMethod": "pm_card_ok"}, unchanged=_still_unpaid
+    ),
+    "ConfirmPayment": Case(
+        params=_payment,
+        headers={"Idempotency-Key": "matrix-key"},
+        owner="payer",
+        owned=True,
+        unchanged=_payment_unchanged,
+    ),
+    "GetPayment": Case(params=_payment, owner="payer", owned=True),
+    "ListTickets": Case(params=_event, owner="payer"),
+    "HandleProviderWebhook": Case(body=_webhook_body),
+    "GetIndexPage": Case(),
+    "GetEventPage": Case(params=_event),
+    # An asset that does not exist: the same answer for everyone.
+    "GetAsset": Case(params=lambda w: {"asset": f"missing-{uuid.uuid4().hex}.js"}, status=404),
+    "GetHealth": Case(),
+    "GetReadiness": Case(),
+    "GetMetrics": Case(),
+    "GetOpenApi": Case(),
+}
+
+
+def test_every_route_has_a_matrix_entry() -> None:
+    assert sorted(MATRIX) == sorted(route.name for route in ROUTES)
+
+
+@dataclass(frozen=True)
+class Answer:
+    caller: str
+    status: int
+    reason: str
+    text: str
+
+
+def _path(route: Route, params: Mapping[str, str]) -> str:
+    path = route.path
+    for name, value in params.items():
+        path = path.replace("{" + name + "}", value)
+    assert "{" not in path, path
+    return path
+
+
+def _client(w: World, caller: str, case: Case) -> httpx.AsyncClient:
+    owner: Fan = getattr(w, case.owner)
+    if caller in ("anonymous", "provider"):
+        return w.stack.client()
+    if caller == "fan":
+        return w.stack.client(cookies={"bo_session": w.fan.session})
+    if caller == "intruder":
+        return w.stack.client(cookies={"bo_session": w.intruder.session}, headers={ACCESS_HEADER: owner.token})
+    cookies = {"bo_session": owner.session}
+    if owner.token:
+        cookies["bo_access"] = owner.token
+    return w.stack.client(cookies=cookies)
+
+
+async def _call(w: World, route: Route, case: Case, caller: str, body: Any) -> Answer:
+    content = None if body is None else json.dumps(body).encode()
+    headers = dict(case.headers)
+    if content is not None:
+        headers["content-type"] = "application/json"
+    if caller == "provider":
+        headers[w.signature_header] = signature_header([secrets.DEV_WEBHOOK_SECRET], int(time.time()), content or b"")
+    async with _client(w, caller, case) as client:
+        path = _path(route, case.params(w))
+        if route.sse:
+            async with client.stream(route.method, path, headers=headers) as reply:
+                text = "" if reply.status_code == 200 else (await reply.aread()).decode()
+                if reply.status_code == 200:
+                    assert reply.headers["content-type"].startswith("text/event-stream")
+                    # The first event is enough to know whose place it is.
+                    async for line in reply.aiter_lines():
+                        text += line + "\n"
+                        if line.startswith("data: "):
+                            break
+        else:
+            reply = await client.request(route.method, path, content=content, headers=headers)
+            text = reply.text
+    json_error = reply.status_code >= 400 and reply.headers.get("content-type", "").startswith("application/json")
+    reason = problem(reply).reason if json_error else ""
+    return Answer(caller, reply.status_code, reason, text)
+
+
+def _refused(answer: Answer, allowed: set[tuple[int, str]]) -> None:
+    assert (answer.status, answer.reason) in allowed, answer
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=[route.name for route in ROUTES])
+async def test_matrix(world: World, route: Route) -> None:
+    case = MATRIX[route.name]
+    owner: Fan = getattr(world, case.owner)
+    body = case.body(world)
+    answers: dict[str, Answer] = {}
+    for caller in CALLERS:
+        if caller == "owner" and case.unchanged is not None:
+            async with _client(world, "owner", case) as client:
+                await case.unchanged(world, client)
+        answers[caller] = await _call(world, route, case, caller, body)
+        # No one but the owner ever sees the owner's name.
+        if caller != "owner":
+            assert owner.name not in answers[caller].text, answers[caller]
+    anonymous, provider, fan, intruder, mine = (answers[c] for c in CALLERS)
+    if route.who in (Who.PUBLIC, Who.OPERATIONS):
+        for answer in answers.values():
+            assert answer.status == case.status, answer
+    elif route.who is Who.FAN:
+        for answer in (anonymous, provider):
+            _refused(answer, {(401, "NOT_SIGNED_IN")})
+        for answer in (fan, intruder):
+            if case.owned:
+                assert answer.status == 404 and answer.reason.endswith("NOT_FOUND"), answer
+            else:
+                assert answer.status == 200 or (answer.status, answer.reason) == (403, "CUSTOMER_MISMATCH"), answer
+        assert mine.status == 200, mine
+    elif route.who is Who.SHOPPER:
+        for answer in (anonymous, provider):
+            _refused(answer, {(401, "NOT_SIGNED_IN")})
+        _refused(fan, {(401, "TOKEN_MISSING")})
+        _refused(intruder, {(403, "CUSTOMER_MISMATCH"), (404, "NOT_FOUND")})
+        assert mine.status == 200, mine
+    else:
+        assert route.who is Who.PROVIDER
+        _refused(anonymous, {(401, "WEBHOOK_SIGNATURE_MISSING")})
+        for answer in (fan, intruder, mine):
+            # A fan's session is no provider's signature.
+            _refused(answer, {(401, "WEBHOOK_SIGNATURE_MISSING")})
+        assert provider.status == 200 and json.loads(provider.text)["duplicate"] is False, provider
+
+
+async def test_a_forged_webhook_records_nothing(world: World) -> None:
+    body = json.dumps(_webhook_body(world)).encode()
+    now = int(time.time())
+    event_id = json.loads(body)["id"]
+    forged = {
+        "content-type": "application/json",
+        world.signature_header: signature_header(["whsec_guessed"], now, body),
+    }
+    tampered_body = body.replace(b"charge.failed", b"charge.refunded")
+    genuine = {
+        "content-type": "application/json",
+        world.signature_header: signature_header([secrets.DEV_WEBHOOK_SECRET], now, body),
+    }
+    async with world.stack.client() as provider:
+        path = "/v1/webhooks/payment-provider"
+        _refused(
+            await _answer(await provider.post(path, content=body, headers=forged)), {(401, "WEBHOOK_SIGNATURE_INVALID")}
+        )
+        # A genuine signature over another body.
+        _refused(
+            await _answer(await provider.post(path, content=tampered_body, headers=genuine)),
+            {(401, "WEBHOOK_SIGNATURE_INVALID")},
+        )
+        stale = {**genuine, world.signature_header: signature_header([secrets.DEV_WEBHOOK_SECRET], now - 3600, body)}
+        _refused(await _answer(await provider.post(path, content=body, headers=stale)), {(401, "WEBHOOK_STALE")})
+        # None of those was recorded: the genuine delivery is the first.
+        first = await provider.post(path, content=body, headers=genuine)
+        assert first.status_code == 200, first.text
+        assert first.json()["providerEventId"] == event_id and first.json()["duplicate"] is False
+        again = await provider.post(path, content=body, headers=genuine)
+        assert again.status_code == 200 and again.json()["duplicate"] is True
+
+
+async def _answer(reply: httpx.Response) -> Answer:
+    return Answer("provider", reply.status_code, problem(reply).reason if reply.status_code >= 400 else "", reply.text)
