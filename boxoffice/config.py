@@ -125,6 +125,9 @@ class ServerConfig:
     max_open_streams: int
     # The largest request message a server takes.
     max_message_bytes: int
+    # After SIGTERM: health answers NOT_SERVING for this long while calls are
+    # still served, so that load balancers stop sending before the listener closes.
+    drain_seconds: float = 0.0
 
     @property
     def grpc_address(self) -> str:
@@ -143,6 +146,7 @@ class ServerConfig:
             default_deadline_seconds=env.number("BOXOFFICE_DEFAULT_DEADLINE_SECONDS", 5.0, minimum=0.01, maximum=300.0),
             max_open_streams=env.integer("BOXOFFICE_MAX_OPEN_STREAMS", 40_000, minimum=1),
             max_message_bytes=env.integer("BOXOFFICE_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024, maximum=64 << 20),
+            drain_seconds=env.number("BOXOFFICE_DRAIN_SECONDS", 5.0, minimum=0.0, maximum=300.0),
         )
 
 
@@ -248,13 +252,25 @@ class StoreConfig:
     @classmethod
     def from_env(cls, env: Env) -> StoreConfig:
         return cls(
-            database_url=env.optional_str("DATABASE_URL"),
-            redis_url=env.optional_str("REDIS_URL"),
+            database_url=_store_url(env, "DATABASE_URL", ("postgresql", "postgres")),
+            redis_url=_store_url(env, "REDIS_URL", ("redis", "rediss", "unix")),
             data_dir=env.string("BOXOFFICE_DATA_DIR", ".boxoffice"),
             db_pool_min=env.integer("BOXOFFICE_DB_POOL_MIN", 2, minimum=1, maximum=500),
             db_pool_max=env.integer("BOXOFFICE_DB_POOL_MAX", 20, minimum=1, maximum=500),
             db_prepared_statements=env.flag("BOXOFFICE_DB_PREPARED_STATEMENTS", True),
         )
+
+
+def _store_url(env: Env, name: str, schemes: tuple[str, ...]) -> str | None:
+    """A store's URL, checked for its shape before anything connects."""
+    value = env.optional_str(name)
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in schemes or not rest:
+        shown = value if "@" not in value else f"{scheme}://...@{value.rsplit('@', 1)[1]}"
+        raise ConfigError(f"{name}={shown!r} is not a URL like {schemes[0]}://host:port/...")
+    return value
 
 
 if TYPE_CHECKING:

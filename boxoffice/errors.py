@@ -220,9 +220,15 @@ def from_rpc_error(err: grpc.RpcError) -> BoxofficeError:
     if not isinstance(err, grpc.Call) and not isinstance(err, grpc.aio.AioRpcError):
         return Internal(str(err), reason="INTERNAL")
     code = err.code()
-    message = err.details() or ""
     reason = "DEADLINE_EXCEEDED" if code is grpc.StatusCode.DEADLINE_EXCEEDED else "UPSTREAM_FAILED"
     metadata: dict[str, str] = {} if reason == "DEADLINE_EXCEEDED" else {"upstream_code": code.name}
+    # Without an ErrorInfo the words are gRPC's own, which name internal
+    # addresses ("ipv4:10.0.3.7:50052: connection refused"): not for callers.
+    message = (
+        "the call's deadline passed while a service it needs answered"
+        if reason == "DEADLINE_EXCEEDED"
+        else f"a service this call needs failed ({code.name})"
+    )
     for key, value in tuple(err.trailing_metadata() or ()):
         if key == "grpc-status-details-bin" and isinstance(value, bytes):
             status = status_pb2.Status.FromString(value)
@@ -232,6 +238,7 @@ def from_rpc_error(err: grpc.RpcError) -> BoxofficeError:
                     detail.Unpack(info)
                     reason = info.reason
                     metadata = dict(info.metadata)
+                    message = err.details() or ""
     return error_class_for_code(code)(message, reason=reason, metadata=metadata)
 
 

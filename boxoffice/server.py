@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from boxoffice import access, deadline, wire
 from boxoffice.caller import Caller, acting_as
-from boxoffice.config import ServerConfig
+from boxoffice.config import ConfigError, ServerConfig
 from boxoffice.errors import (
     BoxofficeError,
     DeadlineExceeded,
@@ -261,6 +261,65 @@ def _grpc_type(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
     return "unary"
 
 
+# Failures that say something is wrong on this side (logged as warnings);
+# the others are the caller's (bad input, a seat taken, a token expired).
+_SERVER_SIDE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
+class FailedCalls:
+    """Logs each failed call once, with its code, reason and the request id
+    the caller sent (``x-request-id``), at most ``per_second`` lines a
+    second: under a flood the next line says how many were left out."""
+
+    def __init__(self, per_second: int = 20, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._per_second = per_second
+        self._monotonic = monotonic
+        self._window = -1
+        self._count = 0
+        self._dropped = 0
+
+    def record(
+        self,
+        labels: tuple[str, str, str],
+        code: grpc.StatusCode,
+        reason: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        now = int(self._monotonic())
+        if now != self._window:
+            self._window, self._count = now, 0
+        self._count += 1
+        if self._count > self._per_second:
+            self._dropped += 1
+            return
+        request_id = None
+        for key, value in tuple(context.invocation_metadata() or ()):
+            if key == "x-request-id":
+                request_id = value if isinstance(value, str) else value.decode(errors="replace")
+                break
+        dropped, self._dropped = self._dropped, 0
+        _log.log(
+            logging.WARNING if code in _SERVER_SIDE else logging.INFO,
+            "call failed",
+            extra={
+                "grpc_service": labels[1],
+                "grpc_method": labels[2],
+                "code": code.name,
+                "reason": reason,
+                "request_id": request_id,
+                **({"not_logged_since": dropped} if dropped else {}),
+            },
+        )
+
+
 class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     """Admits each call's caller through the gate, maps domain errors to
     rich statuses, sets each unary call's deadline scope, and records
@@ -277,6 +336,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         self._default_deadline = default_deadline_seconds
         self._gate = gate
         self._streams = streams or StreamBudget(1 << 62)
+        self.failed_calls = FailedCalls()
         # Wrapped handlers by method, built once: the hot path of every call
         # reuses them (and their resolved metric children).
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
@@ -334,6 +394,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         default_deadline = self._default_deadline
         started, handled, handling_seconds = self._children(labels)
         check_reason = _reason_check(labels[1], labels[2])
+        failed = self.failed_calls.record
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started.inc()
@@ -348,9 +409,11 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             except BoxofficeError as err:
                 code = err.code
                 check_reason(err)
+                failed(labels, code, err.reason, context)
                 await context.abort_with_status(to_status(err))
             except TimeoutError:
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
+                failed(labels, code, "DEADLINE_EXCEEDED", context)
                 await context.abort_with_status(
                     to_status(DeadlineExceeded("deadline exceeded", reason="DEADLINE_EXCEEDED"))
                 )
@@ -396,6 +459,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         sent = self._metrics.msg_sent.labels(*labels)
         streams = self._streams
         check_reason = _reason_check(labels[1], labels[2])
+        failed = self.failed_calls.record
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started.inc()
@@ -411,6 +475,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             except BoxofficeError as err:
                 code = err.code
                 check_reason(err)
+                failed(labels, code, err.reason, context)
                 await context.abort_with_status(to_status(err))
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
@@ -519,12 +584,18 @@ class GrpcServer:
             self._server,
         )
         self._gate.label_services(names)
-        if self._credentials is None:
-            self.port = self._server.add_insecure_port(self._config.grpc_address)
-        else:
-            self.port = self._server.add_secure_port(self._config.grpc_address, self._credentials)
+        address = self._config.grpc_address
+        try:
+            if self._credentials is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, self._credentials)
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {self._config.grpc_address}")
+            raise ConfigError(
+                f"{self.name} cannot listen on {address}: the port is in use or the address is not this host's"
+            )
         if self._health_port is not None:
             await self._start_health_server(self._health_port)
         await self._server.start()
@@ -545,17 +616,28 @@ class GrpcServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         host = self._config.grpc_host
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        bound = server.add_insecure_port(address)
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
         if bound == 0:
-            raise OSError(f"cannot listen on {address} (BOXOFFICE_HEALTH_PORT)")
+            raise ConfigError(f"cannot listen on {address} (BOXOFFICE_HEALTH_PORT): the port is in use")
         await server.start()
         self._health_server = server
         self.health_port = bound
 
     async def stop(self, grace_seconds: float) -> None:
-        """Health NOT_SERVING, no new calls, streams told to end, in-flight
-        calls given ``grace_seconds`` to finish."""
+        """Health NOT_SERVING first; calls still served for the drain delay
+        (load balancers and clients' health checks notice and stop sending);
+        then streams told to end, the listener closed, and in-flight calls
+        given ``grace_seconds`` to finish."""
         await self._health.enter_graceful_shutdown()
+        if self._config.drain_seconds > 0:
+            _log.info(
+                "draining: health answers NOT_SERVING, calls still served",
+                extra={"component": self.name, "drain_seconds": self._config.drain_seconds},
+            )
+            await asyncio.sleep(self._config.drain_seconds)
         self._drain.start()
         await self._server.stop(grace_seconds)
         if self._health_server is not None:

@@ -11,6 +11,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+import psycopg
+import psycopg_pool
+import redis.exceptions
+
 from boxoffice import access, db, logs, secrets
 from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TlsConfig, TokenConfig
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
@@ -127,9 +131,10 @@ def _up_env(env: Env, on_embedded_stores: bool) -> Env:
     wired = {f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in ("queue", "booking", "payment")}
     if on_embedded_stores and env.raw(secrets.EDGE_DEV_SIGNIN) is None:
         wired[secrets.EDGE_DEV_SIGNIN] = "true"
-    if env.raw("BOXOFFICE_EDGE_DRAIN_SECONDS") is None:
-        # No load balancer to tell on one machine: Ctrl-C stops at once.
-        wired["BOXOFFICE_EDGE_DRAIN_SECONDS"] = "0"
+    for drain in ("BOXOFFICE_EDGE_DRAIN_SECONDS", "BOXOFFICE_DRAIN_SECONDS"):
+        if env.raw(drain) is None:
+            # No load balancer to tell on one machine: Ctrl-C stops at once.
+            wired[drain] = "0"
     return env.overlay(wired)
 
 
@@ -301,11 +306,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as err:
+        print(f"boxoffice: cannot reach Postgres: {_first_line(err)}", file=sys.stderr)
+        return 2
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+        print(f"boxoffice: cannot reach Redis: {_first_line(err)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         pass
     finally:
         stores.stop()
     return 0
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
 
 
 if __name__ == "__main__":

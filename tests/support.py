@@ -136,7 +136,7 @@ def make_runtime(
     """A Runtime on loopback port 0 against the test stores, with mTLS:
     as ``role`` for everything it serves and dials, or (None) as
     `boxoffice up` runs, each service as its own role."""
-    base = {"BOXOFFICE_GRPC_PORT": "0", "BOXOFFICE_TRUST_DOMAIN": TRUST_DOMAIN}
+    base = {"BOXOFFICE_GRPC_PORT": "0", "BOXOFFICE_TRUST_DOMAIN": TRUST_DOMAIN, "BOXOFFICE_DRAIN_SECONDS": "0"}
     if role is not None:
         base.update(tls_environ(stores.pki.files(role)))
     env = Env({**base, **(environ or {})})

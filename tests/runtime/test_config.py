@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
 import pytest
 
 from boxoffice.config import ConfigError, Env, ServerConfig, TokenConfig
+from tests.support import Stores
 
 
 def test_defaults_are_valid() -> None:
@@ -52,3 +54,63 @@ def test_cli_reports_bad_config_with_exit_code_2() -> None:
     assert "configuration error" in proc.stderr
     assert "BOXOFFICE_GRPC_PORT" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    base = {
+        "PATH": "",
+        "BOXOFFICE_TLS": "off",
+        "BOXOFFICE_TOKEN_KEYS": "k1:0123456789abcdef0123",
+        "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef",
+        "BOXOFFICE_METRICS_PORT": "0",
+        "BOXOFFICE_HEALTH_PORT": "off",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "boxoffice_cli", *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """Exit 2 and exactly one line on stderr that is not a JSON log line."""
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("{")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_a_database_url_that_is_not_a_url_is_one_line_before_anything_starts() -> None:
+    line = _one_line(_run(["migrate"], DATABASE_URL="notaurl"))
+    assert line.startswith("boxoffice: configuration error: DATABASE_URL=")
+
+
+def test_an_unreachable_database_is_one_line(stores: Stores) -> None:
+    line = _one_line(_run(["migrate"], DATABASE_URL="postgresql://postgres@127.0.0.1:1/postgres"))
+    assert line.startswith("boxoffice: cannot reach Postgres: ")
+
+
+def test_an_unreachable_redis_is_one_line(stores: Stores) -> None:
+    line = _one_line(_run(["queue-svc"], DATABASE_URL=stores.database_url, REDIS_URL="redis://127.0.0.1:1/0"))
+    assert line.startswith("boxoffice: cannot reach Redis: ")
+
+
+def test_a_port_in_use_is_one_line(stores: Stores) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = _one_line(
+            _run(
+                ["queue-svc"],
+                DATABASE_URL=stores.database_url,
+                REDIS_URL=stores.redis_url,
+                BOXOFFICE_GRPC_PORT=str(port),
+            )
+        )
+    assert line == (
+        f"boxoffice: configuration error: queue cannot listen on 127.0.0.1:{port}: "
+        "the port is in use or the address is not this host's"
+    )

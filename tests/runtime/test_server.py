@@ -4,6 +4,7 @@ statuses, deadlines travel into the handler, metrics count, SIGTERM drains."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -15,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from boxoffice import access, deadline
 from boxoffice.config import Env, ServerConfig
 from boxoffice.errors import FailedPrecondition, from_rpc_error
-from boxoffice.server import Drain, GrpcServer, Registration
+from boxoffice.server import Drain, FailedCalls, GrpcServer, Registration
 from boxoffice.wire import StreamBudget
 from tests.support import Stores, bare_server, client_channel
 
@@ -68,11 +69,21 @@ class _Handlers:
 
 
 @pytest.fixture
-async def served(stores: Stores) -> AsyncIterator[tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry]]:
+def drain_seconds() -> str:
+    return "0"
+
+
+@pytest.fixture
+async def served(
+    stores: Stores, drain_seconds: str
+) -> AsyncIterator[tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry]]:
     registry = CollectorRegistry()
     drain = Drain()
     handlers = _Handlers(drain)
-    config = ServerConfig.from_env(Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3"}), default_grpc_port=0)
+    config = ServerConfig.from_env(
+        Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3", "BOXOFFICE_DRAIN_SECONDS": drain_seconds}),
+        default_grpc_port=0,
+    )
     server = bare_server(
         stores,
         services=[handlers.registration()],
@@ -209,3 +220,63 @@ async def test_a_process_keeps_at_most_its_stream_budget_open(stores: Stores) ->
         await channel.close()
         await server.stop(0)
     assert budget.open == 0
+
+
+@pytest.mark.parametrize("drain_seconds", ["0.5"])
+async def test_sigterm_fails_health_first_and_keeps_serving_for_the_drain_delay(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    server, _, channel, _ = served
+    health: Any = health_pb2_grpc.HealthStub(channel)
+    stopping = asyncio.ensure_future(server.stop(5))
+    # Health answers NOT_SERVING while calls are still taken ...
+    for _ in range(100):
+        reply = await health.Check(health_pb2.HealthCheckRequest())
+        if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+            break
+        await asyncio.sleep(0.005)
+    assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert not stopping.done()
+    assert await _unary(channel, "Budget")(b"", timeout=1) == b"ok"
+    # ... and only then does the listener close.
+    await stopping
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _unary(channel, "Budget")(b"", timeout=1)
+
+
+async def test_a_failed_call_is_logged_once_with_its_reason_and_request_id(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, _, channel, _ = served
+    with caplog.at_level(logging.INFO, logger="boxoffice.server"), pytest.raises(grpc.aio.AioRpcError):
+        await _unary(channel, "Fail")(b"", metadata=(("x-request-id", "req-42"),))
+    lines = [r for r in caplog.records if r.getMessage() == "call failed"]
+    assert len(lines) == 1
+    line = lines[0].__dict__
+    assert (line["code"], line["reason"], line["request_id"], line["grpc_method"]) == (
+        "FAILED_PRECONDITION",
+        "SEAT_UNAVAILABLE",
+        "req-42",
+        "Fail",
+    )
+
+
+def test_failed_calls_are_rate_limited_and_say_how_many_were_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    now = [100.0]
+    log = FailedCalls(per_second=3, monotonic=lambda: now[0])
+
+    class _Context:
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return ()
+
+    context: Any = _Context()
+    labels = ("unary", SERVICE, "Fail")
+    with caplog.at_level(logging.INFO, logger="boxoffice.server"):
+        for _ in range(10):
+            log.record(labels, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE", context)
+        now[0] += 1
+        log.record(labels, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE", context)
+    lines = [r for r in caplog.records if r.getMessage() == "call failed"]
+    assert len(lines) == 4
+    assert lines[-1].__dict__["not_logged_since"] == 7
+    assert all(r.levelno == logging.WARNING for r in lines)
