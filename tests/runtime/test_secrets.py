@@ -126,7 +126,11 @@ def test_production_refuses_the_development_secrets(tmp_path: Path) -> None:
     every role started on the development token key and webhook secret."""
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_TOKEN_KEYS .*BOXOFFICE_TOKEN_KEYS_FILE"):
         refuse_development_secrets(Env(PRODUCTION), on_embedded_stores=False)
-    assert development_secrets_in_use(Env(PRODUCTION)) == ["BOXOFFICE_TOKEN_KEYS", "BOXOFFICE_WEBHOOK_SECRETS"]
+    assert development_secrets_in_use(Env(PRODUCTION)) == [
+        "BOXOFFICE_TOKEN_KEYS",
+        "BOXOFFICE_WEBHOOK_SECRETS",
+        "BOXOFFICE_EDGE_SESSION_KEYS",
+    ]
     keyed = {**PRODUCTION, "BOXOFFICE_TOKEN_KEYS": K1}
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_WEBHOOK_SECRETS "):
         refuse_development_secrets(Env(keyed), on_embedded_stores=False, components=["payment"])
@@ -150,8 +154,31 @@ def test_production_refuses_the_development_secrets(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_SANDBOX_WEBHOOK_SECRET "):
         refuse_development_secrets(Env(sandbox), on_embedded_stores=False)
     # Real secrets pass.
-    configured = {**keyed, "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef"}
+    configured = {
+        **keyed,
+        "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef",
+        "BOXOFFICE_EDGE_SESSION_KEYS": "s1:0123456789abcdef0123",
+    }
     refuse_development_secrets(Env(configured), on_embedded_stores=False)
+
+
+def test_production_refuses_the_edges_development_sign_in_and_session_key() -> None:
+    """Development sign-in lets anyone in as anyone: only on the embedded stores."""
+    edge = {**PRODUCTION, "BOXOFFICE_EDGE_SESSION_KEYS": "s1:0123456789abcdef0123"}
+    refuse_development_secrets(Env(edge), on_embedded_stores=False, components=["edge"])
+    with pytest.raises(ConfigError, match=r"^BOXOFFICE_EDGE_DEV_SIGNIN is on"):
+        refuse_development_secrets(
+            Env({**edge, "BOXOFFICE_EDGE_DEV_SIGNIN": "true"}), on_embedded_stores=False, components=["edge"]
+        )
+    with pytest.raises(ConfigError, match=r"^BOXOFFICE_EDGE_SESSION_KEYS "):
+        refuse_development_secrets(Env(PRODUCTION), on_embedded_stores=False, components=["edge"])
+    # A queue process does not read the edge's settings.
+    refuse_development_secrets(
+        Env({**PRODUCTION, "BOXOFFICE_TOKEN_KEYS": K1, "BOXOFFICE_EDGE_DEV_SIGNIN": "true"}),
+        on_embedded_stores=False,
+        components=["queue"],
+    )
+    refuse_development_secrets(Env({"BOXOFFICE_EDGE_DEV_SIGNIN": "true"}), on_embedded_stores=True)
 
 
 def test_the_embedded_stores_may_use_the_development_secrets() -> None:
