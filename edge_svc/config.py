@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from boxoffice import secrets
@@ -34,6 +34,20 @@ class OidcConfig:
     jwks_cache_seconds: float
     # Clock skew tolerated on exp / nbf / iat.
     leeway_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChallengeConfig:
+    """Bot defence at join."""
+
+    # "none", "proof-of-work" or "external".
+    kind: str
+    # Proof-of-work difficulty (leading zero bits), and per event.
+    pow_bits: int = 18
+    pow_bits_by_event: tuple[tuple[int, int], ...] = ()
+    # The external challenge service (siteverify kind) and its secret.
+    url: str | None = None
+    secret: SecretSource[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +92,8 @@ class EdgeConfig:
     # Fans whose queue score this process remembers (for answering positions
     # without asking QueueService).
     place_cache_size: int
+    # Bot defence at join.
+    challenge: ChallengeConfig = field(default_factory=lambda: ChallengeConfig("none"))
 
     @classmethod
     def from_env(cls, env: Env) -> EdgeConfig:
@@ -109,6 +125,7 @@ class EdgeConfig:
             drain_seconds=env.number("BOXOFFICE_EDGE_DRAIN_SECONDS", 5.0, minimum=0.0, maximum=300.0),
             webhook_signature_header=env.string("BOXOFFICE_EDGE_WEBHOOK_SIGNATURE_HEADER", "Provider-Signature"),
             place_cache_size=env.integer("BOXOFFICE_EDGE_PLACE_CACHE_SIZE", 1_000_000, minimum=1),
+            challenge=_challenge(env),
         )
 
 
@@ -193,3 +210,29 @@ def _origins(env: Env) -> tuple[str, ...]:
             raise ConfigError(f"BOXOFFICE_EDGE_ORIGINS: {part!r} is not an origin like https://tickets.example.com")
         origins.append(f"{parsed.scheme}://{parsed.netloc}")
     return tuple(origins)
+
+
+def _challenge(env: Env) -> ChallengeConfig:
+    kind = env.choice("BOXOFFICE_EDGE_CHALLENGE", "none", ("none", "proof-of-work", "external"))
+    by_event: list[tuple[int, int]] = []
+    text = env.raw("BOXOFFICE_EDGE_POW_BITS_BY_EVENT") or ""
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        event, sep, bits = part.partition(":")
+        if not sep or not event.isdigit() or not bits.isdigit() or not 0 <= int(bits) <= 32:
+            raise ConfigError(f"BOXOFFICE_EDGE_POW_BITS_BY_EVENT: {part!r} is not event_id:bits (bits 0 to 32)")
+        by_event.append((int(event), int(bits)))
+    url = env.raw("BOXOFFICE_EDGE_CHALLENGE_URL")
+    secret = None
+    if kind == "external":
+        if url is None or urlsplit(url).scheme not in ("https", "http"):
+            raise ConfigError("BOXOFFICE_EDGE_CHALLENGE=external needs BOXOFFICE_EDGE_CHALLENGE_URL (an http(s) URL)")
+        secret = secrets.read_secret(env, "BOXOFFICE_EDGE_CHALLENGE_SECRET", lambda text: text, default=None)
+    return ChallengeConfig(
+        kind=kind,
+        pow_bits=env.integer("BOXOFFICE_EDGE_POW_BITS", 18, minimum=1, maximum=32),
+        pow_bits_by_event=tuple(by_event),
+        url=url,
+        secret=secret,
+    )

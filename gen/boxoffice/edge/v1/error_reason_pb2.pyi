@@ -184,6 +184,22 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The X-Server-Timeout header is not a positive number of seconds
     (INVALID_ARGUMENT). Metadata: `header`.
     """
+    ERROR_REASON_PROOF_REQUIRED: _ErrorReason.ValueType  # 114
+    """Joining this event's queue needs a solved challenge (the proof-of-work
+    from GET .../queue/challenge, or the external challenge's token) in the
+    `Boxoffice-Proof` header, and the request carries none (PERMISSION_DENIED).
+    Metadata: `challenge`, the kind asked for ("proof-of-work" or "external").
+    """
+    ERROR_REASON_PROOF_INVALID: _ErrorReason.ValueType  # 115
+    """The proof does not verify: not issued by this edge, for another event or
+    fan, expired, too easy, or a nonce that does not meet the difficulty; or
+    the external challenge service said no (PERMISSION_DENIED). Nothing
+    changed. Metadata: `check`, the check that failed.
+    """
+    ERROR_REASON_PROOF_REUSED: _ErrorReason.ValueType  # 116
+    """The proof was already accepted once; every join needs a fresh challenge
+    (PERMISSION_DENIED). Nothing changed. No metadata.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason the edge (the HTTP/JSON front door for
@@ -359,5 +375,21 @@ with a reconnect hint (UNAVAILABLE). No metadata.
 ERROR_REASON_INVALID_HEADER: ErrorReason.ValueType  # 113
 """The X-Server-Timeout header is not a positive number of seconds
 (INVALID_ARGUMENT). Metadata: `header`.
+"""
+ERROR_REASON_PROOF_REQUIRED: ErrorReason.ValueType  # 114
+"""Joining this event's queue needs a solved challenge (the proof-of-work
+from GET .../queue/challenge, or the external challenge's token) in the
+`Boxoffice-Proof` header, and the request carries none (PERMISSION_DENIED).
+Metadata: `challenge`, the kind asked for ("proof-of-work" or "external").
+"""
+ERROR_REASON_PROOF_INVALID: ErrorReason.ValueType  # 115
+"""The proof does not verify: not issued by this edge, for another event or
+fan, expired, too easy, or a nonce that does not meet the difficulty; or
+the external challenge service said no (PERMISSION_DENIED). Nothing
+changed. Metadata: `check`, the check that failed.
+"""
+ERROR_REASON_PROOF_REUSED: ErrorReason.ValueType  # 116
+"""The proof was already accepted once; every join needs a fresh challenge
+(PERMISSION_DENIED). Nothing changed. No metadata.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
