@@ -1,0 +1,731 @@
+// The fan's page: the event, the waiting room, the seat map, the hold,
+// payment and tickets, one view at a time, each drawn from the API. No
+// token is ever in a URL or in storage: the session and the access token
+// are HttpOnly cookies the edge sets. Only the language choice, the open
+// hold's id and payment idempotency keys are kept in the browser.
+
+import { api, ApiError, seconds } from './api.js';
+import { I18n, chooseLanguage, loadCatalog, remember, roundAhead } from './i18n.js';
+import { Waiting } from './waiting.js';
+
+const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
+const $ = (id) => document.getElementById(id);
+const VIEWS = ['home', 'event', 'waiting', 'shop', 'hold', 'tickets'];
+const CARDS = ['pm_card_ok', 'pm_card_declined', 'pm_card_fail', 'pm_card_timeout'];
+const BACK_TO_QUEUE = new Set(['TOKEN_EXPIRED', 'SESSION_ENDED', 'TOKEN_MISSING', 'TOKEN_INVALID', 'TOKEN_UNKNOWN_KEY']);
+const SIGNED_OUT = new Set(['NOT_SIGNED_IN', 'SESSION_INVALID']);
+
+const state = {
+  i18n: null,
+  view: null,
+  eventId: null,
+  event: null,
+  me: null,
+  waiting: null,
+  position: null,
+  shown: null, // the rounded place last announced
+  seatMap: null,
+  map: null,
+  section: null,
+  hold: null,
+  countdown: 0,
+  tickets: [],
+  notice: null,
+};
+
+const t = (key, params) => state.i18n.t(key, params);
+
+function store(kind) {
+  return `bo.${kind}.${state.eventId}`;
+}
+
+function session(kind, value) {
+  try {
+    if (value === undefined) return sessionStorage.getItem(store(kind));
+    if (value === null) sessionStorage.removeItem(store(kind));
+    else sessionStorage.setItem(store(kind), value);
+  } catch {
+    return null;
+  }
+  return null;
+}
+
+// -- views ----------------------------------------------------------------
+
+function show(view) {
+  if (state.view !== view && state.view === 'waiting' && state.waiting) {
+    state.waiting.stop();
+    state.waiting = null;
+  }
+  if (state.view === 'hold' && view !== 'hold') clearInterval(state.countdown);
+  const moved = state.view !== view;
+  state.view = view;
+  $('loading').hidden = true;
+  for (const name of VIEWS) $(`view-${name}`).hidden = name !== view;
+  document.body.dataset.view = view;
+  render();
+  if (moved) {
+    const heading = document.querySelector(`#view-${view} h1`);
+    document.title = `${heading ? heading.textContent : ''} · ${t('brand')}`;
+    $('main').focus({ preventScroll: true });
+  }
+}
+
+function render() {
+  const i18n = state.i18n;
+  i18n.apply(document);
+  for (const el of document.querySelectorAll('.event-name')) el.textContent = state.event ? state.event.displayName : '';
+  $('who').hidden = !state.me;
+  $('sign-out').hidden = !state.me;
+  if (state.me) $('who').textContent = t('signedInAs', { name: state.me });
+  const renderers = { event: renderEvent, waiting: renderWaiting, shop: renderShop, hold: renderHold, tickets: renderTickets };
+  if (renderers[state.view]) renderers[state.view]();
+  if (state.view) {
+    const heading = document.querySelector(`#view-${state.view} h1`);
+    if (heading && heading.textContent) document.title = `${heading.textContent} · ${t('brand')}`;
+  }
+}
+
+function message(id, text, kind = 'bad') {
+  const box = $(id);
+  box.hidden = !text;
+  box.textContent = text || '';
+  box.className = `message ${kind === 'bad' ? '' : kind}`;
+}
+
+function errorText(err) {
+  const reason = err instanceof ApiError ? err.reason : '';
+  const known = reason && state.i18n.messages[`error.${reason}`];
+  if (known) {
+    const opens = err.metadata.opens_at ? state.i18n.dateTime(err.metadata.opens_at) : '';
+    return t(`error.${reason}`, { ...err.metadata, opens_at: opens, retry: err.retryAfter || 1 });
+  }
+  if (err instanceof ApiError && err.status === 0) return t('error.NETWORK');
+  return t('error.other', { message: err.message || String(err) });
+}
+
+// -- the event --------------------------------------------------------------
+
+function kindName(section) {
+  return section.kind === 'SECTION_KIND_GENERAL_ADMISSION' ? t('standing') : t('seated');
+}
+
+function left(section) {
+  return Math.max(0, Number(section.capacity) + Number(section.overbookLimit || 0) - Number(section.sold) - Number(section.held));
+}
+
+function soldOut() {
+  return !!state.event && state.event.sections.every((s) => left(s) === 0);
+}
+
+function renderEvent() {
+  const event = state.event;
+  if (!event) return;
+  $('event-title').textContent = event.displayName;
+  $('event-when').textContent = state.i18n.dateTime(event.startsAt);
+  const body = $('sections-body');
+  body.replaceChildren(
+    ...event.sections.map((s) => {
+      const tr = document.createElement('tr');
+      const cells = [s.displayName, kindName(s), state.i18n.money(s.price), state.i18n.number(left(s))];
+      cells.forEach((text, i) => {
+        const cell = document.createElement(i === 0 ? 'th' : 'td');
+        if (i === 0) cell.scope = 'row';
+        if (i >= 2) cell.className = 'num';
+        cell.textContent = text;
+        tr.append(cell);
+      });
+      return tr;
+    }),
+  );
+  $('sign-in').hidden = !!state.me || !config.devSignIn;
+  $('sign-in-needed').hidden = !!state.me || config.devSignIn;
+  $('join').hidden = !state.me;
+  $('join').disabled = soldOut();
+  $('show-tickets').hidden = !state.me || state.tickets.length === 0;
+}
+
+async function openEvent(notice) {
+  show('event');
+  if (notice) {
+    const box = document.createElement('p');
+    box.className = 'message info';
+    box.setAttribute('role', 'status');
+    box.textContent = notice;
+    $('view-event').querySelector('.message')?.remove();
+    $('event-when').after(box);
+  }
+  if (state.me) {
+    try {
+      state.tickets = (await api.tickets(state.eventId)).tickets || [];
+    } catch {
+      state.tickets = [];
+    }
+    renderEvent();
+  }
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const name = $('sign-in-name').value.trim();
+  if (!name) return;
+  try {
+    state.me = (await api.signIn(name)).customerId;
+    await resume();
+  } catch (err) {
+    openEvent(errorText(err));
+  }
+}
+
+async function join() {
+  $('join').disabled = true;
+  try {
+    const { position } = await api.join(state.eventId);
+    if (position.state === 'QUEUE_STATE_ADMITTED') await admitted();
+    else enterWaiting(position);
+  } catch (err) {
+    if (SIGNED_OUT.has(err.reason)) {
+      state.me = null;
+    }
+    openEvent(errorText(err));
+  } finally {
+    $('join').disabled = false;
+  }
+}
+
+// -- the waiting room -----------------------------------------------------------
+
+const ROOM = {
+  ADMISSION_STATE_PRE_QUEUE: ['room.preQueue', ''],
+  ADMISSION_STATE_OPEN: ['room.open', 'open'],
+  ADMISSION_STATE_PAUSED: ['room.paused', 'paused'],
+};
+
+function enterWaiting(position) {
+  state.position = position;
+  state.shown = null;
+  show('waiting');
+  const waiting = new Waiting(state.eventId, {
+    onPosition: (p) => {
+      state.position = { ...state.position, ...p };
+      renderWaiting();
+    },
+    onAdmitted: () => admitted(),
+    onEnded: (why) => {
+      state.waiting = null;
+      if (SIGNED_OUT.has(why)) state.me = null;
+      openEvent(t('queueEnded'));
+    },
+    onLink: (link) => {
+      $('live').textContent = link === 'live' ? t('link.live') : t('link.reconnecting');
+    },
+  });
+  state.waiting = waiting;
+  waiting.start();
+}
+
+function renderWaiting() {
+  const p = state.position;
+  if (!p) return;
+  const ahead = Number(p.ahead || 0);
+  const max = Math.max(ahead, Number(session('maxAhead') || 0));
+  session('maxAhead', String(max));
+  const rounded = roundAhead(ahead);
+  const text =
+    ahead === 0 ? t('place.next') : rounded === ahead ? t('place.exact', { count: ahead }) : t('place.about', { count: rounded });
+  // Announced (aria-live) only when the figure a fan reads changes.
+  if (state.shown !== text) {
+    state.shown = text;
+    $('place').textContent = text;
+  }
+  const eta = seconds(p.eta);
+  $('eta').textContent = eta === null ? t('eta.unknown') : eta < 60 ? t('eta.soon') : t('eta.minutes', { minutes: state.i18n.minutes(Math.ceil(eta / 60)) });
+  const done = max === 0 ? 0 : Math.round(((max - ahead) / max) * 100);
+  $('progress').value = done;
+  $('progress').textContent = `${done}%`;
+  const [key, cls] = soldOut() ? ['room.soldOut', 'soldout'] : ROOM[p.admissionState] || ['room.open', 'open'];
+  const room = $('room-state');
+  room.textContent = t(key);
+  room.className = `state ${cls}`;
+}
+
+async function leave() {
+  try {
+    await api.leave(state.eventId);
+  } catch {
+    // Leaving twice, or after the session ended, is still leaving.
+  }
+  session('hold', null);
+  session('maxAhead', null);
+  openEvent(t('left'));
+}
+
+async function admitted() {
+  session('maxAhead', null);
+  const holdId = session('hold');
+  if (holdId) {
+    try {
+      const { hold } = await api.getHold(holdId);
+      if (hold.state === 'HOLD_STATE_HELD') return openHold(hold);
+      if (hold.state === 'HOLD_STATE_CONFIRMED') return openTickets(hold);
+    } catch {
+      // Gone: choose again.
+    }
+    session('hold', null);
+  }
+  return openShop();
+}
+
+async function backToQueue(reason) {
+  session('hold', null);
+  try {
+    const { position } = await api.join(state.eventId);
+    if (position.state === 'QUEUE_STATE_ADMITTED') return openShop(t(`error.${reason}`));
+    enterWaiting(position);
+    return undefined;
+  } catch (err) {
+    return openEvent(errorText(err));
+  }
+}
+
+// -- choosing seats -------------------------------------------------------------
+
+async function loadSeatMap() {
+  state.seatMap = await api.seatMap(state.eventId);
+}
+
+async function openShop(notice) {
+  show('shop');
+  message('shop-message', notice || '', 'info');
+  try {
+    await loadSeatMap();
+  } catch (err) {
+    message('shop-message', errorText(err));
+    return;
+  }
+  if (!state.map) {
+    const { SeatMap } = await import('./seatmap.js');
+    state.map = new SeatMap($('map'), {
+      describe: (seat, seatState, problem) => {
+        const base = t(`seat.${seatState}`, { row: seat.row, number: seat.number });
+        $('map-focus').textContent = problem ? `${base} ${t(`seat.problem.${problem}`)}` : base;
+      },
+      onChange: () => renderPicked(),
+    });
+  }
+  const sections = state.seatMap.sections || [];
+  if (!state.section || !sections.some((s) => s.section.sectionId === state.section)) {
+    const first = sections.find((s) => s.available > 0) || sections[0];
+    state.section = first ? first.section.sectionId : null;
+  }
+  renderShop();
+  showSection();
+}
+
+function currentSection() {
+  return (state.seatMap?.sections || []).find((s) => s.section.sectionId === state.section);
+}
+
+function renderShop() {
+  if (!state.seatMap) return;
+  const choice = $('section-choice');
+  choice.replaceChildren(
+    ...state.seatMap.sections.map((s) => {
+      const label = document.createElement('label');
+      const input = document.createElement('input');
+      input.type = 'radio';
+      input.name = 'section';
+      input.value = s.section.sectionId;
+      input.checked = s.section.sectionId === state.section;
+      input.addEventListener('change', () => {
+        state.section = input.value;
+        state.map?.clear();
+        showSection();
+      });
+      const text = document.createElement('span');
+      text.textContent = t('sectionChoice', {
+        name: s.section.displayName,
+        price: state.i18n.money(s.section.price),
+        count: Number(s.available || 0),
+      });
+      label.append(input, text);
+      return label;
+    }),
+  );
+  for (const id of ['best-qty', 'ga-qty']) {
+    const select = $(id);
+    const was = select.value || '2';
+    select.replaceChildren(
+      ...[1, 2, 3, 4].map((n) => {
+        const option = document.createElement('option');
+        option.value = String(n);
+        option.textContent = state.i18n.number(n);
+        return option;
+      }),
+    );
+    select.value = was;
+  }
+  renderPicked();
+}
+
+function showSection() {
+  const s = currentSection();
+  const seated = !!s && s.section.kind !== 'SECTION_KIND_GENERAL_ADMISSION';
+  $('seated').hidden = !seated;
+  $('standing').hidden = !s || seated;
+  if (seated) state.map.show(s);
+}
+
+function renderPicked() {
+  const picked = state.map ? state.map.selected() : [];
+  $('picked').textContent = picked.length
+    ? t('picked', { count: picked.length, seats: picked.map((p) => p.label).join(', ') })
+    : t('pickedNone');
+  $('hold-picked').disabled = picked.length === 0;
+  $('clear-picked').disabled = picked.length === 0;
+}
+
+async function hold(body) {
+  message('shop-message', '');
+  for (const id of ['hold-picked', 'hold-best', 'hold-ga']) $(id).disabled = true;
+  try {
+    const { hold: held } = await api.hold(state.eventId, { ...body, requestId: crypto.randomUUID() });
+    session('hold', held.holdId);
+    state.map?.clear();
+    openHold(held);
+  } catch (err) {
+    if (BACK_TO_QUEUE.has(err.reason)) return backToQueue(err.reason);
+    if (err.reason === 'SEAT_UNAVAILABLE') {
+      const ids = String(err.metadata.seat_ids || '').split(',').filter(Boolean);
+      const labels = state.map.markTaken(ids);
+      message('shop-message', t('error.SEAT_UNAVAILABLE', { count: labels.length, seats: labels.join(', ') }));
+    } else {
+      message('shop-message', errorText(err));
+    }
+    try {
+      await loadSeatMap();
+      renderShop();
+      showSection();
+    } catch {
+      // The map stays as it was, with the taken seats marked.
+    }
+  } finally {
+    $('hold-best').disabled = false;
+    $('hold-ga').disabled = false;
+    renderPicked();
+  }
+  return undefined;
+}
+
+// -- the hold and payment ---------------------------------------------------------
+
+function openHold(held) {
+  state.hold = held;
+  show('hold');
+  message('pay-message', '');
+  $('pay-status').textContent = '';
+  $('pay').disabled = false;
+  clearInterval(state.countdown);
+  state.warned = false;
+  state.countdown = setInterval(tick, 1000);
+  tick();
+}
+
+function renderHold() {
+  const h = state.hold;
+  if (!h) return;
+  const section = state.event?.sections.find((s) => s.sectionId === h.sectionId);
+  const name = section ? section.displayName : h.sectionId;
+  const items = h.seats && h.seats.length
+    ? h.seats.map((s) => t('holdSeat', { section: name, row: s.rowLabel, number: s.seatNumber }))
+    : [t('holdPlaces', { section: name, count: Number(h.quantity) })];
+  $('hold-seats').replaceChildren(
+    ...items.map((text) => {
+      const li = document.createElement('li');
+      li.textContent = text;
+      return li;
+    }),
+  );
+  $('hold-amount').textContent = t('total', { amount: state.i18n.money(h.amount) });
+  const cards = $('cards');
+  const chosen = cards.querySelector('input:checked')?.value || CARDS[0];
+  cards.replaceChildren(
+    ...CARDS.map((card) => {
+      const label = document.createElement('label');
+      const input = document.createElement('input');
+      input.type = 'radio';
+      input.name = 'card';
+      input.value = card;
+      input.checked = card === chosen;
+      const text = document.createElement('span');
+      text.textContent = t(`card.${card}`);
+      label.append(input, text);
+      return label;
+    }),
+  );
+  tick();
+}
+
+function tick() {
+  const h = state.hold;
+  if (!h || state.view !== 'hold') return;
+  const leftSeconds = (new Date(h.expiresAt).getTime() - Date.now()) / 1000;
+  const el = $('countdown');
+  el.textContent = t('expiresIn', { time: state.i18n.clock(leftSeconds) });
+  el.classList.toggle('low', leftSeconds < 60);
+  if (leftSeconds < 60 && !state.warned) {
+    state.warned = true;
+    $('countdown-alert').textContent = t('oneMinute');
+  }
+  if (leftSeconds <= 0 && !state.paying) {
+    clearInterval(state.countdown);
+    session('hold', null);
+    openShop(t('error.HOLD_EXPIRED'));
+  }
+}
+
+async function release() {
+  const h = state.hold;
+  try {
+    await api.release(h.holdId);
+  } catch (err) {
+    if (BACK_TO_QUEUE.has(err.reason)) return backToQueue(err.reason);
+  }
+  session('hold', null);
+  return openShop(t('released'));
+}
+
+function confirmKey(paymentId) {
+  const name = `key.${paymentId}`;
+  let key = session(name);
+  if (!key) {
+    key = crypto.randomUUID();
+    session(name, key);
+  }
+  return key;
+}
+
+const wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function pay(event) {
+  event.preventDefault();
+  const h = state.hold;
+  const card = $('cards').querySelector('input:checked')?.value || CARDS[0];
+  $('pay').disabled = true;
+  message('pay-message', '');
+  $('pay-status').textContent = t('paying');
+  state.paying = true;
+  try {
+    const { payment } = await api.startPayment(h.holdId, card);
+    await settle(payment);
+  } catch (err) {
+    payError(err);
+  } finally {
+    state.paying = false;
+  }
+}
+
+async function settle(started) {
+  let payment = started;
+  const key = confirmKey(payment.paymentId);
+  for (let attempt = 0; attempt < 40; attempt++) {
+    try {
+      payment = (await api.confirm(payment.paymentId, key)).payment;
+    } catch (err) {
+      if (['PROVIDER_TIMEOUT', 'PAYMENT_PROCESSING', 'IDEMPOTENCY_KEY_IN_FLIGHT', 'CONFIRMATION_IN_FLIGHT', 'NETWORK'].includes(err.reason)) {
+        $('pay-status').textContent = t('slowBank');
+        await wait(2000);
+        try {
+          payment = (await api.payment(payment.paymentId)).payment;
+        } catch {
+          // Ask again next round.
+        }
+        if (payment.state !== 'PAYMENT_STATE_PENDING' && payment.state !== 'PAYMENT_STATE_CAPTURED') break;
+        continue;
+      }
+      throw err;
+    }
+    if (payment.state !== 'PAYMENT_STATE_PENDING') break;
+    await wait(1500);
+  }
+  return paid(payment);
+}
+
+async function paid(payment) {
+  const s = payment.state;
+  if (s === 'PAYMENT_STATE_SUCCEEDED') {
+    $('pay-status').textContent = t('issuing');
+    return openTickets(state.hold);
+  }
+  $('pay').disabled = false;
+  $('pay-status').textContent = '';
+  if (s === 'PAYMENT_STATE_DECLINED') return message('pay-message', t('pay.declined'));
+  if (s === 'PAYMENT_STATE_FAILED') return message('pay-message', t('pay.failed'));
+  if (['PAYMENT_STATE_REFUND_REQUIRED', 'PAYMENT_STATE_REFUNDED', 'PAYMENT_STATE_PARTIALLY_REFUNDED'].includes(s)) {
+    session('hold', null);
+    $('pay').disabled = true;
+    return message('pay-message', t('pay.late', { amount: state.i18n.money(payment.amount) }));
+  }
+  return message('pay-message', t('pay.pending'), 'info');
+}
+
+function payError(err) {
+  $('pay-status').textContent = '';
+  $('pay').disabled = false;
+  if (BACK_TO_QUEUE.has(err.reason)) return backToQueue(err.reason);
+  if (['HOLD_EXPIRED', 'HOLD_NOT_HELD', 'NOT_FOUND'].includes(err.reason)) {
+    session('hold', null);
+    return openShop(t('error.HOLD_EXPIRED'));
+  }
+  return message('pay-message', errorText(err));
+}
+
+// -- tickets -----------------------------------------------------------------------
+
+async function openTickets(held) {
+  let tickets = [];
+  for (let attempt = 0; attempt < 60; attempt++) {
+    try {
+      tickets = (await api.tickets(state.eventId)).tickets || [];
+    } catch {
+      tickets = [];
+    }
+    const mine = held ? tickets.filter((tk) => tk.holdId === held.holdId) : tickets;
+    if (!held || mine.length >= Number(held.quantity || 1)) break;
+    await wait(1000);
+  }
+  if (held) {
+    session('hold', null);
+    // Done shopping: the place goes to the next fan in the queue.
+    try {
+      await api.leave(state.eventId);
+    } catch {
+      // Already ended.
+    }
+  }
+  state.tickets = tickets.filter((tk) => tk.state !== 'TICKET_STATE_VOID');
+  show('tickets');
+}
+
+function renderTickets() {
+  $('tickets-note').textContent = state.tickets.length ? t('ticketsNote') : t('noTickets');
+  const list = $('tickets');
+  import('./qr.js').then(({ encode, draw }) => {
+    list.replaceChildren(
+      ...state.tickets.map((tk) => {
+        const li = document.createElement('li');
+        li.className = 'ticket';
+        const h = document.createElement('h2');
+        const section = state.event?.sections.find((s) => s.sectionId === tk.sectionId);
+        h.textContent = tk.seatLabel
+          ? t('ticketSeat', { section: section ? section.displayName : tk.sectionId, seat: tk.seatLabel })
+          : t('ticketStanding', { section: section ? section.displayName : tk.sectionId });
+        const canvas = document.createElement('canvas');
+        canvas.setAttribute('role', 'img');
+        canvas.setAttribute('aria-label', t('qrOf', { code: tk.code }));
+        canvas.dataset.code = tk.code;
+        draw(canvas, encode(tk.code).modules, 6);
+        const code = document.createElement('code');
+        code.textContent = tk.code;
+        li.append(h, canvas, code);
+        return li;
+      }),
+    );
+  });
+}
+
+// -- start ---------------------------------------------------------------------------
+
+async function setLanguage(lang) {
+  const messages = await loadCatalog(config.catalogs[lang]);
+  state.i18n = new I18n(lang, messages);
+  const select = $('lang');
+  select.replaceChildren(
+    ...config.languages.map((code) => {
+      const option = document.createElement('option');
+      option.value = code;
+      option.lang = code;
+      option.textContent = t(`languages.${code}`);
+      return option;
+    }),
+  );
+  select.value = lang;
+}
+
+async function resume() {
+  let position;
+  try {
+    position = (await api.position(state.eventId)).position;
+  } catch (err) {
+    if (SIGNED_OUT.has(err.reason)) state.me = null;
+    return openEvent(SIGNED_OUT.has(err.reason) ? '' : errorText(err));
+  }
+  $('who').textContent = t('signedInAs', { name: state.me });
+  if (position.state === 'QUEUE_STATE_WAITING') return enterWaiting(position);
+  if (position.state === 'QUEUE_STATE_ADMITTED') return admitted();
+  return openEvent();
+}
+
+async function start() {
+  const lang = chooseLanguage(config.languages, navigator.languages || [navigator.language]);
+  await setLanguage(lang);
+  $('lang').addEventListener('change', async () => {
+    const chosen = $('lang').value;
+    remember(chosen);
+    await setLanguage(chosen);
+    render();
+    if (state.view === 'tickets') renderTickets();
+    if (state.view === 'shop') showSection();
+  });
+  $('home-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const id = $('home-event').value.trim();
+    if (/^[0-9]+$/.test(id)) window.location.assign(`/e/${id}`);
+  });
+  $('sign-in').addEventListener('submit', signIn);
+  $('join').addEventListener('click', join);
+  $('show-tickets').addEventListener('click', () => openTickets(null));
+  $('leave').addEventListener('click', leave);
+  $('shop-leave').addEventListener('click', leave);
+  $('hold-picked').addEventListener('click', () => hold({ seats: { seatIds: state.map.selected().map((s) => String(s.id)) } }));
+  $('clear-picked').addEventListener('click', () => state.map.clear());
+  $('hold-best').addEventListener('click', () => hold({ bestAvailable: { sectionId: state.section, quantity: Number($('best-qty').value) } }));
+  $('hold-ga').addEventListener('click', () => hold({ bestAvailable: { sectionId: state.section, quantity: Number($('ga-qty').value) } }));
+  $('release').addEventListener('click', release);
+  $('pay-form').addEventListener('submit', pay);
+  $('sign-out').addEventListener('click', async () => {
+    await api.signOut().catch(() => null);
+    state.me = null;
+    window.location.reload();
+  });
+
+  const match = /^\/e\/([0-9]{1,19})\/?$/.exec(window.location.pathname);
+  if (!match) {
+    show('home');
+    return;
+  }
+  state.eventId = match[1];
+  try {
+    state.event = (await api.event(state.eventId)).event;
+  } catch (err) {
+    show('home');
+    const p = document.createElement('p');
+    p.className = 'message';
+    p.setAttribute('role', 'alert');
+    p.textContent = errorText(err);
+    $('home-form').before(p);
+    return;
+  }
+  try {
+    state.me = (await api.session()).customerId;
+  } catch {
+    state.me = null;
+  }
+  if (!state.me) {
+    openEvent();
+    return;
+  }
+  await resume();
+}
+
+start();
