@@ -550,6 +550,7 @@ class GrpcServer:
         self._gate = gate
         self._credentials = credentials
         self._health = health_aio.HealthServicer()
+        self._grpc_metrics = metrics
         self._server = grpc.aio.server(
             interceptors=[ObservabilityInterceptor(metrics, config.default_deadline_seconds, gate, streams)],
             options=server_options(config),
@@ -584,6 +585,7 @@ class GrpcServer:
             self._server,
         )
         self._gate.label_services(names)
+        self._metrics_from_zero(names)
         address = self._config.grpc_address
         try:
             if self._credentials is None:
@@ -610,6 +612,29 @@ class GrpcServer:
                 "health_port": self.health_port,
             },
         )
+
+    def _metrics_from_zero(self, service_names: Sequence[str]) -> None:
+        """Every method's series exist from the start (at zero), so that
+        dashboards and rate() see a quiet method, not a missing one."""
+        pool = descriptor_pool.Default()
+        for name in service_names:
+            try:
+                service = pool.FindServiceByName(name)
+            except KeyError:
+                continue  # a service without a descriptor (tests' own)
+            for method in service.methods:
+                if method.client_streaming and method.server_streaming:
+                    kind = "bidi_stream"
+                elif method.client_streaming:
+                    kind = "client_stream"
+                elif method.server_streaming:
+                    kind = "server_stream"
+                else:
+                    kind = "unary"
+                labels = (kind, name, method.name)
+                self._grpc_metrics.started.labels(*labels)
+                self._grpc_metrics.handled.labels(*labels, go_code_name(grpc.StatusCode.OK))
+                self._grpc_metrics.handling_seconds.labels(*labels)
 
     async def _start_health_server(self, port: int) -> None:
         server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 16)])

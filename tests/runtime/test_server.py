@@ -280,3 +280,28 @@ def test_failed_calls_are_rate_limited_and_say_how_many_were_left_out(caplog: py
     assert len(lines) == 4
     assert lines[-1].__dict__["not_logged_since"] == 7
     assert all(r.levelno == logging.WARNING for r in lines)
+
+
+async def test_every_methods_series_exist_from_the_start(stores: Stores) -> None:
+    """A quiet method shows zeros on the dashboard, not nothing."""
+    from gen.boxoffice.payment.v1 import payment_service_pb2
+
+    name = payment_service_pb2.DESCRIPTOR.services_by_name["PaymentService"].full_name
+    registry = CollectorRegistry()
+    server = bare_server(
+        stores,
+        services=[Registration(name, lambda server: None)],
+        allow={},
+        config=ServerConfig.from_env(Env({"BOXOFFICE_DRAIN_SECONDS": "0"}), default_grpc_port=0),
+        registry=registry,
+        drain=Drain(),
+    )
+    await server.start()
+    try:
+        for method, kind in (("StartPayment", "unary"), ("ListTickets", "unary")):
+            labels = {"grpc_type": kind, "grpc_service": name, "grpc_method": method}
+            assert registry.get_sample_value("grpc_server_started_total", labels) == 0.0
+            assert registry.get_sample_value("grpc_server_handled_total", {**labels, "grpc_code": "OK"}) == 0.0
+            assert registry.get_sample_value("grpc_server_handling_seconds_count", labels) == 0.0
+    finally:
+        await server.stop(0)
