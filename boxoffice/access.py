@@ -48,6 +48,7 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_QUEUE}LeaveQueue": {EDGE},
         f"{_QUEUE}EndShoppingSession": {EDGE},
         f"{_QUEUE}WatchAdmissionProgress": {EDGE},
+        f"{_QUEUE}RecordPresence": {EDGE},
         # Waiting-room administration: operators only.
         f"{_QUEUE}CreateEventQueue": {OPERATOR},
         f"{_QUEUE}UpdateEventQueue": {OPERATOR},

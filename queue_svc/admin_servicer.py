@@ -26,7 +26,14 @@ from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc import errors
-from queue_svc.converters import config_pb, parse_config, parse_customer_id, parse_event_id
+from queue_svc.converters import (
+    RoomSettings,
+    config_pb,
+    parse_config,
+    parse_customer_id,
+    parse_event_id,
+    parse_room_settings,
+)
 from queue_svc.handler import QueueHandler
 from queue_svc.model import Progress, QueueState, WaitingRoomConfig
 from queue_svc.ports import FanOp, QueueStore
@@ -46,12 +53,19 @@ def _method(service: str, name: str) -> str:
 
 
 def waiting_room_pb(config: WaitingRoomConfig) -> apb.WaitingRoom:
-    """The admin contract's WaitingRoom mirrors EventQueueConfig field for field."""
-    return apb.WaitingRoom.FromString(config_pb(config).SerializeToString())
+    """The admin contract's WaitingRoom mirrors EventQueueConfig field for
+    field, and adds its own settings."""
+    room = apb.WaitingRoom.FromString(config_pb(config).SerializeToString())
+    room.presence_grace.FromMilliseconds(config.presence_grace_ms)
+    room.safety_net = config.safety_net
+    room.admission_rate_min_per_second = config.admission_rate_min_per_second
+    room.admission_rate_max_per_second = config.admission_rate_max_per_second
+    return room
 
 
 def parse_waiting_room(message: apb.WaitingRoom, *, present: bool) -> WaitingRoomConfig:
-    return parse_config(pb.EventQueueConfig.FromString(message.SerializeToString()), present=present)
+    config = parse_config(pb.EventQueueConfig.FromString(message.SerializeToString()), present=present)
+    return parse_room_settings(message).applied(config)
 
 
 def stats_pb(progress: Progress) -> apb.WaitingRoomStats:
@@ -66,6 +80,8 @@ def stats_pb(progress: Progress) -> apb.WaitingRoomStats:
         joined_total=progress.joined_total,
         admission_rate_per_second=round(progress.rate_per_second, 3),
         observed_at=observed,
+        target_admission_rate_per_second=round(progress.target_rate_per_second, 3),
+        rate_reason=apb.WaitingRoomRateReason.ValueType(progress.rate_reason.value),
     )
 
 
@@ -96,7 +112,7 @@ class QueueAdmin:
         self._clock = clock
 
     async def _room_json(self, event_id: int) -> Json | None:
-        return message_json(config_pb(await self._handler.get_waiting_room(event_id)))
+        return message_json(waiting_room_pb(await self._handler.get_waiting_room(event_id)))
 
     async def _change(
         self, method: str, request: Message, event_id: int, change: Callable[[], Awaitable[WaitingRoomConfig]]
@@ -106,15 +122,28 @@ class QueueAdmin:
             request,
             before=lambda: self._room_json(event_id),
             action=change,
-            after=lambda config: message_json(config_pb(config)),
+            after=lambda config: message_json(waiting_room_pb(config)),
         )
         return stored
 
     async def create(self, method: str, request: Message, config: WaitingRoomConfig) -> WaitingRoomConfig:
         return await self._change(method, request, config.event_id, lambda: self._handler.create_waiting_room(config))
 
-    async def update(self, method: str, request: Message, config: WaitingRoomConfig) -> WaitingRoomConfig:
-        return await self._change(method, request, config.event_id, lambda: self._handler.update_waiting_room(config))
+    async def update(
+        self, method: str, request: Message, config: WaitingRoomConfig, *, keep_room_settings: bool = False
+    ) -> WaitingRoomConfig:
+        """Replace the configuration; ``keep_room_settings`` (the deprecated
+        UpdateEventQueue, whose message lacks them) keeps the stored
+        settings only WaitingRoom carries."""
+
+        async def update() -> WaitingRoomConfig:
+            updated = config
+            if keep_room_settings:
+                stored = await self._handler.get_waiting_room(config.event_id)
+                updated = RoomSettings.of(stored).applied(config)
+            return await self._handler.update_waiting_room(updated)
+
+        return await self._change(method, request, config.event_id, update)
 
     async def set_paused(self, method: str, request: Message, event_id: int, paused: bool) -> WaitingRoomConfig:
         return await self._change(method, request, event_id, lambda: self._handler.set_paused(event_id, paused))
@@ -260,7 +289,7 @@ class AuditedQueueServicer(QueueServicer):
         self, request: pb.UpdateEventQueueRequest, context: Context
     ) -> pb.UpdateEventQueueResponse:
         config = parse_config(request.config, present=request.HasField("config"))
-        stored = await self._admin.update(self._method("UpdateEventQueue"), request, config)
+        stored = await self._admin.update(self._method("UpdateEventQueue"), request, config, keep_room_settings=True)
         return pb.UpdateEventQueueResponse(config=config_pb(stored))
 
     async def PauseAdmission(self, request: pb.PauseAdmissionRequest, context: Context) -> pb.PauseAdmissionResponse:

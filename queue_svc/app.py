@@ -24,7 +24,7 @@ from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
 from boxoffice.sessions import EndedSessions
 from queue_svc import model
-from queue_svc.adapters import PgWaitingRoomRepository, RedisQueueStore
+from queue_svc.adapters import PgWaitingRoomRepository, RedisBookingHealth, RedisQueueStore
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
 from queue_svc.handler import QueueHandler, uniform_pre_queue_score
@@ -97,6 +97,7 @@ class QueueApp:
             interval_seconds=self.settings.watch_interval_seconds,
             call_seconds=self.settings.stream_call_seconds,
             metrics=self.server_metrics,
+            presence_seconds=self.settings.presence_report_seconds,
         )
 
     @functools.cached_property
@@ -150,7 +151,13 @@ class QueueApp:
             settings=self.settings,
             metrics=AdmitterMetrics.create(self.rt.registry),
             leadership=self.leadership,
+            health=self.booking_health,
         )
+
+    @functools.cached_property
+    def booking_health(self) -> RedisBookingHealth:
+        """What booking publishes about its holds, for the adaptive rate."""
+        return RedisBookingHealth(self.rt.redis(), max_age_ms=int(self.settings.booking_health_max_age_seconds * 1000))
 
     # -- roles ----------------------------------------------------------------
 

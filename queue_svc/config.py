@@ -24,6 +24,16 @@ class QueueSettings:
     # Budget of each Redis call a stream makes (streams carry no deadline);
     # generous, as a burst of stream opens queues many such calls at once.
     stream_call_seconds: float
+    # How often a process reports the fans its position watchers follow as
+    # present (well within the shortest presence grace, one minute).
+    presence_report_seconds: float = 20.0
+    # The adaptive rate: booking counts as slow over this hold p99 and as
+    # failing over this error ratio; its published health counts while this
+    # fresh; no-shows are measured over this window.
+    booking_slow_p99_ms: float = 1000.0
+    booking_error_ratio: float = 0.05
+    booking_health_max_age_seconds: float = 15.0
+    no_show_window_seconds: float = 120.0
 
     @classmethod
     def from_env(cls, env: Env) -> QueueSettings:
@@ -43,4 +53,17 @@ class QueueSettings:
                 "BOXOFFICE_QUEUE_JOIN_LIMIT_WINDOW_SECONDS", 10.0, minimum=1.0, maximum=3600.0
             ),
             stream_call_seconds=env.number("BOXOFFICE_QUEUE_STREAM_CALL_SECONDS", 20.0, minimum=0.1, maximum=120.0),
+            presence_report_seconds=env.number(
+                "BOXOFFICE_QUEUE_PRESENCE_REPORT_SECONDS", 20.0, minimum=0.1, maximum=30.0
+            ),
+            booking_slow_p99_ms=env.number(
+                "BOXOFFICE_QUEUE_BOOKING_SLOW_P99_MS", 1000.0, minimum=1.0, maximum=60_000.0
+            ),
+            booking_error_ratio=env.number("BOXOFFICE_QUEUE_BOOKING_ERROR_RATIO", 0.05, minimum=0.001, maximum=1.0),
+            booking_health_max_age_seconds=env.number(
+                "BOXOFFICE_QUEUE_BOOKING_HEALTH_MAX_AGE_SECONDS", 15.0, minimum=1.0, maximum=600.0
+            ),
+            no_show_window_seconds=env.number(
+                "BOXOFFICE_QUEUE_NO_SHOW_WINDOW_SECONDS", 120.0, minimum=1.0, maximum=3600.0
+            ),
         )

@@ -4,12 +4,20 @@ Bad input raises ``boxoffice.validate``'s INVALID_ARGUMENT errors."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from boxoffice import validate
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc import model
 from queue_svc.model import Position, Progress, WaitingRoomConfig
+
+MAX_RATE_PER_SECOND = 100_000
 
 MAX_CUSTOMER_ID_LENGTH = 128
 MAX_CLIENT_ID_LENGTH = 128
@@ -39,6 +47,17 @@ def parse_customer_id(value: str) -> str:
 def parse_client_id(value: str) -> str:
     """The client id a join is limited by ('' when the caller gives none)."""
     return validate.text("client_id", value, max_length=MAX_CLIENT_ID_LENGTH, min_length=0)
+
+
+MAX_PRESENCE_IDS = 1000
+
+
+def parse_presence_ids(values: Sequence[str]) -> list[str]:
+    """The customer ids of a RecordPresence call: at most 1,000, each like
+    a customer id."""
+    if len(values) > MAX_PRESENCE_IDS:
+        raise validate.invalid("customer_ids", f"must name at most {MAX_PRESENCE_IDS} customers")
+    return [validate.text("customer_ids", value, max_length=MAX_CUSTOMER_ID_LENGTH) for value in values]
 
 
 def parse_end_reason(value: pb.SessionEndReason.ValueType) -> str:
@@ -83,6 +102,8 @@ def progress_pb(progress: Progress) -> pb.AdmissionProgress:
         admission_state=pb.AdmissionState.ValueType(progress.admission_state.value),
         observed_at=observed,
         pre_queue_joined=progress.pre_queue_joined,
+        target_admission_rate_per_second=round(progress.target_rate_per_second, 3),
+        admission_rate_reason=pb.AdmissionRateReason.ValueType(progress.rate_reason.value),
     )
 
 
@@ -112,13 +133,18 @@ _DURATIONS_MS = {
     "session_length": (model.DEFAULT_SESSION_LENGTH_MS, 10 * _SECOND_MS, _DAY_MS),
     "token_ttl": (model.DEFAULT_TOKEN_TTL_MS, 10 * _SECOND_MS, _DAY_MS),
     "claim_grace": (model.DEFAULT_CLAIM_GRACE_MS, 5 * _SECOND_MS, _HOUR_MS),
+    "presence_grace": (model.DEFAULT_PRESENCE_GRACE_MS, _MINUTE_MS, _DAY_MS),
 }
 
 
-def _duration_ms(message: pb.EventQueueConfig, name: str) -> int:
+class _HasDurations(Protocol):
+    def HasField(self, field_name: Any) -> bool: ...
+
+
+def _duration_ms(message: _HasDurations, name: str) -> int:
     default_ms, minimum_ms, maximum_ms = _DURATIONS_MS[name]
     path = f"config.{name}"
-    if not message.HasField(name):  # type: ignore[arg-type]
+    if not message.HasField(name):
         return default_ms
     value: duration_pb2.Duration = getattr(message, name)
     if not -999_999_999 <= value.nanos <= 999_999_999 or (value.seconds * value.nanos < 0):
@@ -157,7 +183,7 @@ def parse_config(message: pb.EventQueueConfig, *, present: bool) -> WaitingRoomC
             "admission_rate_per_second",
             message.admission_rate_per_second,
             default=model.DEFAULT_ADMISSION_RATE_PER_SECOND,
-            maximum=100_000,
+            maximum=MAX_RATE_PER_SECOND,
         ),
         max_active_shoppers=_count(
             "max_active_shoppers",
@@ -169,4 +195,59 @@ def parse_config(message: pb.EventQueueConfig, *, present: bool) -> WaitingRoomC
         token_ttl_ms=_duration_ms(message, "token_ttl"),
         claim_grace_ms=_duration_ms(message, "claim_grace"),
         paused=message.paused,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoomSettings:
+    """The settings only the admin contract's WaitingRoom carries (fields
+    10 on), parsed."""
+
+    presence_grace_ms: int
+    safety_net: bool
+    admission_rate_min_per_second: int
+    admission_rate_max_per_second: int
+
+    @classmethod
+    def of(cls, config: WaitingRoomConfig) -> RoomSettings:
+        return cls(
+            presence_grace_ms=config.presence_grace_ms,
+            safety_net=config.safety_net,
+            admission_rate_min_per_second=config.admission_rate_min_per_second,
+            admission_rate_max_per_second=config.admission_rate_max_per_second,
+        )
+
+    def applied(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        """``config`` with these settings; the bounds must hold the base rate."""
+        base = config.admission_rate_per_second
+        if self.admission_rate_min_per_second > base:
+            raise validate.invalid(
+                "config.admission_rate_min_per_second", "must not be above admission_rate_per_second"
+            )
+        if self.admission_rate_max_per_second and self.admission_rate_max_per_second < base:
+            raise validate.invalid(
+                "config.admission_rate_max_per_second", "must not be below admission_rate_per_second"
+            )
+        return dataclasses.replace(
+            config,
+            presence_grace_ms=self.presence_grace_ms,
+            safety_net=self.safety_net,
+            admission_rate_min_per_second=self.admission_rate_min_per_second,
+            admission_rate_max_per_second=self.admission_rate_max_per_second,
+        )
+
+
+def parse_room_settings(message: apb.WaitingRoom) -> RoomSettings:
+    """The admin-only settings of a WaitingRoom; unset ones take their defaults."""
+    low = message.admission_rate_min_per_second
+    high = message.admission_rate_max_per_second
+    if low:
+        validate.int_range("config.admission_rate_min_per_second", low, minimum=1, maximum=MAX_RATE_PER_SECOND)
+    if high:
+        validate.int_range("config.admission_rate_max_per_second", high, minimum=1, maximum=MAX_RATE_PER_SECOND)
+    return RoomSettings(
+        presence_grace_ms=_duration_ms(message, "presence_grace"),
+        safety_net=message.safety_net,
+        admission_rate_min_per_second=low,
+        admission_rate_max_per_second=high,
     )

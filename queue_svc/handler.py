@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
@@ -83,6 +83,7 @@ class QueueHandler:
         self._joined = joins.labels("joined")
         self._rejoined = joins.labels("rejoined")
         self._join_admitted = joins.labels("admitted")
+        self._join_safety_net = joins.labels("safety_net")
 
     def _now_ms(self) -> int:
         return int(self._clock.now() * 1000)
@@ -124,8 +125,10 @@ class QueueHandler:
             now = self._now_ms()
             admission = admission_state(now_ms=now, opens_at_ms=reply.opens_at_ms, paused=reply.paused)
             if status is JoinStatus.ADMITTED:
-                self._join_admitted.inc()
-                return Position.past_the_queue(event_id, customer_id, QueueState.ADMITTED, admission), False
+                # Newly joined and admitted: the safety net let them in at once.
+                (self._join_safety_net if reply.newly_joined else self._join_admitted).inc()
+                position = Position.past_the_queue(event_id, customer_id, QueueState.ADMITTED, admission)
+                return position, reply.newly_joined
             (self._joined if reply.newly_joined else self._rejoined).inc()
             rate = measured_rate(reply.rate_at_last_tick, reply.last_tick_ms, now)
             position = Position.waiting(
@@ -197,6 +200,16 @@ class QueueHandler:
             await self._session_ended(event_id, customer_id, first=True)
         return self._position(event_id, customer_id, place, with_token=False)
 
+    async def record_presence(self, event_id: int, customer_ids: Sequence[str]) -> int:
+        """The waiting fans among ``customer_ids`` are seen now (the rest are
+        ignored); how many of them wait."""
+        waiting = await self._store.record_presence(event_id, customer_ids, now_ms=self._now_ms())
+        if waiting is None and await self._mirror(event_id):
+            waiting = await self._store.record_presence(event_id, customer_ids, now_ms=self._now_ms())
+        if waiting is None:
+            raise errors.unknown_event(event_id)
+        return waiting
+
     async def _session_ended(self, event_id: int, customer_id: str, *, first: bool) -> None:
         if self._sessions is not None:
             await self._sessions.record(event_id, customer_id, self._now_ms(), first=first)
@@ -224,13 +237,14 @@ class QueueHandler:
         if first.state is not QueueState.WAITING:
             return PositionWatch(self, event_id, customer_id, first, None, None)
         base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
-        feed = self._hub.join(event_id)
+        # The hub reports the fans its watchers follow as present.
+        feed = self._hub.join(event_id, watcher=customer_id)
         self._metrics.watchers_open.labels("position").inc()
         return PositionWatch(self, event_id, customer_id, first, base, feed)
 
-    def release_watch(self, feed: EventFeed) -> None:
+    def release_watch(self, feed: EventFeed, customer_id: str) -> None:
         self._metrics.watchers_open.labels("position").dec()
-        self._hub.leave(feed)
+        self._hub.leave(feed, watcher=customer_id)
 
     async def claim_position(self, event_id: int, customer_id: str) -> tuple[Place, Position]:
         with deadline.scope(self._settings.stream_call_seconds):
@@ -359,7 +373,7 @@ class PositionWatch:
     def close(self) -> None:
         feed, self._feed = self._feed, None
         if feed is not None:
-            self._handler.release_watch(feed)
+            self._handler.release_watch(feed, self._customer_id)
 
 
 def _progress_key(progress: Progress) -> tuple[int, int, int, int, AdmissionState, float]:

@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from boxoffice.metrics import LATENCY_BUCKETS
 
-JOIN_RESULTS = ("joined", "rejoined", "admitted", "rate_limited", "not_open", "unknown_event")
+# "safety_net": joined and admitted at once (safety-net mode).
+JOIN_RESULTS = ("joined", "rejoined", "admitted", "safety_net", "rate_limited", "not_open", "unknown_event")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class AdmitterMetrics:
     tick_seconds: Histogram
     stale_ticks: Counter
     leading: Gauge
+    dropped: Counter
+    no_shows: Counter
+    target_rate: Gauge
+    rate_reason: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> AdmitterMetrics:
@@ -97,5 +102,29 @@ class AdmitterMetrics:
             ),
             leading=Gauge(
                 "boxoffice_queue_admitter_leading", "1 while this process leads the admitters.", registry=registry
+            ),
+            dropped=Counter(
+                "boxoffice_queue_dropped",
+                "Waiting fans dropped by this admitter for not being seen within the presence grace.",
+                ("event_id",),
+                registry=registry,
+            ),
+            no_shows=Counter(
+                "boxoffice_queue_no_shows",
+                "Admissions that expired unclaimed (no-shows), as this admitter saw the event's count grow.",
+                ("event_id",),
+                registry=registry,
+            ),
+            target_rate=Gauge(
+                "boxoffice_queue_admission_rate_target",
+                "Admissions per second the admitter targets (the base rate adapted within the room's bounds).",
+                ("event_id",),
+                registry=registry,
+            ),
+            rate_reason=Gauge(
+                "boxoffice_queue_admission_rate_reason",
+                "1 for the reason the admitter targets its current rate, 0 for the others.",
+                ("event_id", "reason"),
+                registry=registry,
             ),
         )

@@ -29,6 +29,8 @@ class QueueState(enum.IntEnum):
     LEFT = 4
     COMPLETED = 5
     NOT_IN_QUEUE = 6
+    # Not seen for the waiting room's presence grace: out of the queue.
+    DROPPED = 7
 
     @property
     def terminal(self) -> bool:
@@ -41,6 +43,17 @@ class AdmissionState(enum.IntEnum):
     PRE_QUEUE = 1
     OPEN = 2
     PAUSED = 3
+
+
+class RateReason(enum.IntEnum):
+    """Why the admitter admits at its current target rate; the numbers
+    are those of the proto enum AdmissionRateReason."""
+
+    BASE = 1
+    NO_SHOW_COMPENSATION = 2
+    BOOKING_SLOW = 3
+    BOOKING_ERRORS = 4
+    BOUNDED = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +71,26 @@ class WaitingRoomConfig:
     paused: bool
     # Incremented by every stored change; the Redis mirror keeps the newest.
     version: int = 0
+    # A waiting fan not seen for this long drops out of the queue.
+    presence_grace_ms: int = 5 * 60 * 1000
+    # Whether a join into an open room where nobody waits and a slot is
+    # free is admitted at once (within the rate).
+    safety_net: bool = False
+    # The bounds the admitter adapts the rate within; 0: the base rate
+    # (admission_rate_per_second), i.e. never lower / never higher.
+    admission_rate_min_per_second: int = 0
+    admission_rate_max_per_second: int = 0
 
     @property
     def pre_queue_opens_at_ms(self) -> int:
         return self.opens_at_ms - self.pre_queue_window_ms
+
+    @property
+    def rate_bounds(self) -> tuple[int, int]:
+        """The least and the most admissions per second the admitter may
+        target."""
+        base = self.admission_rate_per_second
+        return (self.admission_rate_min_per_second or base, self.admission_rate_max_per_second or base)
 
 
 # Defaults applied to fields a create or update leaves unset (zero).
@@ -71,6 +100,7 @@ DEFAULT_MAX_ACTIVE_SHOPPERS = 1000
 DEFAULT_SESSION_LENGTH_MS = 15 * 60 * 1000
 DEFAULT_TOKEN_TTL_MS = 10 * 60 * 1000
 DEFAULT_CLAIM_GRACE_MS = 2 * 60 * 1000
+DEFAULT_PRESENCE_GRACE_MS = 5 * 60 * 1000
 
 
 def admission_state(*, now_ms: int, opens_at_ms: int, paused: bool) -> AdmissionState:
@@ -100,6 +130,9 @@ class Progress:
     opens_at_ms: int
     paused: bool
     observed_at_ms: int
+    # The admitter's target rate at its last tick, and why.
+    target_rate_per_second: float = 0.0
+    rate_reason: RateReason = RateReason.BASE
     # Derived once here, read by every watcher of the event.
     admission_state: AdmissionState = field(init=False)
     rate_per_second: float = field(init=False)
@@ -251,3 +284,9 @@ class TickResult:
     admitted_through_score: int
     admitted_total: int
     highest_epoch: int
+    # Waiters dropped for not being seen within the presence grace.
+    dropped: int = 0
+    # Since the event began: admissions never claimed before their claim
+    # deadline (no-shows), and admissions claimed.
+    no_shows_total: int = 0
+    claimed_total: int = 0

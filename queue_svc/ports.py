@@ -7,11 +7,12 @@ that cross the store's boundary. Implementations live in ``adapters/``
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from queue_svc.model import Place, Progress, TickResult, WaitingRoomConfig
+from queue_svc.model import Place, Progress, RateReason, TickResult, WaitingRoomConfig
+from queue_svc.rate import BookingHealth
 
 
 class JoinStatus(enum.Enum):
@@ -71,8 +72,21 @@ class QueueStore(Protocol):
     async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
         """Read or change one fan's place; None for an unknown event."""
 
-    async def admit(self, event_id: int, *, now_ms: int, epoch: int) -> TickResult | None:
-        """One admit tick; None for an unknown event."""
+    async def admit(
+        self,
+        event_id: int,
+        *,
+        now_ms: int,
+        epoch: int,
+        target_rate: float = 0.0,
+        reason: RateReason = RateReason.BASE,
+    ) -> TickResult | None:
+        """One admit tick at the target rate (0: the configured one); None
+        for an unknown event."""
+
+    async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
+        """The waiting fans among ``customer_ids`` are seen now; how many
+        of them wait, or None for an unknown event."""
 
     async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
         """The event's admission progress; None for an unknown event."""
@@ -108,3 +122,11 @@ class Leadership(Protocol):
         """Campaign until cancelled; while this process leads, run
         lead(epoch) and cancel it when leadership is lost. The epoch grows
         with every change of leader."""
+
+
+class BookingHealthSource(Protocol):
+    """Booking's hold latency and error ratio as booking publishes them
+    (``adapters.booking_health``)."""
+
+    async def read(self, *, now_ms: int) -> BookingHealth | None:
+        """The recent health, or None when nothing fresh was published."""

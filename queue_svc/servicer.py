@@ -21,6 +21,7 @@ from queue_svc.converters import (
     parse_customer_id,
     parse_end_reason,
     parse_event_id,
+    parse_presence_ids,
     position_pb,
     progress_pb,
 )
@@ -100,6 +101,11 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         reason = parse_end_reason(request.reason)
         position = await self._handler.end_session(event_id, customer_id, reason)
         return pb.EndShoppingSessionResponse(position=position_pb(position))
+
+    async def RecordPresence(self, request: pb.RecordPresenceRequest, context: Context) -> pb.RecordPresenceResponse:
+        event_id = parse_event_id(request.event_id)
+        customer_ids = parse_presence_ids(request.customer_ids)
+        return pb.RecordPresenceResponse(waiting=await self._handler.record_presence(event_id, customer_ids))
 
     async def CreateEventQueue(
         self, request: pb.CreateEventQueueRequest, context: Context

@@ -18,7 +18,8 @@ _MS = timedelta(milliseconds=1)
 
 _COLUMNS = (
     "event_id, opens_at, pre_queue_window_ms, admission_rate_per_second, max_active_shoppers,"
-    " session_length_ms, token_ttl_ms, claim_grace_ms, paused, version"
+    " session_length_ms, token_ttl_ms, claim_grace_ms, paused, version,"
+    " presence_grace_ms, safety_net, admission_rate_min_per_second, admission_rate_max_per_second"
 )
 
 
@@ -31,7 +32,22 @@ def _datetime_to_ms(value: datetime) -> int:
 
 
 def _row(row: tuple[Any, ...]) -> WaitingRoomConfig:
-    (event_id, opens_at, window, rate, max_active, session, ttl, grace, paused, version) = row
+    (
+        event_id,
+        opens_at,
+        window,
+        rate,
+        max_active,
+        session,
+        ttl,
+        grace,
+        paused,
+        version,
+        presence,
+        safety,
+        low,
+        high,
+    ) = row
     return WaitingRoomConfig(
         event_id=int(event_id),
         opens_at_ms=_datetime_to_ms(opens_at),
@@ -43,6 +59,10 @@ def _row(row: tuple[Any, ...]) -> WaitingRoomConfig:
         claim_grace_ms=int(grace),
         paused=bool(paused),
         version=int(version),
+        presence_grace_ms=int(presence),
+        safety_net=bool(safety),
+        admission_rate_min_per_second=int(low),
+        admission_rate_max_per_second=int(high),
     )
 
 
@@ -58,6 +78,10 @@ def _params(config: WaitingRoomConfig) -> dict[str, Any]:
         "token_ttl_ms": config.token_ttl_ms,
         "claim_grace_ms": config.claim_grace_ms,
         "paused": config.paused,
+        "presence_grace_ms": config.presence_grace_ms,
+        "safety_net": config.safety_net,
+        "admission_rate_min_per_second": config.admission_rate_min_per_second,
+        "admission_rate_max_per_second": config.admission_rate_max_per_second,
     }
 
 
@@ -75,7 +99,8 @@ class PgWaitingRoomRepository:
                     INSERT INTO queue_events ({_COLUMNS})
                     VALUES (%(event_id)s, %(opens_at)s, %(pre_queue_window_ms)s, %(admission_rate_per_second)s,
                             %(max_active_shoppers)s, %(session_length_ms)s, %(token_ttl_ms)s,
-                            %(claim_grace_ms)s, %(paused)s, 1)
+                            %(claim_grace_ms)s, %(paused)s, 1, %(presence_grace_ms)s, %(safety_net)s,
+                            %(admission_rate_min_per_second)s, %(admission_rate_max_per_second)s)
                     RETURNING {_COLUMNS}
                     """,
                     _params(config),
@@ -95,6 +120,9 @@ class PgWaitingRoomRepository:
                        admission_rate_per_second = %(admission_rate_per_second)s,
                        max_active_shoppers = %(max_active_shoppers)s, session_length_ms = %(session_length_ms)s,
                        token_ttl_ms = %(token_ttl_ms)s, claim_grace_ms = %(claim_grace_ms)s, paused = %(paused)s,
+                       presence_grace_ms = %(presence_grace_ms)s, safety_net = %(safety_net)s,
+                       admission_rate_min_per_second = %(admission_rate_min_per_second)s,
+                       admission_rate_max_per_second = %(admission_rate_max_per_second)s,
                        version = version + 1, updated_at = now()
                  WHERE event_id = %(event_id)s
                 RETURNING {_COLUMNS}

@@ -7,28 +7,45 @@ Per event, under the hash tag ``{ev:<id>}``:
 - ``adm``  sorted set: admitted fans who have not claimed a token yet
   (score: the claim deadline, ms)
 - ``act``  sorted set: shopping fans (score: the session's end, ms)
-- ``out``  hash: how a fan's last visit ended (E expired, L left, C completed)
-- ``prog`` hash: leader epoch, admitted-through score, totals, rate
+- ``seen`` sorted set: the waiting fans again (score: when last seen, ms;
+  joined, read their place, or reported present by RecordPresence); the
+  admit tick drops the head of it older than the presence grace
+- ``out``  hash: how a fan's last visit ended (E expired, L left, C completed,
+  D dropped)
+- ``prog`` hash: leader epoch, admitted-through score, totals, measured
+  rate, the admitter's target rate and its reason, claimed and no-show totals
 - ``seq``  the arrival sequence after opening
 - ``rl:<window>`` hash: join counters of one rate-limit window
 
-A waiting fan costs one sorted-set member and nothing else. Every change is
+A waiting fan costs a member of each of two sorted sets and nothing else. Every change is
 one Lua script (the package's ``lua/*.lua``), keys through KEYS and the clock
 through ARGV. Each script's reply is decoded here, into the ports' values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from boxoffice.redis import Arg, ScriptBatcher, event_key, load_script
-from queue_svc.model import PRE_QUEUE_BAND, RATE_WINDOW_MS, Place, Progress, QueueState, TickResult, WaitingRoomConfig
+from queue_svc.model import (
+    PRE_QUEUE_BAND,
+    RATE_WINDOW_MS,
+    Place,
+    Progress,
+    QueueState,
+    RateReason,
+    TickResult,
+    WaitingRoomConfig,
+)
 from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus
 
-# Expirations an admit tick processes per sorted set at most (bounds the
-# time one tick holds Redis; the rest go in the next tick).
+# Expirations (and drops) an admit tick processes per sorted set at most
+# (bounds the time one tick holds Redis; the rest go in the next tick).
 MAX_EXPIRED_PER_TICK = 10_000
+# Customer ids one RecordPresence call may name at most.
+MAX_PRESENCE_BATCH = 1000
 
 
 # The scripts' reply codes: the join's outcomes; an unknown event (every
@@ -55,14 +72,15 @@ class EventKeys:
     active: str
     outcomes: str
     progress: str
+    seen: str
     sequence: str
-    # The keys every script takes first, in this order.
-    common: tuple[str, str, str, str, str, str]
+    # The keys every script but presence takes first, in this order.
+    common: tuple[str, str, str, str, str, str, str]
 
     @classmethod
     def of(cls, event_id: int) -> EventKeys:
-        config, queue, admitted, active, outcomes, progress = (
-            event_key(event_id, part) for part in ("cfg", "q", "adm", "act", "out", "prog")
+        config, queue, admitted, active, outcomes, progress, seen = (
+            event_key(event_id, part) for part in ("cfg", "q", "adm", "act", "out", "prog", "seen")
         )
         return cls(
             config=config,
@@ -71,8 +89,9 @@ class EventKeys:
             active=active,
             outcomes=outcomes,
             progress=progress,
+            seen=seen,
             sequence=event_key(event_id, "seq"),
-            common=(config, queue, admitted, active, outcomes, progress),
+            common=(config, queue, admitted, active, outcomes, progress, seen),
         )
 
     def limits(self, window: int) -> str:
@@ -89,6 +108,13 @@ def _float(value: Any) -> float:
     return float(value or 0)
 
 
+def _reason(value: Any) -> RateReason:
+    try:
+        return RateReason(int(value or RateReason.BASE))
+    except ValueError:
+        return RateReason.BASE
+
+
 class RedisQueueStore:
     """The queue store on Redis; all calls go through a ScriptBatcher."""
 
@@ -99,6 +125,7 @@ class RedisQueueStore:
         self._admit = load_script("queue_svc", "admit")
         self._progress = load_script("queue_svc", "progress")
         self._config_put = load_script("queue_svc", "config_put")
+        self._presence = load_script("queue_svc", "presence")
         self._keys: dict[int, EventKeys] = {}
 
     def keys(self, event_id: int) -> EventKeys:
@@ -161,10 +188,17 @@ class RedisQueueStore:
             pre_queue_joined=int(reply[11]),
         )
 
-    async def admit(self, event_id: int, *, now_ms: int, epoch: int) -> TickResult | None:
-        reply = await self._batcher.call(
-            self._admit, self.keys(event_id).common, (now_ms, epoch, MAX_EXPIRED_PER_TICK, RATE_WINDOW_MS)
-        )
+    async def admit(
+        self,
+        event_id: int,
+        *,
+        now_ms: int,
+        epoch: int,
+        target_rate: float = 0.0,
+        reason: RateReason = RateReason.BASE,
+    ) -> TickResult | None:
+        args: list[Arg] = [now_ms, epoch, MAX_EXPIRED_PER_TICK, RATE_WINDOW_MS, float(target_rate), int(reason)]
+        reply = await self._batcher.call(self._admit, self.keys(event_id).common, args)
         code = int(reply[0])
         if code == _UNKNOWN_EVENT:
             return None
@@ -178,7 +212,21 @@ class RedisQueueStore:
             admitted_through_score=int(reply[5]),
             admitted_total=int(reply[6]),
             highest_epoch=int(reply[7]),
+            dropped=int(reply[8]),
+            no_shows_total=int(reply[9]),
+            claimed_total=int(reply[10]),
         )
+
+    async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
+        keys = self.keys(event_id)
+        waiting = 0
+        for start in range(0, len(customer_ids), MAX_PRESENCE_BATCH):
+            batch = customer_ids[start : start + MAX_PRESENCE_BATCH]
+            reply = await self._batcher.call(self._presence, (keys.config, keys.seen), (now_ms, *batch))
+            if not int(reply[0]):
+                return None
+            waiting += int(reply[1])
+        return waiting
 
     async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
         reply = await self._batcher.call(self._progress, self.keys(event_id).common, ())
@@ -197,6 +245,8 @@ class RedisQueueStore:
             opens_at_ms=_int(reply[9]),
             paused=bool(reply[10]),
             observed_at_ms=now_ms,
+            target_rate_per_second=_float(reply[11]),
+            rate_reason=_reason(reply[12]),
         )
 
     async def put_config(self, config: WaitingRoomConfig) -> bool:
@@ -218,6 +268,10 @@ class RedisQueueStore:
             config.token_ttl_ms,
             "paused",
             int(config.paused),
+            "grace",
+            config.presence_grace_ms,
+            "safety",
+            int(config.safety_net),
         ]
         reply = await self._batcher.call(self._config_put, (self.keys(config.event_id).config,), args)
         return bool(reply)

@@ -1,7 +1,11 @@
 """The admitter: while this process leads, one admit script per event per
 tick. The cap on active shoppers holds inside the script whoever runs it;
 leadership only keeps a standby from doing the same work, and the epoch it
-carries lets the script refuse a deposed leader's writes."""
+carries lets the script refuse a deposed leader's writes.
+
+Each tick runs at a target rate the admitter adapts (``queue_svc.rate``)
+to the event's recent no-shows (from the counters each tick returns) and to
+booking's published health (read once per tick for all events)."""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 from queue_svc.config import QueueSettings
 from queue_svc.metrics import AdmitterMetrics
-from queue_svc.model import TickResult
-from queue_svc.ports import Leadership, QueueStore, WaitingRoomRepository
+from queue_svc.model import RateReason, TickResult, WaitingRoomConfig
+from queue_svc.ports import BookingHealthSource, Leadership, QueueStore, WaitingRoomRepository
+from queue_svc.rate import BookingHealth, NoShowWindow, RatePolicy, target_rate
 
 _log = logging.getLogger("queue_svc.jobs.admitter")
 
@@ -32,8 +37,17 @@ class Admitter:
         settings: QueueSettings,
         metrics: AdmitterMetrics,
         leadership: Leadership,
+        health: BookingHealthSource | None = None,
     ) -> None:
         self._store = store
+        self._health = health
+        self._policy = RatePolicy(slow_p99_ms=settings.booking_slow_p99_ms, error_ratio=settings.booking_error_ratio)
+        self._configs: dict[int, WaitingRoomConfig] = {}
+        self._no_shows: dict[int, NoShowWindow] = {}
+        # Per event: the rate and reason of the last tick, and the no-show
+        # total it reported (the counter metric grows by the difference).
+        self._targets: dict[int, tuple[float, RateReason]] = {}
+        self._no_shows_seen: dict[int, int] = {}
         self._rooms = rooms
         self._clock = clock
         self._settings = settings
@@ -69,6 +83,9 @@ class Admitter:
             for config in configs:
                 await self._store.put_config(config)
         self._event_ids = [config.event_id for config in configs]
+        self._configs = {config.event_id: config for config in configs}
+        for stale in set(self._no_shows) - set(self._configs):
+            del self._no_shows[stale]
         self._refreshed_at = time.monotonic()
 
     async def tick(self, epoch: int) -> list[TickResult]:
@@ -78,18 +95,44 @@ class Admitter:
                 await self.refresh()
             except BoxofficeError as err:
                 _log.warning("cannot refresh the waiting rooms", extra={"reason": err.reason})
+        health = await self._read_health() if self._event_ids else None
         results: list[TickResult] = []
         for event_id in self._event_ids:
-            result = await self.tick_event(event_id, epoch)
+            result = await self.tick_event(event_id, epoch, health=health)
             if result is not None:
                 results.append(result)
         return results
 
-    async def tick_event(self, event_id: int, epoch: int) -> TickResult | None:
+    async def _read_health(self) -> BookingHealth | None:
+        if self._health is None:
+            return None
+        with deadline.scope(max(self._settings.tick_seconds, 1.0)):
+            return await self._health.read(now_ms=int(self._clock.now() * 1000))
+
+    def target(self, event_id: int) -> tuple[float, RateReason]:
+        """The rate the next tick of the event runs at, and why."""
+        return self._targets.get(event_id, (0.0, RateReason.BASE))
+
+    def _adapt(self, event_id: int, result: TickResult, now_ms: int, health: BookingHealth | None) -> None:
+        """The target of the event's next tick, from this tick's counters."""
+        config = self._configs.get(event_id)
+        if config is None:
+            return
+        window = self._no_shows.get(event_id)
+        if window is None:
+            window = self._no_shows[event_id] = NoShowWindow(
+                int(self._settings.no_show_window_seconds * 1000), self._policy.min_resolved
+            )
+        ratio = window.observe(now_ms, result.no_shows_total, result.claimed_total)
+        self._targets[event_id] = target_rate(config, no_show_ratio=ratio, health=health, policy=self._policy)
+
+    async def tick_event(self, event_id: int, epoch: int, *, health: BookingHealth | None = None) -> TickResult | None:
         began = time.perf_counter()
+        rate, reason = self.target(event_id)
+        now_ms = int(self._clock.now() * 1000)
         try:
             with deadline.scope(max(self._settings.tick_seconds, 1.0)):
-                result = await self._store.admit(event_id, now_ms=int(self._clock.now() * 1000), epoch=epoch)
+                result = await self._store.admit(event_id, now_ms=now_ms, epoch=epoch, target_rate=rate, reason=reason)
         except BoxofficeError as err:
             if event_id not in self._failing:
                 _log.warning("admit tick failed", extra={"event_id": event_id, "reason": err.reason})
@@ -113,4 +156,17 @@ class Admitter:
             self._metrics.admitted.labels(label).inc(result.admitted)
         if result.expired:
             self._metrics.expired.labels(label).inc(result.expired)
+        if result.dropped:
+            self._metrics.dropped.labels(label).inc(result.dropped)
+        seen = self._no_shows_seen.get(event_id, result.no_shows_total)
+        if result.no_shows_total > seen:
+            self._metrics.no_shows.labels(label).inc(result.no_shows_total - seen)
+        self._no_shows_seen[event_id] = result.no_shows_total
+        config = self._configs.get(event_id)
+        self._metrics.target_rate.labels(label).set(
+            rate if rate > 0 or config is None else config.admission_rate_per_second
+        )
+        for each in RateReason:
+            self._metrics.rate_reason.labels(label, each.name).set(1 if each is reason else 0)
+        self._adapt(event_id, result, now_ms, health)
         return result

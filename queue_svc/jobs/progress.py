@@ -47,6 +47,9 @@ class EventFeed:
         self.event_id = event_id
         self.latest: Progress | None = None
         self.subscribers = 0
+        # The fans this process's position watchers follow (with their
+        # number of streams), reported as present every so often.
+        self.watching: dict[str, int] = {}
         self.closed = False
         self._moved: list[asyncio.Future[None]] = []
         self._changed = asyncio.Event()
@@ -120,6 +123,7 @@ class ProgressHub:
         interval_seconds: float,
         call_seconds: float,
         metrics: ServerMetrics,
+        presence_seconds: float = 30.0,
     ) -> None:
         self.name = "queue-progress-hub"
         self._store = store
@@ -127,6 +131,7 @@ class ProgressHub:
         self._drain = drain
         self._interval = interval_seconds
         self._call_seconds = call_seconds
+        self._presence_seconds = presence_seconds
         self._metrics = metrics
         self._feeds: dict[int, EventFeed] = {}
         self._drain_task: asyncio.Task[None] | None = None
@@ -154,9 +159,10 @@ class ProgressHub:
     def feeds(self) -> int:
         return len(self._feeds)
 
-    def join(self, event_id: int) -> EventFeed:
+    def join(self, event_id: int, *, watcher: str = "") -> EventFeed:
         """The event's feed, followed while anyone has joined it; every
-        ``join`` is paired with a ``leave``."""
+        ``join`` is paired with a ``leave`` (with the same ``watcher``: the
+        fan a position watch follows, reported present while it does)."""
         if self._drain.draining:
             raise draining()
         feed = self._feeds.get(event_id)
@@ -164,9 +170,17 @@ class ProgressHub:
             feed = self._feeds[event_id] = EventFeed(event_id)
             feed.task = asyncio.get_running_loop().create_task(self._follow(feed), name=f"progress:{event_id}")
         feed.subscribers += 1
+        if watcher:
+            feed.watching[watcher] = feed.watching.get(watcher, 0) + 1
         return feed
 
-    def leave(self, feed: EventFeed) -> None:
+    def leave(self, feed: EventFeed, *, watcher: str = "") -> None:
+        if watcher:
+            streams = feed.watching.get(watcher, 0) - 1
+            if streams > 0:
+                feed.watching[watcher] = streams
+            else:
+                feed.watching.pop(watcher, None)
         feed.subscribers -= 1
         if feed.subscribers == 0 and self._feeds.get(feed.event_id) is feed:
             del self._feeds[feed.event_id]
@@ -176,6 +190,8 @@ class ProgressHub:
     async def _follow(self, feed: EventFeed) -> None:
         loop = asyncio.get_running_loop()
         failing = False
+        # A watch starts with a read of the fan's place, which sees them.
+        presence_due = loop.time() + self._presence_seconds
         while not feed.closed:
             began = loop.time()
             try:
@@ -184,6 +200,12 @@ class ProgressHub:
                 self._metrics.progress_reads.inc()
                 if progress is not None:
                     feed.publish(progress)
+                if feed.watching and began >= presence_due:
+                    presence_due = began + self._presence_seconds
+                    with deadline.scope(self._call_seconds):
+                        await self._store.record_presence(
+                            feed.event_id, list(feed.watching), now_ms=int(self._clock.now() * 1000)
+                        )
                 failing = False
             except BoxofficeError as err:
                 if not failing:  # once per outage, not once per tick

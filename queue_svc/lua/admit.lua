@@ -1,26 +1,36 @@
 -- One admit tick of one event, atomically: refuse a deposed leader, drop
--- expired sessions and unclaimed admissions, then admit from the head of
--- the queue as many fans as both the free slots (max active - active) and
--- the admission rate allow, and record the progress. Because the cap is
--- read and applied inside this one script, two admitters can never exceed
--- it together.
+-- expired sessions, unclaimed admissions (no-shows) and dead waiters (not
+-- seen for the presence grace), then admit from the head of the queue as
+-- many fans as both the free slots (max active - active) and the admission
+-- rate allow, and record the progress. Because the cap is read and applied
+-- inside this one script, two admitters (and the joins' safety net) can
+-- never exceed it together.
+--
+-- The rate is the admitter's target (ARGV 5, adapted within the room's
+-- bounds; 0 = the configured rate), recorded with its reason for the
+-- progress stream and the safety net. Every removal is bounded per tick
+-- (ARGV 3) and costs in proportion to what it removes: the dead waiters are
+-- the head of the seen set (ordered by last-seen time), never a scan of the
+-- queue.
 --
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress
--- ARGV: 1 now (ms), 2 leader epoch, 3 most expirations per set and tick,
---       4 rate averaging window (ms)
+--       6 progress, 7 seen
+-- ARGV: 1 now (ms), 2 leader epoch, 3 most removals per set and tick,
+--       4 rate averaging window (ms), 5 target rate (per second, 0 = the
+--       configured one), 6 the target's reason (a proto enum number)
 -- Reply: {code, admitted, expired, active, queue_length, admitted_through,
---         admitted_total, highest_epoch}
+--         admitted_total, highest_epoch, dropped, no_shows_total,
+--         claimed_total}
 --   code 0 done, -1 unknown event, -5 stale epoch (nothing changed)
 local now = tonumber(ARGV[1])
 local epoch = tonumber(ARGV[2])
 local seen = tonumber(redis.call('HGET', KEYS[6], 'epoch') or '0')
 if epoch < seen then
-  return {-5, 0, 0, 0, 0, 0, 0, seen}
+  return {-5, 0, 0, 0, 0, 0, 0, seen, 0, 0, 0}
 end
-local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'rate', 'max', 'claim')
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'rate', 'max', 'claim', 'grace')
 if not cfg[1] then
-  return {-1, 0, 0, 0, 0, 0, 0, seen}
+  return {-1, 0, 0, 0, 0, 0, 0, seen, 0, 0, 0}
 end
 if epoch > seen then
   redis.call('HSET', KEYS[6], 'epoch', epoch)
@@ -28,24 +38,40 @@ if epoch > seen then
 end
 
 local CHUNK = 1000
-local function expire(key)
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[key], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local most = tonumber(ARGV[3])
+-- Removes the members of KEYS[key] scored below `upto` (at most `most`),
+-- from each set of `also` too, recording `outcome` for each.
+local function remove(key, upto, also, outcome)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[key], '-inf', upto, 'LIMIT', 0, most)
   for i = 1, #gone, CHUNK do
     local last = math.min(i + CHUNK - 1, #gone)
     redis.call('ZREM', KEYS[key], unpack(gone, i, last))
+    for _, other in ipairs(also) do
+      redis.call('ZREM', KEYS[other], unpack(gone, i, last))
+    end
     local outcomes = {}
     for j = i, last do
       outcomes[#outcomes + 1] = gone[j]
-      outcomes[#outcomes + 1] = 'E'
+      outcomes[#outcomes + 1] = outcome
     end
     redis.call('HSET', KEYS[5], unpack(outcomes))
   end
   return #gone
 end
-local expired = expire(3) + expire(4)
+local no_shows = remove(3, now, {}, 'E')
+local expired = no_shows + remove(4, now, {}, 'E')
+local no_shows_total = tonumber(redis.call('HGET', KEYS[6], 'noshow') or '0')
+if no_shows > 0 then
+  no_shows_total = redis.call('HINCRBY', KEYS[6], 'noshow', no_shows)
+end
+local dropped = 0
+local grace = tonumber(cfg[6] or '0')
+if grace > 0 then
+  dropped = remove(7, '(' .. (now - grace), {2}, 'D')
+end
 local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
 
-local prog = redis.call('HMGET', KEYS[6], 'last', 'carry', 'rate', 'through', 'admitted')
+local prog = redis.call('HMGET', KEYS[6], 'last', 'carry', 'rate', 'through', 'admitted', 'claimed')
 local last = tonumber(prog[1] or '0')
 local carry = tonumber(prog[2] or '0')
 local average = tonumber(prog[3] or '0')
@@ -55,13 +81,17 @@ local elapsed = 0
 if last > 0 and now > last then
   elapsed = now - last
 end
+local rate = tonumber(ARGV[5])
+if rate <= 0 then
+  rate = tonumber(cfg[3])
+end
 
 local admitted = 0
 if cfg[2] == '1' or now < tonumber(cfg[1]) then
   carry = 0 -- nothing is banked while closed or paused
 else
-  local rate = tonumber(cfg[3])
-  -- The allowance grows at the rate and holds at most one second's worth.
+  -- The allowance grows at the rate and holds at most one second's worth
+  -- (the carry may be below zero: what the safety net took ahead of time).
   local allowance = math.min(rate, carry + rate * elapsed / 1000)
   local n = math.min(tonumber(cfg[4]) - active, math.floor(allowance))
   if n > 0 then
@@ -70,18 +100,21 @@ else
       local claim_by = now + tonumber(cfg[5])
       for i = 1, #popped, 2 * CHUNK do
         local members = {}
+        local names = {}
         for j = i, math.min(i + 2 * CHUNK - 1, #popped), 2 do
           members[#members + 1] = claim_by
           members[#members + 1] = popped[j]
+          names[#names + 1] = popped[j]
         end
         redis.call('ZADD', KEYS[3], unpack(members))
+        redis.call('ZREM', KEYS[7], unpack(names))
       end
       admitted = #popped / 2
       through = math.max(through, tonumber(popped[#popped]))
       total = redis.call('HINCRBY', KEYS[6], 'admitted', admitted)
     end
   end
-  carry = math.max(0, allowance - admitted)
+  carry = allowance - admitted
 end
 
 -- Admissions per second, averaged exponentially over the window.
@@ -92,5 +125,7 @@ else
   average = average + admitted * 1000 / window
 end
 
-redis.call('HSET', KEYS[6], 'last', math.max(last, now), 'carry', carry, 'rate', average, 'through', through)
-return {0, admitted, expired, active + admitted, redis.call('ZCARD', KEYS[2]), through, total, seen}
+redis.call('HSET', KEYS[6], 'last', math.max(last, now), 'carry', carry, 'rate', average, 'through', through,
+           'target', rate, 'why', ARGV[6])
+return {0, admitted, expired, active + admitted, redis.call('ZCARD', KEYS[2]), through, total, seen, dropped,
+        no_shows_total, tonumber(prog[6] or '0')}

@@ -5,15 +5,17 @@
 --   leave  a waiting fan leaves the queue
 --   end    an admitted fan ends the session (completed or abandoned)
 -- An admission or session whose time is up is recorded as expired here,
--- as the next admit tick would do.
+-- as the next admit tick would do. Reading a waiting fan's place (look,
+-- claim) counts as seeing them (the seen set, see the admit script).
 --
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress
+--       6 progress, 7 seen
 -- ARGV: 1 customer, 2 now (ms), 3 op
 -- Reply: {state, score, ahead, expires_at, changed, opens_at, paused,
 --         token_ttl, rate (string), last_tick, admitted_total, pre_joined}
 --   state 1 waiting, 2 admitted, 3 expired, 4 left, 5 completed,
---   6 not in queue; -1 unknown event. changed is 1 when op did its change.
+--   6 not in queue, 7 dropped (not seen for the presence grace); -1
+--   unknown event. changed is 1 when op did its change.
 local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'session', 'ttl')
 if not cfg[1] then
   return {-1}
@@ -37,7 +39,11 @@ local score = redis.call('ZSCORE', KEYS[2], customer)
 if score then
   if op == 'leave' then
     finish(2, 'L')
+    redis.call('ZREM', KEYS[7], customer)
     return reply(4, 0, 0, 0, 1)
+  end
+  if op ~= 'end' then
+    redis.call('ZADD', KEYS[7], now, customer)
   end
   return reply(1, tonumber(score), redis.call('ZRANK', KEYS[2], customer), 0, 0)
 end
@@ -50,12 +56,16 @@ for key = 3, 4 do
     ends = tonumber(ends)
     if ends <= now then
       finish(key, 'E')
+      if key == 3 then
+        redis.call('HINCRBY', KEYS[6], 'noshow', 1)
+      end
       return reply(3, 0, 0, 0, 0)
     end
     if op == 'claim' and key == 3 then
       local session_ends = now + tonumber(cfg[3])
       redis.call('ZREM', KEYS[3], customer)
       redis.call('ZADD', KEYS[4], session_ends, customer)
+      redis.call('HINCRBY', KEYS[6], 'claimed', 1)
       return reply(2, 0, 0, session_ends, 1)
     end
     if op == 'end' then
@@ -67,5 +77,5 @@ for key = 3, 4 do
 end
 
 -- Not queued nor admitted: how the last visit ended, if it did.
-local ended = {E = 3, L = 4, C = 5}
+local ended = {E = 3, L = 4, C = 5, D = 7}
 return reply(ended[redis.call('HGET', KEYS[5], customer)] or 6, 0, 0, 0, 0)

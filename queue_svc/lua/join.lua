@@ -1,11 +1,22 @@
 -- JoinQueue in one round trip. Counts the call against the per-account and
 -- per-client limits of the current window; returns the existing place of a
--- fan who is queued or admitted; else queues the fan: before opening at a
--- uniformly random score of the pre-queue band (drawn by the caller), after
--- it at the back (the event's sequence above the band).
+-- fan who is queued or admitted (a queued fan is seen again: see the seen
+-- set); else queues the fan: before opening at a uniformly random score of
+-- the pre-queue band (drawn by the caller), after it at the back (the
+-- event's sequence above the band).
+--
+-- Safety net: when the room has it on, admission is open, nobody waits,
+-- a slot is free and the admission rate allows one more, a new arrival is
+-- admitted here at once (unclaimed, with its claim deadline) instead of
+-- at the next tick. The cap and the rate are read and applied inside this
+-- script, as in the admit script, so joins and admitters together never
+-- exceed either. The progress moves exactly as an admit tick moves it
+-- (admitted total, admitted-through score); the rate allowance is the one
+-- the admit script keeps (carry at the last tick, see admit.lua): what a
+-- join takes here the next tick does not hand out again.
 --
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress, 7 sequence, 8 this window's join counters
+--       6 progress, 7 seen, 8 sequence, 9 this window's join counters
 -- ARGV: 1 customer, 2 now (ms), 3 random pre-queue score, 4 client ('' = none),
 --       5 joins per account per window, 6 joins per client per window
 --       (0 = no limit), 7 window (ms), 8 pre-queue band
@@ -13,7 +24,7 @@
 --         rate (string), last_tick}
 --   code 1 waiting, 2 admitted; -1 unknown event, -2 not open yet,
 --   -3 account over its limit, -4 client over its limit
-local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused')
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate')
 if not cfg[1] then
   return {-1}
 end
@@ -33,16 +44,16 @@ if client == '' then
   client_limit = 0
 end
 if account_limit > 0 or client_limit > 0 then
-  local fresh = redis.call('EXISTS', KEYS[8]) == 0
+  local fresh = redis.call('EXISTS', KEYS[9]) == 0
   local over = 0
-  if account_limit > 0 and redis.call('HINCRBY', KEYS[8], 'a:' .. customer, 1) > account_limit then
+  if account_limit > 0 and redis.call('HINCRBY', KEYS[9], 'a:' .. customer, 1) > account_limit then
     over = -3
   end
-  if client_limit > 0 and redis.call('HINCRBY', KEYS[8], 'c:' .. client, 1) > client_limit and over == 0 then
+  if client_limit > 0 and redis.call('HINCRBY', KEYS[9], 'c:' .. client, 1) > client_limit and over == 0 then
     over = -4
   end
   if fresh then
-    redis.call('PEXPIRE', KEYS[8], 2 * tonumber(ARGV[7]))
+    redis.call('PEXPIRE', KEYS[9], 2 * tonumber(ARGV[7]))
   end
   if over ~= 0 then
     return {over, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
@@ -51,6 +62,7 @@ end
 
 local score = redis.call('ZSCORE', KEYS[2], customer)
 if score then
+  redis.call('ZADD', KEYS[7], now, customer)
   return {1, tonumber(score), redis.call('ZRANK', KEYS[2], customer), 0, opens, paused, admitted_total, rate, last_tick}
 end
 
@@ -63,6 +75,9 @@ for key = 3, 4 do
       return {2, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
     end
     redis.call('ZREM', KEYS[key], customer)
+    if key == 3 then
+      redis.call('HINCRBY', KEYS[6], 'noshow', 1)
+    end
   end
 end
 
@@ -70,15 +85,59 @@ if now < tonumber(cfg[2]) then
   return {-2, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
 end
 
--- Pre-queue until the opening, unless admission already began (the opening
--- was moved later): then arrivals go to the back like everyone else.
+-- Admitted at once (the safety net), when everything above allows it.
+local function admit_at_once()
+  if cfg[4] ~= '1' or paused == 1 or now < opens then
+    return false
+  end
+  if redis.call('ZCARD', KEYS[2]) > 0 then
+    return false
+  end
+  if redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) >= tonumber(cfg[5]) then
+    return false
+  end
+  local tick = redis.call('HMGET', KEYS[6], 'carry', 'target')
+  local per_second = tonumber(tick[2] or '0')
+  if per_second <= 0 then
+    per_second = tonumber(cfg[7])
+  end
+  -- The allowance the next tick would compute now (admit.lua), of which
+  -- this admission takes one; the carry left is what makes the next tick's
+  -- computation come out one lower.
+  local accrued = 0
+  if last_tick > 0 and now > last_tick then
+    accrued = per_second * (now - last_tick) / 1000
+  end
+  local allowance = math.min(per_second, tonumber(tick[1] or '0') + accrued)
+  if last_tick == 0 then
+    allowance = per_second -- no tick yet: one second's worth, as a first tick banks
+  end
+  if allowance < 1 then
+    return false
+  end
+  redis.call('HSET', KEYS[6], 'carry', allowance - 1 - accrued)
+  return true
+end
+
 if now < opens and admitted_total == 0 then
+  -- Pre-queue until the opening, unless admission already began (the
+  -- opening was moved later): then arrivals go to the back like everyone else.
   score = tonumber(ARGV[3])
   redis.call('HINCRBY', KEYS[6], 'pre', 1)
+elseif admit_at_once() then
+  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[8])
+  redis.call('ZADD', KEYS[3], now + tonumber(cfg[6]), customer)
+  redis.call('HDEL', KEYS[5], customer)
+  redis.call('HINCRBY', KEYS[6], 'joined', 1)
+  admitted_total = redis.call('HINCRBY', KEYS[6], 'admitted', 1)
+  local through = tonumber(redis.call('HGET', KEYS[6], 'through') or '0')
+  redis.call('HSET', KEYS[6], 'through', math.max(through, score))
+  return {2, score, 0, 1, opens, paused, admitted_total, rate, last_tick}
 else
-  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[7])
+  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[8])
 end
 redis.call('ZADD', KEYS[2], score, customer)
+redis.call('ZADD', KEYS[7], now, customer)
 redis.call('HDEL', KEYS[5], customer)
 redis.call('HINCRBY', KEYS[6], 'joined', 1)
 return {1, score, redis.call('ZRANK', KEYS[2], customer), 1, opens, paused, admitted_total, rate, last_tick}

@@ -254,9 +254,15 @@ async def test_the_deprecated_admin_rpcs_still_work_and_are_audited_as_queue_ser
 
 
 def test_the_admin_waiting_room_mirrors_event_queue_config_field_for_field() -> None:
+    """Fields 1 to 9 are shared; WaitingRoom's own settings come after."""
     ours = apb.WaitingRoom.DESCRIPTOR.fields_by_number
     theirs = pb.EventQueueConfig.DESCRIPTOR.fields_by_number
-    assert {n: (f.name, f.type) for n, f in ours.items()} == {n: (f.name, f.type) for n, f in theirs.items()}
+    shared = {n: (f.name, f.type) for n, f in ours.items() if n in theirs}
+    assert shared == {n: (f.name, f.type) for n, f in theirs.items()}
+    assert min(set(ours) - set(theirs)) > max(theirs)
+    assert {
+        v.number: v.name.removeprefix("WAITING_ROOM_RATE_REASON_") for v in apb.WaitingRoomRateReason.DESCRIPTOR.values
+    } == {v.number: v.name.removeprefix("ADMISSION_RATE_REASON_") for v in pb.AdmissionRateReason.DESCRIPTOR.values}
     assert {v.number: v.name.removeprefix("CUSTOMER_STATE_") for v in apb.CustomerState.DESCRIPTOR.values} == {
         v.number: v.name.removeprefix("QUEUE_STATE_") for v in pb.QueueState.DESCRIPTOR.values
     }

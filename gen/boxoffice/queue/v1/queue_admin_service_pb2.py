@@ -26,53 +26,55 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0gen/boxoffice/queue/v1/queue_admin_service.proto\x12\x12\x62oxoffice.queue.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x02\n\x0bWaitingRoom\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12,\n\x08opens_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x10pre_queue_window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x19\x61\x64mission_rate_per_second\x18\x04 \x01(\x05\x12\x1b\n\x13max_active_shoppers\x18\x05 \x01(\x05\x12\x31\n\x0esession_length\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\ttoken_ttl\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0b\x63laim_grace\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06paused\x18\t \x01(\x08\"\x92\x02\n\x10WaitingRoomStats\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12;\n\tadmission\x18\x02 \x01(\x0e\x32(.boxoffice.queue.v1.WaitingRoomAdmission\x12\x14\n\x0cqueue_length\x18\x03 \x01(\x03\x12\x17\n\x0f\x61\x63tive_shoppers\x18\x04 \x01(\x03\x12\x16\n\x0e\x61\x64mitted_total\x18\x05 \x01(\x03\x12\x14\n\x0cjoined_total\x18\x06 \x01(\x03\x12!\n\x19\x61\x64mission_rate_per_second\x18\x07 \x01(\x01\x12/\n\x0bobserved_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"K\n\x18\x43reateWaitingRoomRequest\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"L\n\x19\x43reateWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"K\n\x18UpdateWaitingRoomRequest\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"L\n\x19UpdateWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\")\n\x15GetWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"I\n\x16GetWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"*\n\x16OpenWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"J\n\x17OpenWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"+\n\x17PauseWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"K\n\x18PauseWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\",\n\x18ResumeWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"L\n\x19ResumeWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\".\n\x1aGetWaitingRoomStatsRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"\x83\x01\n\x1bGetWaitingRoomStatsResponse\x12\x33\n\x05stats\x18\x01 \x01(\x0b\x32$.boxoffice.queue.v1.WaitingRoomStats\x12/\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\">\n\x15RevokeCustomerRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63ustomer_id\x18\x02 \x01(\t\"\xbd\x01\n\x16RevokeCustomerResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63ustomer_id\x18\x02 \x01(\t\x12\x39\n\x0eprevious_state\x18\x03 \x01(\x0e\x32!.boxoffice.queue.v1.CustomerState\x12\x30\n\x05state\x18\x04 \x01(\x0e\x32!.boxoffice.queue.v1.CustomerState\x12\x0f\n\x07revoked\x18\x05 \x01(\x08*\xa8\x01\n\x14WaitingRoomAdmission\x12&\n\"WAITING_ROOM_ADMISSION_UNSPECIFIED\x10\x00\x12$\n WAITING_ROOM_ADMISSION_PRE_QUEUE\x10\x01\x12\x1f\n\x1bWAITING_ROOM_ADMISSION_OPEN\x10\x02\x12!\n\x1dWAITING_ROOM_ADMISSION_PAUSED\x10\x03*\xdc\x01\n\rCustomerState\x12\x1e\n\x1a\x43USTOMER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43USTOMER_STATE_WAITING\x10\x01\x12\x1b\n\x17\x43USTOMER_STATE_ADMITTED\x10\x02\x12\x1a\n\x16\x43USTOMER_STATE_EXPIRED\x10\x03\x12\x17\n\x13\x43USTOMER_STATE_LEFT\x10\x04\x12\x1c\n\x18\x43USTOMER_STATE_COMPLETED\x10\x05\x12\x1f\n\x1b\x43USTOMER_STATE_NOT_IN_QUEUE\x10\x06\x32\x8e\x07\n\x11QueueAdminService\x12p\n\x11\x43reateWaitingRoom\x12,.boxoffice.queue.v1.CreateWaitingRoomRequest\x1a-.boxoffice.queue.v1.CreateWaitingRoomResponse\x12p\n\x11UpdateWaitingRoom\x12,.boxoffice.queue.v1.UpdateWaitingRoomRequest\x1a-.boxoffice.queue.v1.UpdateWaitingRoomResponse\x12g\n\x0eGetWaitingRoom\x12).boxoffice.queue.v1.GetWaitingRoomRequest\x1a*.boxoffice.queue.v1.GetWaitingRoomResponse\x12j\n\x0fOpenWaitingRoom\x12*.boxoffice.queue.v1.OpenWaitingRoomRequest\x1a+.boxoffice.queue.v1.OpenWaitingRoomResponse\x12m\n\x10PauseWaitingRoom\x12+.boxoffice.queue.v1.PauseWaitingRoomRequest\x1a,.boxoffice.queue.v1.PauseWaitingRoomResponse\x12p\n\x11ResumeWaitingRoom\x12,.boxoffice.queue.v1.ResumeWaitingRoomRequest\x1a-.boxoffice.queue.v1.ResumeWaitingRoomResponse\x12v\n\x13GetWaitingRoomStats\x12..boxoffice.queue.v1.GetWaitingRoomStatsRequest\x1a/.boxoffice.queue.v1.GetWaitingRoomStatsResponse\x12g\n\x0eRevokeCustomer\x12).boxoffice.queue.v1.RevokeCustomerRequest\x1a*.boxoffice.queue.v1.RevokeCustomerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0gen/boxoffice/queue/v1/queue_admin_service.proto\x12\x12\x62oxoffice.queue.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x03\n\x0bWaitingRoom\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12,\n\x08opens_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x10pre_queue_window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x19\x61\x64mission_rate_per_second\x18\x04 \x01(\x05\x12\x1b\n\x13max_active_shoppers\x18\x05 \x01(\x05\x12\x31\n\x0esession_length\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\ttoken_ttl\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0b\x63laim_grace\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06paused\x18\t \x01(\x08\x12\x31\n\x0epresence_grace\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nsafety_net\x18\x0b \x01(\x08\x12%\n\x1d\x61\x64mission_rate_min_per_second\x18\x0c \x01(\x05\x12%\n\x1d\x61\x64mission_rate_max_per_second\x18\r \x01(\x05\"\xfc\x02\n\x10WaitingRoomStats\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12;\n\tadmission\x18\x02 \x01(\x0e\x32(.boxoffice.queue.v1.WaitingRoomAdmission\x12\x14\n\x0cqueue_length\x18\x03 \x01(\x03\x12\x17\n\x0f\x61\x63tive_shoppers\x18\x04 \x01(\x03\x12\x16\n\x0e\x61\x64mitted_total\x18\x05 \x01(\x03\x12\x14\n\x0cjoined_total\x18\x06 \x01(\x03\x12!\n\x19\x61\x64mission_rate_per_second\x18\x07 \x01(\x01\x12/\n\x0bobserved_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n target_admission_rate_per_second\x18\t \x01(\x01\x12>\n\x0brate_reason\x18\n \x01(\x0e\x32).boxoffice.queue.v1.WaitingRoomRateReason\"K\n\x18\x43reateWaitingRoomRequest\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"L\n\x19\x43reateWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"K\n\x18UpdateWaitingRoomRequest\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"L\n\x19UpdateWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\")\n\x15GetWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"I\n\x16GetWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"*\n\x16OpenWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"J\n\x17OpenWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\"+\n\x17PauseWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"K\n\x18PauseWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\",\n\x18ResumeWaitingRoomRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"L\n\x19ResumeWaitingRoomResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\".\n\x1aGetWaitingRoomStatsRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\"\x83\x01\n\x1bGetWaitingRoomStatsResponse\x12\x33\n\x05stats\x18\x01 \x01(\x0b\x32$.boxoffice.queue.v1.WaitingRoomStats\x12/\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1f.boxoffice.queue.v1.WaitingRoom\">\n\x15RevokeCustomerRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63ustomer_id\x18\x02 \x01(\t\"\xbd\x01\n\x16RevokeCustomerResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63ustomer_id\x18\x02 \x01(\t\x12\x39\n\x0eprevious_state\x18\x03 \x01(\x0e\x32!.boxoffice.queue.v1.CustomerState\x12\x30\n\x05state\x18\x04 \x01(\x0e\x32!.boxoffice.queue.v1.CustomerState\x12\x0f\n\x07revoked\x18\x05 \x01(\x08*\x95\x02\n\x15WaitingRoomRateReason\x12(\n$WAITING_ROOM_RATE_REASON_UNSPECIFIED\x10\x00\x12!\n\x1dWAITING_ROOM_RATE_REASON_BASE\x10\x01\x12\x31\n-WAITING_ROOM_RATE_REASON_NO_SHOW_COMPENSATION\x10\x02\x12)\n%WAITING_ROOM_RATE_REASON_BOOKING_SLOW\x10\x03\x12+\n\'WAITING_ROOM_RATE_REASON_BOOKING_ERRORS\x10\x04\x12$\n WAITING_ROOM_RATE_REASON_BOUNDED\x10\x05*\xa8\x01\n\x14WaitingRoomAdmission\x12&\n\"WAITING_ROOM_ADMISSION_UNSPECIFIED\x10\x00\x12$\n WAITING_ROOM_ADMISSION_PRE_QUEUE\x10\x01\x12\x1f\n\x1bWAITING_ROOM_ADMISSION_OPEN\x10\x02\x12!\n\x1dWAITING_ROOM_ADMISSION_PAUSED\x10\x03*\xf8\x01\n\rCustomerState\x12\x1e\n\x1a\x43USTOMER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43USTOMER_STATE_WAITING\x10\x01\x12\x1b\n\x17\x43USTOMER_STATE_ADMITTED\x10\x02\x12\x1a\n\x16\x43USTOMER_STATE_EXPIRED\x10\x03\x12\x17\n\x13\x43USTOMER_STATE_LEFT\x10\x04\x12\x1c\n\x18\x43USTOMER_STATE_COMPLETED\x10\x05\x12\x1f\n\x1b\x43USTOMER_STATE_NOT_IN_QUEUE\x10\x06\x12\x1a\n\x16\x43USTOMER_STATE_DROPPED\x10\x07\x32\x8e\x07\n\x11QueueAdminService\x12p\n\x11\x43reateWaitingRoom\x12,.boxoffice.queue.v1.CreateWaitingRoomRequest\x1a-.boxoffice.queue.v1.CreateWaitingRoomResponse\x12p\n\x11UpdateWaitingRoom\x12,.boxoffice.queue.v1.UpdateWaitingRoomRequest\x1a-.boxoffice.queue.v1.UpdateWaitingRoomResponse\x12g\n\x0eGetWaitingRoom\x12).boxoffice.queue.v1.GetWaitingRoomRequest\x1a*.boxoffice.queue.v1.GetWaitingRoomResponse\x12j\n\x0fOpenWaitingRoom\x12*.boxoffice.queue.v1.OpenWaitingRoomRequest\x1a+.boxoffice.queue.v1.OpenWaitingRoomResponse\x12m\n\x10PauseWaitingRoom\x12+.boxoffice.queue.v1.PauseWaitingRoomRequest\x1a,.boxoffice.queue.v1.PauseWaitingRoomResponse\x12p\n\x11ResumeWaitingRoom\x12,.boxoffice.queue.v1.ResumeWaitingRoomRequest\x1a-.boxoffice.queue.v1.ResumeWaitingRoomResponse\x12v\n\x13GetWaitingRoomStats\x12..boxoffice.queue.v1.GetWaitingRoomStatsRequest\x1a/.boxoffice.queue.v1.GetWaitingRoomStatsResponse\x12g\n\x0eRevokeCustomer\x12).boxoffice.queue.v1.RevokeCustomerRequest\x1a*.boxoffice.queue.v1.RevokeCustomerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gen.boxoffice.queue.v1.queue_admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WAITINGROOMADMISSION']._serialized_start=2005
-  _globals['_WAITINGROOMADMISSION']._serialized_end=2173
-  _globals['_CUSTOMERSTATE']._serialized_start=2176
-  _globals['_CUSTOMERSTATE']._serialized_end=2396
+  _globals['_WAITINGROOMRATEREASON']._serialized_start=2260
+  _globals['_WAITINGROOMRATEREASON']._serialized_end=2537
+  _globals['_WAITINGROOMADMISSION']._serialized_start=2540
+  _globals['_WAITINGROOMADMISSION']._serialized_end=2708
+  _globals['_CUSTOMERSTATE']._serialized_start=2711
+  _globals['_CUSTOMERSTATE']._serialized_end=2959
   _globals['_WAITINGROOM']._serialized_start=138
-  _globals['_WAITINGROOM']._serialized_end=493
-  _globals['_WAITINGROOMSTATS']._serialized_start=496
-  _globals['_WAITINGROOMSTATS']._serialized_end=770
-  _globals['_CREATEWAITINGROOMREQUEST']._serialized_start=772
-  _globals['_CREATEWAITINGROOMREQUEST']._serialized_end=847
-  _globals['_CREATEWAITINGROOMRESPONSE']._serialized_start=849
-  _globals['_CREATEWAITINGROOMRESPONSE']._serialized_end=925
-  _globals['_UPDATEWAITINGROOMREQUEST']._serialized_start=927
-  _globals['_UPDATEWAITINGROOMREQUEST']._serialized_end=1002
-  _globals['_UPDATEWAITINGROOMRESPONSE']._serialized_start=1004
-  _globals['_UPDATEWAITINGROOMRESPONSE']._serialized_end=1080
-  _globals['_GETWAITINGROOMREQUEST']._serialized_start=1082
-  _globals['_GETWAITINGROOMREQUEST']._serialized_end=1123
-  _globals['_GETWAITINGROOMRESPONSE']._serialized_start=1125
-  _globals['_GETWAITINGROOMRESPONSE']._serialized_end=1198
-  _globals['_OPENWAITINGROOMREQUEST']._serialized_start=1200
-  _globals['_OPENWAITINGROOMREQUEST']._serialized_end=1242
-  _globals['_OPENWAITINGROOMRESPONSE']._serialized_start=1244
-  _globals['_OPENWAITINGROOMRESPONSE']._serialized_end=1318
-  _globals['_PAUSEWAITINGROOMREQUEST']._serialized_start=1320
-  _globals['_PAUSEWAITINGROOMREQUEST']._serialized_end=1363
-  _globals['_PAUSEWAITINGROOMRESPONSE']._serialized_start=1365
-  _globals['_PAUSEWAITINGROOMRESPONSE']._serialized_end=1440
-  _globals['_RESUMEWAITINGROOMREQUEST']._serialized_start=1442
-  _globals['_RESUMEWAITINGROOMREQUEST']._serialized_end=1486
-  _globals['_RESUMEWAITINGROOMRESPONSE']._serialized_start=1488
-  _globals['_RESUMEWAITINGROOMRESPONSE']._serialized_end=1564
-  _globals['_GETWAITINGROOMSTATSREQUEST']._serialized_start=1566
-  _globals['_GETWAITINGROOMSTATSREQUEST']._serialized_end=1612
-  _globals['_GETWAITINGROOMSTATSRESPONSE']._serialized_start=1615
-  _globals['_GETWAITINGROOMSTATSRESPONSE']._serialized_end=1746
-  _globals['_REVOKECUSTOMERREQUEST']._serialized_start=1748
-  _globals['_REVOKECUSTOMERREQUEST']._serialized_end=1810
-  _globals['_REVOKECUSTOMERRESPONSE']._serialized_start=1813
-  _globals['_REVOKECUSTOMERRESPONSE']._serialized_end=2002
-  _globals['_QUEUEADMINSERVICE']._serialized_start=2399
-  _globals['_QUEUEADMINSERVICE']._serialized_end=3309
+  _globals['_WAITINGROOM']._serialized_end=642
+  _globals['_WAITINGROOMSTATS']._serialized_start=645
+  _globals['_WAITINGROOMSTATS']._serialized_end=1025
+  _globals['_CREATEWAITINGROOMREQUEST']._serialized_start=1027
+  _globals['_CREATEWAITINGROOMREQUEST']._serialized_end=1102
+  _globals['_CREATEWAITINGROOMRESPONSE']._serialized_start=1104
+  _globals['_CREATEWAITINGROOMRESPONSE']._serialized_end=1180
+  _globals['_UPDATEWAITINGROOMREQUEST']._serialized_start=1182
+  _globals['_UPDATEWAITINGROOMREQUEST']._serialized_end=1257
+  _globals['_UPDATEWAITINGROOMRESPONSE']._serialized_start=1259
+  _globals['_UPDATEWAITINGROOMRESPONSE']._serialized_end=1335
+  _globals['_GETWAITINGROOMREQUEST']._serialized_start=1337
+  _globals['_GETWAITINGROOMREQUEST']._serialized_end=1378
+  _globals['_GETWAITINGROOMRESPONSE']._serialized_start=1380
+  _globals['_GETWAITINGROOMRESPONSE']._serialized_end=1453
+  _globals['_OPENWAITINGROOMREQUEST']._serialized_start=1455
+  _globals['_OPENWAITINGROOMREQUEST']._serialized_end=1497
+  _globals['_OPENWAITINGROOMRESPONSE']._serialized_start=1499
+  _globals['_OPENWAITINGROOMRESPONSE']._serialized_end=1573
+  _globals['_PAUSEWAITINGROOMREQUEST']._serialized_start=1575
+  _globals['_PAUSEWAITINGROOMREQUEST']._serialized_end=1618
+  _globals['_PAUSEWAITINGROOMRESPONSE']._serialized_start=1620
+  _globals['_PAUSEWAITINGROOMRESPONSE']._serialized_end=1695
+  _globals['_RESUMEWAITINGROOMREQUEST']._serialized_start=1697
+  _globals['_RESUMEWAITINGROOMREQUEST']._serialized_end=1741
+  _globals['_RESUMEWAITINGROOMRESPONSE']._serialized_start=1743
+  _globals['_RESUMEWAITINGROOMRESPONSE']._serialized_end=1819
+  _globals['_GETWAITINGROOMSTATSREQUEST']._serialized_start=1821
+  _globals['_GETWAITINGROOMSTATSREQUEST']._serialized_end=1867
+  _globals['_GETWAITINGROOMSTATSRESPONSE']._serialized_start=1870
+  _globals['_GETWAITINGROOMSTATSRESPONSE']._serialized_end=2001
+  _globals['_REVOKECUSTOMERREQUEST']._serialized_start=2003
+  _globals['_REVOKECUSTOMERREQUEST']._serialized_end=2065
+  _globals['_REVOKECUSTOMERRESPONSE']._serialized_start=2068
+  _globals['_REVOKECUSTOMERRESPONSE']._serialized_end=2257
+  _globals['_QUEUEADMINSERVICE']._serialized_start=2962
+  _globals['_QUEUEADMINSERVICE']._serialized_end=3872
 # @@protoc_insertion_point(module_scope)

@@ -19,6 +19,44 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _WaitingRoomRateReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WaitingRoomRateReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WaitingRoomRateReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WAITING_ROOM_RATE_REASON_UNSPECIFIED: _WaitingRoomRateReason.ValueType  # 0
+    """Unknown; never sent by the server."""
+    WAITING_ROOM_RATE_REASON_BASE: _WaitingRoomRateReason.ValueType  # 1
+    """The configured rate: nothing to adapt to."""
+    WAITING_ROOM_RATE_REASON_NO_SHOW_COMPENSATION: _WaitingRoomRateReason.ValueType  # 2
+    """Raised: recently admitted fans did not claim their admission in time."""
+    WAITING_ROOM_RATE_REASON_BOOKING_SLOW: _WaitingRoomRateReason.ValueType  # 3
+    """Lowered: booking's hold latency is over its threshold."""
+    WAITING_ROOM_RATE_REASON_BOOKING_ERRORS: _WaitingRoomRateReason.ValueType  # 4
+    """Lowered: booking's hold error ratio is over its threshold."""
+    WAITING_ROOM_RATE_REASON_BOUNDED: _WaitingRoomRateReason.ValueType  # 5
+    """Adapted as far as the waiting room's least or most rate allows."""
+
+class WaitingRoomRateReason(_WaitingRoomRateReason, metaclass=_WaitingRoomRateReasonEnumTypeWrapper):
+    """WaitingRoomRateReason says why the admitter admits at its current target
+    rate; the values are those of QueueService's AdmissionRateReason.
+    """
+
+WAITING_ROOM_RATE_REASON_UNSPECIFIED: WaitingRoomRateReason.ValueType  # 0
+"""Unknown; never sent by the server."""
+WAITING_ROOM_RATE_REASON_BASE: WaitingRoomRateReason.ValueType  # 1
+"""The configured rate: nothing to adapt to."""
+WAITING_ROOM_RATE_REASON_NO_SHOW_COMPENSATION: WaitingRoomRateReason.ValueType  # 2
+"""Raised: recently admitted fans did not claim their admission in time."""
+WAITING_ROOM_RATE_REASON_BOOKING_SLOW: WaitingRoomRateReason.ValueType  # 3
+"""Lowered: booking's hold latency is over its threshold."""
+WAITING_ROOM_RATE_REASON_BOOKING_ERRORS: WaitingRoomRateReason.ValueType  # 4
+"""Lowered: booking's hold error ratio is over its threshold."""
+WAITING_ROOM_RATE_REASON_BOUNDED: WaitingRoomRateReason.ValueType  # 5
+"""Adapted as far as the waiting room's least or most rate allows."""
+Global___WaitingRoomRateReason: _TypeAlias = WaitingRoomRateReason  # noqa: Y015
+
 class _WaitingRoomAdmission:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -67,6 +105,10 @@ class _CustomerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Custome
     """The customer's shopping session ended (or was revoked)."""
     CUSTOMER_STATE_NOT_IN_QUEUE: _CustomerState.ValueType  # 6
     """The customer is not in this event's queue."""
+    CUSTOMER_STATE_DROPPED: _CustomerState.ValueType  # 7
+    """The customer was waiting but not seen for the presence grace, and
+    dropped out of the queue.
+    """
 
 class CustomerState(_CustomerState, metaclass=_CustomerStateEnumTypeWrapper):
     """CustomerState is where a customer stands in an event's waiting room; the
@@ -87,12 +129,18 @@ CUSTOMER_STATE_COMPLETED: CustomerState.ValueType  # 5
 """The customer's shopping session ended (or was revoked)."""
 CUSTOMER_STATE_NOT_IN_QUEUE: CustomerState.ValueType  # 6
 """The customer is not in this event's queue."""
+CUSTOMER_STATE_DROPPED: CustomerState.ValueType  # 7
+"""The customer was waiting but not seen for the presence grace, and
+dropped out of the queue.
+"""
 Global___CustomerState: _TypeAlias = CustomerState  # noqa: Y015
 
 @_typing.final
 class WaitingRoom(_message.Message):
     """WaitingRoom is the configuration of one event's waiting room. Its fields
-    are those of QueueService's EventQueueConfig, with the same numbers.
+    1 to 9 are those of QueueService's EventQueueConfig, with the same
+    numbers; the settings from 10 on are this message's alone (the deprecated
+    UpdateEventQueue keeps their stored values).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -106,6 +154,10 @@ class WaitingRoom(_message.Message):
     TOKEN_TTL_FIELD_NUMBER: _builtins.int
     CLAIM_GRACE_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
+    PRESENCE_GRACE_FIELD_NUMBER: _builtins.int
+    SAFETY_NET_FIELD_NUMBER: _builtins.int
+    ADMISSION_RATE_MIN_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ADMISSION_RATE_MAX_PER_SECOND_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event this waiting room guards; positive."""
     admission_rate_per_second: _builtins.int
@@ -118,6 +170,21 @@ class WaitingRoom(_message.Message):
     """
     paused: _builtins.bool
     """Whether admission is paused."""
+    safety_net: _builtins.bool
+    """Safety-net mode: while admission is open, nobody waits and a slot is
+    free, a joining fan is admitted at once instead of at the next admit
+    tick (still within the admission rate and the cap on active shoppers).
+    """
+    admission_rate_min_per_second: _builtins.int
+    """The least admissions per second the admitter may lower the rate to when
+    booking is slow or failing; 1 to admission_rate_per_second, 0 for
+    admission_rate_per_second itself (never lower).
+    """
+    admission_rate_max_per_second: _builtins.int
+    """The most admissions per second the admitter may raise the rate to when
+    admitted fans do not show up; admission_rate_per_second to 100,000, 0 for
+    admission_rate_per_second itself (never higher).
+    """
     @_builtins.property
     def opens_at(self) -> _timestamp_pb2.Timestamp:
         """When the on-sale opens; required. Arrivals before it are shuffled uniformly."""
@@ -146,6 +213,13 @@ class WaitingRoom(_message.Message):
         freed; 5 s to 1 h, 2 minutes when unset.
         """
 
+    @_builtins.property
+    def presence_grace(self) -> _duration_pb2.Duration:
+        """How long a waiting fan (pre-queue included) may go unseen before they
+        drop out of the queue (see QueueService.RecordPresence); 1 minute to
+        24 h, 5 minutes when unset.
+        """
+
     def __init__(
         self,
         *,
@@ -158,10 +232,14 @@ class WaitingRoom(_message.Message):
         token_ttl: _duration_pb2.Duration | None = ...,
         claim_grace: _duration_pb2.Duration | None = ...,
         paused: _builtins.bool = ...,
+        presence_grace: _duration_pb2.Duration | None = ...,
+        safety_net: _builtins.bool = ...,
+        admission_rate_min_per_second: _builtins.int = ...,
+        admission_rate_max_per_second: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["claim_grace", b"claim_grace", "opens_at", b"opens_at", "pre_queue_window", b"pre_queue_window", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["claim_grace", b"claim_grace", "opens_at", b"opens_at", "pre_queue_window", b"pre_queue_window", "presence_grace", b"presence_grace", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_rate_per_second", b"admission_rate_per_second", "claim_grace", b"claim_grace", "event_id", b"event_id", "max_active_shoppers", b"max_active_shoppers", "opens_at", b"opens_at", "paused", b"paused", "pre_queue_window", b"pre_queue_window", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_rate_max_per_second", b"admission_rate_max_per_second", "admission_rate_min_per_second", b"admission_rate_min_per_second", "admission_rate_per_second", b"admission_rate_per_second", "claim_grace", b"claim_grace", "event_id", b"event_id", "max_active_shoppers", b"max_active_shoppers", "opens_at", b"opens_at", "paused", b"paused", "pre_queue_window", b"pre_queue_window", "presence_grace", b"presence_grace", "safety_net", b"safety_net", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -181,6 +259,8 @@ class WaitingRoomStats(_message.Message):
     JOINED_TOTAL_FIELD_NUMBER: _builtins.int
     ADMISSION_RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
     OBSERVED_AT_FIELD_NUMBER: _builtins.int
+    TARGET_ADMISSION_RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
+    RATE_REASON_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event."""
     admission: Global___WaitingRoomAdmission.ValueType
@@ -195,6 +275,10 @@ class WaitingRoomStats(_message.Message):
     """Total fans who ever joined."""
     admission_rate_per_second: _builtins.float
     """Measured admissions per second over the recent window."""
+    target_admission_rate_per_second: _builtins.float
+    """The admissions per second the admitter targets now."""
+    rate_reason: Global___WaitingRoomRateReason.ValueType
+    """Why the admitter targets that rate."""
     @_builtins.property
     def observed_at(self) -> _timestamp_pb2.Timestamp:
         """When these figures were read."""
@@ -210,10 +294,12 @@ class WaitingRoomStats(_message.Message):
         joined_total: _builtins.int = ...,
         admission_rate_per_second: _builtins.float = ...,
         observed_at: _timestamp_pb2.Timestamp | None = ...,
+        target_admission_rate_per_second: _builtins.float = ...,
+        rate_reason: Global___WaitingRoomRateReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission", b"admission", "admission_rate_per_second", b"admission_rate_per_second", "admitted_total", b"admitted_total", "event_id", b"event_id", "joined_total", b"joined_total", "observed_at", b"observed_at", "queue_length", b"queue_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission", b"admission", "admission_rate_per_second", b"admission_rate_per_second", "admitted_total", b"admitted_total", "event_id", b"event_id", "joined_total", b"joined_total", "observed_at", b"observed_at", "queue_length", b"queue_length", "rate_reason", b"rate_reason", "target_admission_rate_per_second", b"target_admission_rate_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

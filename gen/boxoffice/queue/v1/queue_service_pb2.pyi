@@ -3,10 +3,12 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -39,6 +41,12 @@ class _QueueStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_QueueState
     """The customer ended their shopping session (purchase completed or abandoned)."""
     QUEUE_STATE_NOT_IN_QUEUE: _QueueState.ValueType  # 6
     """The customer is not in this event's queue."""
+    QUEUE_STATE_DROPPED: _QueueState.ValueType  # 7
+    """The customer was waiting but was not seen for the waiting room's
+    presence grace (see RecordPresence), and dropped out of the queue.
+    Joining again queues them at the back (before opening: at a new random
+    place of the pre-queue).
+    """
 
 class QueueState(_QueueState, metaclass=_QueueStateEnumTypeWrapper):
     """QueueState is where a customer stands in an event's waiting room."""
@@ -57,7 +65,51 @@ QUEUE_STATE_COMPLETED: QueueState.ValueType  # 5
 """The customer ended their shopping session (purchase completed or abandoned)."""
 QUEUE_STATE_NOT_IN_QUEUE: QueueState.ValueType  # 6
 """The customer is not in this event's queue."""
+QUEUE_STATE_DROPPED: QueueState.ValueType  # 7
+"""The customer was waiting but was not seen for the waiting room's
+presence grace (see RecordPresence), and dropped out of the queue.
+Joining again queues them at the back (before opening: at a new random
+place of the pre-queue).
+"""
 Global___QueueState: _TypeAlias = QueueState  # noqa: Y015
+
+class _AdmissionRateReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AdmissionRateReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AdmissionRateReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ADMISSION_RATE_REASON_UNSPECIFIED: _AdmissionRateReason.ValueType  # 0
+    """Unknown; never sent by the server."""
+    ADMISSION_RATE_REASON_BASE: _AdmissionRateReason.ValueType  # 1
+    """The configured rate (admission_rate_per_second): nothing to adapt to."""
+    ADMISSION_RATE_REASON_NO_SHOW_COMPENSATION: _AdmissionRateReason.ValueType  # 2
+    """Raised: recently admitted fans did not claim their admission in time."""
+    ADMISSION_RATE_REASON_BOOKING_SLOW: _AdmissionRateReason.ValueType  # 3
+    """Lowered: booking's hold latency is over its threshold."""
+    ADMISSION_RATE_REASON_BOOKING_ERRORS: _AdmissionRateReason.ValueType  # 4
+    """Lowered: booking's hold error ratio is over its threshold."""
+    ADMISSION_RATE_REASON_BOUNDED: _AdmissionRateReason.ValueType  # 5
+    """Adapted as far as the waiting room's least or most rate allows."""
+
+class AdmissionRateReason(_AdmissionRateReason, metaclass=_AdmissionRateReasonEnumTypeWrapper):
+    """AdmissionRateReason says why the admitter admits at its current target
+    rate, within the waiting room's bounds.
+    """
+
+ADMISSION_RATE_REASON_UNSPECIFIED: AdmissionRateReason.ValueType  # 0
+"""Unknown; never sent by the server."""
+ADMISSION_RATE_REASON_BASE: AdmissionRateReason.ValueType  # 1
+"""The configured rate (admission_rate_per_second): nothing to adapt to."""
+ADMISSION_RATE_REASON_NO_SHOW_COMPENSATION: AdmissionRateReason.ValueType  # 2
+"""Raised: recently admitted fans did not claim their admission in time."""
+ADMISSION_RATE_REASON_BOOKING_SLOW: AdmissionRateReason.ValueType  # 3
+"""Lowered: booking's hold latency is over its threshold."""
+ADMISSION_RATE_REASON_BOOKING_ERRORS: AdmissionRateReason.ValueType  # 4
+"""Lowered: booking's hold error ratio is over its threshold."""
+ADMISSION_RATE_REASON_BOUNDED: AdmissionRateReason.ValueType  # 5
+"""Adapted as far as the waiting room's least or most rate allows."""
+Global___AdmissionRateReason: _TypeAlias = AdmissionRateReason  # noqa: Y015
 
 class _AdmissionState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -462,6 +514,8 @@ class AdmissionProgress(_message.Message):
     ADMISSION_STATE_FIELD_NUMBER: _builtins.int
     OBSERVED_AT_FIELD_NUMBER: _builtins.int
     PRE_QUEUE_JOINED_FIELD_NUMBER: _builtins.int
+    TARGET_ADMISSION_RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ADMISSION_RATE_REASON_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event."""
     admitted_through_score: _builtins.int
@@ -482,6 +536,14 @@ class AdmissionProgress(_message.Message):
     it later from this progress alone: fans admitted since were ahead, and a
     pre-queue arrival since lands ahead with probability score / 2^50.
     """
+    target_admission_rate_per_second: _builtins.float
+    """The admissions per second the admitter targets now (the configured rate,
+    adapted within the waiting room's bounds); admission_rate_per_second is
+    what it measurably achieved. The cap on active shoppers applies whatever
+    the target.
+    """
+    admission_rate_reason: Global___AdmissionRateReason.ValueType
+    """Why the admitter targets that rate."""
     @_builtins.property
     def observed_at(self) -> _timestamp_pb2.Timestamp:
         """When this snapshot was taken."""
@@ -498,10 +560,12 @@ class AdmissionProgress(_message.Message):
         admission_state: Global___AdmissionState.ValueType = ...,
         observed_at: _timestamp_pb2.Timestamp | None = ...,
         pre_queue_joined: _builtins.int = ...,
+        target_admission_rate_per_second: _builtins.float = ...,
+        admission_rate_reason: Global___AdmissionRateReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_rate_reason", b"admission_rate_reason", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length", "target_admission_rate_per_second", b"target_admission_rate_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -640,6 +704,76 @@ class EndShoppingSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EndShoppingSessionResponse: _TypeAlias = EndShoppingSessionResponse  # noqa: Y015
+
+@_typing.final
+class RecordPresenceRequest(_message.Message):
+    """RecordPresenceRequest reports waiting fans of one event as present now.
+
+    The contract: a waiting fan (pre-queue included) who is not seen for the
+    waiting room's presence_grace (5 minutes unless configured) drops out of
+    the queue (state DROPPED) at the next admit tick. A fan is seen when they
+    join (or join again), when their place is read with GetQueuePosition,
+    while they watch WatchQueuePosition (the queue service reports its own
+    watchers), and when named in a RecordPresence call. The edge, which
+    answers fans' polls and Server-Sent Events itself, names every fan it
+    served for the event (a poll, an open SSE stream) at least once per
+    presence_grace / 3 - reporting every 30 to 60 seconds is right for the
+    default - batching the fans of one event into calls of up to 1,000 ids.
+    A repeated id costs nothing more; an id of a fan who is not waiting
+    (admitted, left, dropped, unknown) is ignored, so a report never brings a
+    fan back or queues anyone. A fan already dropped must join again.
+    Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room,
+    INVALID_ARGUMENT for more than 1,000 ids or an id that is empty or over
+    128 characters (metadata "field" is customer_ids).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    CUSTOMER_IDS_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    @_builtins.property
+    def customer_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The fans seen, 0 to 1,000 customer ids of 1 to 128 characters."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        customer_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_ids", b"customer_ids", "event_id", b"event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordPresenceRequest: _TypeAlias = RecordPresenceRequest  # noqa: Y015
+
+@_typing.final
+class RecordPresenceResponse(_message.Message):
+    """RecordPresenceResponse says how many of the reported fans wait."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAITING_FIELD_NUMBER: _builtins.int
+    waiting: _builtins.int
+    """How many of the ids name a fan waiting in the queue (each repeat
+    counted); the others were ignored.
+    """
+    def __init__(
+        self,
+        *,
+        waiting: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordPresenceResponse: _TypeAlias = RecordPresenceResponse  # noqa: Y015
 
 @_typing.final
 class CreateEventQueueRequest(_message.Message):

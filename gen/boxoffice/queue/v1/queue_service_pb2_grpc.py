@@ -67,6 +67,11 @@ class QueueServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.EndShoppingSessionRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.EndShoppingSessionResponse.FromString,
                 _registered_method=True)
+        self.RecordPresence = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueService/RecordPresence',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RecordPresenceRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RecordPresenceResponse.FromString,
+                _registered_method=True)
         self.CreateEventQueue = channel.unary_unary(
                 '/boxoffice.queue.v1.QueueService/CreateEventQueue',
                 request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.CreateEventQueueRequest.SerializeToString,
@@ -180,6 +185,17 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordPresence(self, request, context):
+        """RecordPresence tells the waiting room which of an event's waiting fans
+        are still there, so that those who left without a word (a closed tab)
+        drop out of the queue instead of wasting an admission. Only the edge
+        calls it, for many fans at once; see RecordPresenceRequest for the
+        contract.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateEventQueue(self, request, context):
         """CreateEventQueue creates the waiting room of an event.
         """
@@ -255,6 +271,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.EndShoppingSession,
                     request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.EndShoppingSessionRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.EndShoppingSessionResponse.SerializeToString,
+            ),
+            'RecordPresence': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordPresence,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RecordPresenceRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RecordPresenceResponse.SerializeToString,
             ),
             'CreateEventQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateEventQueue,
@@ -452,6 +473,33 @@ class QueueService:
             '/boxoffice.queue.v1.QueueService/EndShoppingSession',
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.EndShoppingSessionRequest.SerializeToString,
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.EndShoppingSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordPresence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueService/RecordPresence',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RecordPresenceRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RecordPresenceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -93,6 +93,13 @@ class QueueServiceStub:
     Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
     the customer's state in metadata) for a customer who is not admitted.
     """
+    RecordPresence: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.RecordPresenceRequest, _queue_service_pb2.RecordPresenceResponse]
+    """RecordPresence tells the waiting room which of an event's waiting fans
+    are still there, so that those who left without a word (a closed tab)
+    drop out of the queue instead of wasting an admission. Only the edge
+    calls it, for many fans at once; see RecordPresenceRequest for the
+    contract.
+    """
     @_builtins.property
     @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
     def CreateEventQueue(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.CreateEventQueueRequest, _queue_service_pb2.CreateEventQueueResponse]:
@@ -178,6 +185,13 @@ class QueueServiceAsyncStub(QueueServiceStub):
     they completed a purchase or abandoned it, and frees their active slot.
     Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
     the customer's state in metadata) for a customer who is not admitted.
+    """
+    RecordPresence: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.RecordPresenceRequest, _queue_service_pb2.RecordPresenceResponse]  # type: ignore[assignment]
+    """RecordPresence tells the waiting room which of an event's waiting fans
+    are still there, so that those who left without a word (a closed tab)
+    drop out of the queue instead of wasting an admission. Only the edge
+    calls it, for many fans at once; see RecordPresenceRequest for the
+    contract.
     """
     @_builtins.property
     @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
@@ -297,6 +311,19 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         they completed a purchase or abandoned it, and frees their active slot.
         Ending it again answers the same; FAILED_PRECONDITION (NOT_ADMITTED, with
         the customer's state in metadata) for a customer who is not admitted.
+        """
+
+    @_abc_1.abstractmethod
+    def RecordPresence(
+        self,
+        request: _queue_service_pb2.RecordPresenceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_service_pb2.RecordPresenceResponse, _abc.Awaitable[_queue_service_pb2.RecordPresenceResponse]]:
+        """RecordPresence tells the waiting room which of an event's waiting fans
+        are still there, so that those who left without a word (a closed tab)
+        drop out of the queue instead of wasting an admission. Only the edge
+        calls it, for many fans at once; see RecordPresenceRequest for the
+        contract.
         """
 
     @_deprecated("""CreateEventQueue creates the waiting room of an event.""")
