@@ -204,6 +204,7 @@ const ROOM = {
 function enterWaiting(position) {
   state.position = position;
   state.shown = null;
+  state.link = null;
   show('waiting');
   const waiting = new Waiting(state.eventId, {
     onPosition: (p) => {
@@ -217,7 +218,8 @@ function enterWaiting(position) {
       openEvent(t('queueEnded'));
     },
     onLink: (link) => {
-      $('live').textContent = link === 'live' ? t('link.live') : t('link.reconnecting');
+      state.link = link;
+      renderWaiting();
     },
   });
   state.waiting = waiting;
@@ -244,6 +246,7 @@ function renderWaiting() {
   $('progress').value = done;
   $('progress').textContent = `${done}%`;
   const [key, cls] = soldOut() ? ['room.soldOut', 'soldout'] : ROOM[p.admissionState] || ['room.open', 'open'];
+  $('live').textContent = state.link ? t(`link.${state.link}`) : '';
   const room = $('room-state');
   room.textContent = t(key);
   room.className = `state ${cls}`;
@@ -675,7 +678,7 @@ async function start() {
     await setLanguage(chosen);
     render();
     if (state.view === 'tickets') renderTickets();
-    if (state.view === 'shop') showSection();
+    if (state.view === 'shop' && state.map && $('map-focus').textContent) state.map.announce();
   });
   $('home-form').addEventListener('submit', (e) => {
     e.preventDefault();

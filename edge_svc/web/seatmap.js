@@ -61,7 +61,8 @@ export class SeatMap {
     this.free = new Uint8Array(offset);
     for (let i = 0; i < offset; i++) this.free[i] = (bits[i >>> 3] >>> (i & 7)) & 1;
     for (const [id] of this.picked) if (!this.isFree(this.locate(id))) this.picked.delete(id);
-    this.focus = { row: 0, index: 0 };
+    const f = this.focus;
+    if (!(f.row < this.rows.length && f.index < this.rows[f.row].count)) this.focus = { row: 0, index: 0 };
     this.layout();
     this.redraw();
     this.onChange();

@@ -1,0 +1,62 @@
+"""Twenty fans, each in a browser context of their own, for an event that
+lets five shop at once: most wait, and each gets in as others finish (half
+buy a seat, half leave without buying; either ends their session)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from playwright.async_api import Browser, expect
+
+from tests.browser.harness import Fan, Mesh, new_fan
+from tests.browser.pages import view
+
+FANS = 20
+CAP = 5
+
+
+async def test_twenty_fans_with_five_shopping_at_once(browser: Browser, mesh: Mesh) -> None:
+    event_id = await mesh.event(seats=40, max_active=CAP, rate=50)
+    fans: list[Fan] = [await new_fan(browser, mesh.url) for _ in range(FANS)]
+    first_view: dict[int, str] = {}
+    shopping = 0
+    most_shopping = 0
+    admitted_order: list[int] = []
+
+    async def night(i: int, fan: Fan) -> None:
+        nonlocal shopping, most_shopping
+        page = fan.page
+        await page.goto(f"{mesh.url}/e/{event_id}")
+        await view(page, "event")
+        await page.fill("#sign-in-name", f"crowd-{i}")
+        await page.click("#sign-in button[type=submit]")
+        await expect(page.locator("#join")).to_be_visible()
+        await page.click("#join")
+        await page.wait_for_function("() => ['waiting', 'shop'].includes(document.body.dataset.view)")
+        first_view[i] = await page.evaluate("document.body.dataset.view")
+        await view(page, "shop", timeout_ms=120_000)
+        shopping += 1
+        most_shopping = max(most_shopping, shopping)
+        admitted_order.append(i)
+        await expect(page.locator("#hold-best")).to_be_enabled()
+        if i % 2 == 0:
+            await page.select_option("#best-qty", "1")
+            await page.click("#hold-best")
+            await view(page, "hold")
+            await page.click("#pay")
+            await view(page, "tickets", timeout_ms=60_000)
+            await expect(page.locator(".ticket")).to_have_count(1)
+        else:
+            await page.click("#shop-leave")
+            await view(page, "event")
+        shopping -= 1
+
+    await asyncio.gather(*(night(i, fan) for i, fan in enumerate(fans)))
+
+    assert sorted(admitted_order) == list(range(FANS))
+    # Only five may shop at once: the others waited in the room.
+    assert sum(1 for v in first_view.values() if v == "waiting") >= FANS - CAP
+    assert most_shopping <= CAP
+    for fan in fans:
+        assert fan.foreign() == []
+        await fan.context.close()
