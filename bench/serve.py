@@ -8,6 +8,10 @@ COMMAND is one of the ``boxoffice`` commands of a role (``queue-svc``,
 ``PORT <n>`` once listening (a background role serves gRPC health only)
 and runs until SIGTERM. ``--gc-freeze`` calls ``gc.freeze()`` once started,
 as the bare baseline server can.
+
+The edge benchmarks' servers are commands of their own (bench/edge_serve.py):
+``edge`` (printing its HTTP port), ``edge-bare`` and ``edge-upstream``; their
+options follow the command (see that module).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import gc
 import os
 
+from bench import edge_serve
 from boxoffice.config import Env
 from boxoffice.lifecycle import run
 from boxoffice.runtime import Runtime, ServiceModule
@@ -44,9 +49,16 @@ async def _serve(module: ServiceModule, role: str, freeze: bool) -> None:
 def main() -> None:
     table = commands(service_modules())
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
-    parser.add_argument("command", choices=sorted(table), help="the boxoffice command of the role to run")
+    parser.add_argument(
+        "command", choices=sorted({*table, *edge_serve.COMMANDS}), help="the boxoffice command of the role to run"
+    )
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() once started")
-    args = parser.parse_args()
+    args, rest = parser.parse_known_args()
+    if args.command in edge_serve.COMMANDS:
+        edge_serve.COMMANDS[args.command](rest)
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     module, role = table[args.command]
     asyncio.run(_serve(module, role, args.gc_freeze))
 
