@@ -14,6 +14,7 @@ from booking_svc.model import (
     DEFAULT_HOLD_TTL_SECONDS,
     DEFAULT_MAX_SEATS_PER_CUSTOMER,
     MAX_SEATS_PER_HOLD,
+    MAX_TICKETS_PER_CUSTOMER,
     Event,
     EventKind,
     EventSpec,
@@ -103,6 +104,8 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
             raise validate.invalid("hold_ttl", "must be at least 1 s")
     max_seats = request.max_seats_per_customer or DEFAULT_MAX_SEATS_PER_CUSTOMER
     validate.int_range("max_seats_per_customer", max_seats, minimum=1, maximum=100)
+    max_tickets = request.max_tickets_per_customer or max_seats
+    validate.int_range("max_tickets_per_customer", max_tickets, minimum=1, maximum=MAX_TICKETS_PER_CUSTOMER)
     policy = request.refund_policy
     validate.int_range("refund_policy.refund_percent", policy.refund_percent, minimum=0, maximum=100)
     refundable_until = (
@@ -157,6 +160,7 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
         max_seats_per_customer=max_seats,
         refund_policy=RefundPolicy(refundable_until, policy.refund_percent),
         sections=tuple(sections),
+        max_tickets_per_customer=max_tickets,
     )
 
 
@@ -246,6 +250,7 @@ def event_pb(event: Event) -> pb.Event:
         starts_at=_ts(event.starts_at),
         hold_ttl=ttl,
         max_seats_per_customer=event.max_seats_per_customer,
+        max_tickets_per_customer=event.max_tickets_per_customer,
         refund_policy=policy,
         sections=[section_pb(s) for s in event.sections],
     )

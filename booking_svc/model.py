@@ -30,6 +30,9 @@ class HoldState(enum.StrEnum):
 # Hold time-to-live when the event names none (DESIGN flow 5).
 DEFAULT_HOLD_TTL_SECONDS = {EventKind.CONCERT: 300, EventKind.FLIGHT: 600}
 DEFAULT_MAX_SEATS_PER_CUSTOMER = 4
+# The most an operator may set as an event's ticket limit (an event without
+# one takes its max_seats_per_customer).
+MAX_TICKETS_PER_CUSTOMER = 10_000
 MAX_SEATS_PER_HOLD = 4
 
 
@@ -76,6 +79,13 @@ class EventSpec:
     max_seats_per_customer: int
     refund_policy: RefundPolicy
     sections: tuple[SectionSpec, ...]
+    # The ticket limit: the most tickets one customer may have in the event,
+    # bought and held together; None takes max_seats_per_customer.
+    max_tickets_per_customer: int | None = None
+
+    @property
+    def ticket_limit(self) -> int:
+        return self.max_tickets_per_customer or self.max_seats_per_customer
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +112,8 @@ class Event:
     starts_at: datetime
     hold_ttl_seconds: int
     max_seats_per_customer: int
+    # The most tickets one customer may have, bought and held together.
+    max_tickets_per_customer: int
     refund_policy: RefundPolicy
     sections: tuple[Section, ...]
 

@@ -183,7 +183,11 @@ async def _stats(clients: _Clients, event_id: int, out: TextIO) -> None:
         f"stats of event {event_id}",
         clients.booking_admin().GetEventStats(bpb.GetEventStatsRequest(event_id=event_id), timeout=clients.timeout),
     )
-    out.write(f"event {event_id}: {event.event.display_name}\n\n")
+    out.write(f"event {event_id}: {event.event.display_name}\n")
+    out.write(
+        f"per customer: {event.event.max_seats_per_customer:,} seats held at once, "
+        f"{event.event.max_tickets_per_customer:,} tickets bought and held in all\n\n"
+    )
     rows = [
         [
             s.section_id,
@@ -250,7 +254,7 @@ section's id, kind and price (a general_admission one's capacity); the waiting r
 opens_at. The waiting room may be left out. Times carry their zone.
 
   event: {id: 42, name: Summer Night, kind: concert|flight, starts_at: 2026-07-01T20:00:00Z,
-          hold_ttl_seconds: 300, max_seats_per_customer: 4,
+          hold_ttl_seconds: 300, max_seats_per_customer: 4, max_tickets_per_customer: 6,
           refund: {percent: 50, until: 2026-06-25T00:00:00Z}}
   sections:
     - {id: A, name: Stalls A, kind: seated, price: {currency: EUR, amount_minor: 6500}}
@@ -260,7 +264,10 @@ opens_at. The waiting room may be left out. Times carry their zone.
                  admission_rate_per_second: 50, max_active_shoppers: 1000, session_length_seconds: 900,
                  token_ttl_seconds: 600, claim_grace_seconds: 120, paused: false}
 
-Seated sections get their seats from `boxoffice admin inventory load`."""
+max_seats_per_customer (1-100, default 4) is the most seats one customer may hold at
+once; max_tickets_per_customer (1-10000, default max_seats_per_customer) the most
+tickets one customer may have in the event, bought and held together, whatever their
+orders and sessions. Seated sections get their seats from `boxoffice admin inventory load`."""
 
 
 def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:

@@ -146,6 +146,7 @@ _EVENT_FIELDS = {
     "starts_at": True,
     "hold_ttl_seconds": False,
     "max_seats_per_customer": False,
+    "max_tickets_per_customer": False,
     "refund": False,
 }
 _SECTION_FIELDS = {"id": True, "name": False, "kind": True, "capacity": False, "overbook": False, "price": True}
@@ -167,6 +168,8 @@ _SECTION_KINDS = {
     "general_admission": bpb.MANAGED_SECTION_KIND_GENERAL_ADMISSION,
 }
 _DAY_SECONDS = 86_400
+# The most tickets an event may let one customer have (BookingAdminService's bound).
+_MAX_TICKETS = 10_000
 
 
 def parse_event_file(path: str, text: str) -> EventFile:
@@ -191,6 +194,9 @@ def parse_event_file(path: str, text: str) -> EventFile:
         doc.seconds(fields.get("hold_ttl_seconds"), "event.hold_ttl_seconds", request.hold_ttl, high=3600)
         request.max_seats_per_customer = doc.integer(
             fields.get("max_seats_per_customer"), "event.max_seats_per_customer", low=1, high=100
+        )
+        request.max_tickets_per_customer = doc.integer(
+            fields.get("max_tickets_per_customer"), "event.max_tickets_per_customer", low=1, high=_MAX_TICKETS
         )
         if "refund" in fields:
             refund = doc.mapping(fields["refund"], "event.refund", _REFUND_FIELDS)

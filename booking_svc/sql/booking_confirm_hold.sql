@@ -4,20 +4,31 @@
 -- trip to the service.
 --
 -- Locks in the order every transaction takes them (idempotency key, hold
--- row, seats by ascending id, counter stripes in ascending order): HELD ->
--- CONFIRMED, seats SOLD, counters moved, an outbox row. The first answer
--- for a key, a hold or an error, is stored with the key and replayed; a
--- twin in flight waits on the key's row.
+-- row, the customer's lock when the hold has lapsed, seats by ascending
+-- id, counter stripes in ascending order): HELD -> CONFIRMED, seats SOLD,
+-- counters moved, an outbox row. The first answer for a key, a hold or an
+-- error, is stored with the key and replayed; a twin in flight waits on
+-- the key's row.
 --
 -- Answers (outcome, in_flight, key_reused): outcome is the stored answer,
 -- {"hold": {...}} or {"error": {"outcome", "metadata"}} where outcome names
 -- what stopped the confirm (HOLD_NOT_FOUND, HOLD_ALREADY_CONFIRMED,
--- HOLD_EXPIRED, HOLD_SEATS_TAKEN, AMOUNT_MISMATCH) and the service owns
--- the code, reason and message of each (answers stored before outcomes had
--- names carry the code, reason and message themselves). in_flight or
--- key_reused say that there is no answer to give (the key's first
--- confirmation has none yet, or was for another hold, payment or amount).
--- p_timeout_ms bounds the lock waits.
+-- HOLD_EXPIRED, HOLD_SEATS_TAKEN, AMOUNT_MISMATCH, TICKET_LIMIT_REACHED)
+-- and the service owns the code, reason and message of each (answers
+-- stored before outcomes had names carry the code, reason and message
+-- themselves). in_flight or key_reused say that there is no answer to
+-- give (the key's first confirmation has none yet, or was for another
+-- hold, payment or amount). p_timeout_ms bounds the lock waits.
+--
+-- The ticket limit: confirming a live hold moves seats the customer holds
+-- to seats they bought, and booking_hold_seats counted them when it made
+-- the hold. A lapsed hold is not counted (the customer may have held
+-- others since), so paying for it late must fit the limit again: under the
+-- customer's lock (the one booking_hold_seats takes), what they bought plus
+-- their live holds plus this one stay within the event's
+-- max_tickets_per_customer (max_seats_per_customer when NULL), or the
+-- confirm fails TICKET_LIMIT_REACHED (metadata hold_id, limit, held,
+-- bought) and the payment refunds; the lapsed hold is left to the sweeper.
 
 CREATE OR REPLACE FUNCTION booking_confirm_hold(
     p_hold_id      uuid,
@@ -39,6 +50,9 @@ DECLARE
     v_seats   bigint[];
     v_sold    bigint[] := '{}';
     v_error   jsonb;
+    v_limit   integer;
+    v_held    integer;
+    v_bought  integer;
     v_outcome jsonb;
 BEGIN
     PERFORM set_config('lock_timeout', GREATEST(p_timeout_ms, 1)::text, true);
@@ -80,12 +94,31 @@ BEGIN
                 'expected_amount_minor', v_hold.amount_minor::text, 'expected_currency', v_hold.currency,
                 'paid_amount_minor', p_amount_minor::text, 'paid_currency', p_currency));
     ELSE
+        IF v_hold.expires_at <= p_now THEN
+            PERFORM pg_advisory_xact_lock(hashtext('booking.customer.' || v_hold.event_id),
+                                          hashtext(v_hold.customer_id));
+            SELECT COALESCE(e.max_tickets_per_customer, e.max_seats_per_customer) INTO v_limit
+              FROM events e WHERE e.event_id = v_hold.event_id;
+            SELECT COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'HELD' AND h.expires_at > p_now), 0),
+                   COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'CONFIRMED'), 0)
+              INTO v_held, v_bought
+              FROM holds h
+             WHERE h.event_id = v_hold.event_id AND h.customer_id = v_hold.customer_id
+               AND h.state IN ('HELD', 'CONFIRMED');
+            IF v_bought + v_held + v_hold.quantity > v_limit THEN
+                v_error := jsonb_build_object(
+                    'outcome', 'TICKET_LIMIT_REACHED',
+                    'metadata', jsonb_build_object(
+                        'hold_id', p_hold_id::text, 'limit', v_limit::text, 'held', v_held::text,
+                        'bought', v_bought::text));
+            END IF;
+        END IF;
         -- A lapsed hold is still confirmed when every seat is still its own
         -- (no one reclaimed any, and the sweeper has not ended it): the
         -- customer paid and nobody else lost anything. Otherwise it is over:
         -- whatever it still has goes back on sale and the payment refunds.
         SELECT array_agg(hs.seat_id ORDER BY hs.seat_id) INTO v_seats FROM hold_seats hs WHERE hs.hold_id = p_hold_id;
-        IF v_seats IS NOT NULL THEN
+        IF v_error IS NULL AND v_seats IS NOT NULL THEN
             WITH mine AS MATERIALIZED (
                 SELECT s.seat_id FROM seats s
                  WHERE s.event_id = v_hold.event_id AND s.seat_id = ANY (v_seats)

@@ -13,9 +13,16 @@
 -- hold (or fails REQUEST_ID_REUSED for another selection); the event must
 -- exist (EVENT_NOT_FOUND); the customer's live holds plus this one stay
 -- within the event's max_seats_per_customer (CUSTOMER_HOLD_LIMIT, detail
--- "limit,held"). Explicit seats must exist (UNKNOWN_SEAT, detail the ids),
--- share one section (SEATS_IN_SEVERAL_SECTIONS) and be free or held by a
--- lapsed hold (SEAT_UNAVAILABLE, detail the ids taken). Best available
+-- "limit,held"), and their tickets bought (confirmed holds, not
+-- cancelled) plus their live holds plus this one within the event's ticket
+-- limit, max_tickets_per_customer, or max_seats_per_customer when it is
+-- NULL (TICKET_LIMIT_REACHED, detail "limit,held,bought"); the limit is
+-- the customer's in the event, whatever session or token they hold with.
+-- Both are read under the customer's lock, so two holds of one customer,
+-- in one batch or in two calls, never both pass on one count. Explicit
+-- seats must exist (UNKNOWN_SEAT, detail the ids), share one section
+-- (SEATS_IN_SEVERAL_SECTIONS) and be free or held by a lapsed hold
+-- (SEAT_UNAVAILABLE, detail the ids taken). Best available
 -- takes the lowest free seats no concurrent picker is looking at (SKIP
 -- LOCKED), then lapsed holds' seats, adjacent seats of one row when the
 -- window has them (UNKNOWN_SECTION; SOLD_OUT, NOT_ENOUGH_SEATS with the
@@ -52,7 +59,8 @@
 -- customer's live holds are the exception: several indexes of holds can
 -- answer that query, and a generic plan made on a near-empty table may
 -- settle on the index of every lapsing hold, so it is planned afresh on
--- each call (EXECUTE), where the planner sees the table as it is.
+-- each call (EXECUTE), where the planner sees the table as it is. The
+-- same query sums what the customer bought (holds_customer finds both).
 CREATE OR REPLACE FUNCTION booking_hold_seats(
     p_requests      booking_hold_request[],
     p_now           timestamptz,
@@ -110,6 +118,7 @@ DECLARE
     c_rows       sections[];
     u_keys       text[];
     u_active     integer[];
+    u_bought     integer[];
     g_keys       text[];
     g_events     bigint[];
     g_sections   text[];
@@ -128,6 +137,7 @@ DECLARE
     v_g          integer;
     v_k          integer;
     v_need       integer;
+    v_limit      integer;
     v_section    text;
     v_ids        bigint[];
     v_rows       text[];
@@ -227,7 +237,9 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Customers, in key order, then their live holds (read after the lock).
+    -- Customers, in key order, then their live holds and what they bought
+    -- (read after the lock: a hold or confirm of theirs that committed
+    -- while this call waited is counted).
     PERFORM pg_advisory_xact_lock(k.a, k.b)
        FROM (SELECT DISTINCT hashtext('booking.customer.' || u.event_id) AS a, hashtext(u.customer_id) AS b
                FROM unnest(p_requests) WITH ORDINALITY AS u
@@ -236,15 +248,18 @@ BEGIN
              OFFSET 0) k;
     -- Planned afresh on every call (EXECUTE), on the table as it is now.
     EXECUTE $q$
-        SELECT array_agg(k.e || '/' || k.c), array_agg(COALESCE(t.total, 0)::integer)
+        SELECT array_agg(k.e || '/' || k.c), array_agg(COALESCE(t.held, 0)::integer),
+               array_agg(COALESCE(t.bought, 0)::integer)
           FROM (SELECT DISTINCT u.event_id AS e, u.customer_id AS c
                   FROM unnest($1::booking_hold_request[]) WITH ORDINALITY AS u
                  WHERE ($2::text[])[u.ordinality] IS NULL) k
           LEFT JOIN LATERAL (
-                SELECT sum(h.quantity) AS total FROM holds h
-                 WHERE h.event_id = k.e AND h.customer_id = k.c AND h.state = 'HELD' AND h.expires_at > $3
+                SELECT sum(h.quantity) FILTER (WHERE h.state = 'HELD' AND h.expires_at > $3) AS held,
+                       sum(h.quantity) FILTER (WHERE h.state = 'CONFIRMED') AS bought
+                  FROM holds h
+                 WHERE h.event_id = k.e AND h.customer_id = k.c AND h.state IN ('HELD', 'CONFIRMED')
                ) t ON true
-    $q$ INTO u_keys, u_active USING p_requests, h_status, p_now;
+    $q$ INTO u_keys, u_active, u_bought USING p_requests, h_status, p_now;
 
     -- Explicit seats, locked in ascending order, then read in request order.
     IF cardinality(s_events) > 0 THEN
@@ -314,6 +329,12 @@ BEGIN
         IF u_active[v_u] + v_need > (e_rows[v_e]).max_seats_per_customer THEN
             h_status[i] := 'CUSTOMER_HOLD_LIMIT';
             h_detail[i] := (e_rows[v_e]).max_seats_per_customer || ',' || u_active[v_u];
+            CONTINUE;
+        END IF;
+        v_limit := COALESCE((e_rows[v_e]).max_tickets_per_customer, (e_rows[v_e]).max_seats_per_customer);
+        IF u_bought[v_u] + u_active[v_u] + v_need > v_limit THEN
+            h_status[i] := 'TICKET_LIMIT_REACHED';
+            h_detail[i] := v_limit || ',' || u_active[v_u] || ',' || u_bought[v_u];
             CONTINUE;
         END IF;
         v_ids := '{}'; v_rows := '{}'; v_numbers := '{}'; v_labels := '{}'; v_lapsed := '{}';

@@ -107,6 +107,7 @@ async def create_event(
     *,
     kind: pb.EventKind.ValueType = pb.EVENT_KIND_CONCERT,
     max_seats_per_customer: int = 0,
+    max_tickets_per_customer: int = 0,
     refund_percent: int = 0,
     refundable_for: timedelta | None = None,
 ) -> pb.Event:
@@ -123,6 +124,7 @@ async def create_event(
             kind=kind,
             starts_at=ts(now + timedelta(days=10)),
             max_seats_per_customer=max_seats_per_customer,
+            max_tickets_per_customer=max_tickets_per_customer,
             refund_policy=policy,
             sections=list(sections),
         )

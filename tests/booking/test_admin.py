@@ -180,6 +180,32 @@ async def test_bad_input_is_invalid_argument_naming_the_field_and_records_nothin
         assert await audit.entries(admin.rt.pool(), limit=1) == before
 
 
+async def test_an_operator_sets_the_ticket_limit_and_a_negative_one_creates_nothing(stores: Stores) -> None:
+    async with admin_server(stores) as admin:
+        event_id = new_event_id()
+        request = _create_request(admin, event_id, _floor(50))
+        request.max_seats_per_customer = 2
+        request.max_tickets_per_customer = 6
+        created = await admin.stub.CreateEvent(request)
+        assert (created.event.max_seats_per_customer, created.event.max_tickets_per_customer) == (2, 6)
+        stats = await admin.stub.GetEventStats(apb.GetEventStatsRequest(event_id=event_id))
+        assert stats.event.max_tickets_per_customer == 6
+        # Left out: the event's max_seats_per_customer.
+        default = await admin.stub.CreateEvent(_create_request(admin, new_event_id(), _floor(50)))
+        assert (default.event.max_seats_per_customer, default.event.max_tickets_per_customer) == (4, 4)
+
+        bad_id = new_event_id()
+        bad = _create_request(admin, bad_id, _floor(50))
+        bad.max_tickets_per_customer = -3
+        before = await audit.entries(admin.rt.pool(), limit=1)
+        _, err = await call(admin.stub.CreateEvent(bad))
+        assert err is not None and (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD")
+        assert err.metadata == {"field": "max_tickets_per_customer"}
+        _, missing = await call(admin.stub.GetEventStats(apb.GetEventStatsRequest(event_id=bad_id)))
+        assert missing is not None and missing.reason == "EVENT_NOT_FOUND"
+        assert await audit.entries(admin.rt.pool(), limit=1) == before
+
+
 async def test_stats_of_an_unknown_event_are_not_found(stores: Stores) -> None:
     async with admin_server(stores) as admin:
         _, err = await call(admin.stub.GetEventStats(apb.GetEventStatsRequest(event_id=new_event_id())))

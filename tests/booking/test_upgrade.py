@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from booking_svc import app as booking_app
 from boxoffice import db
@@ -151,13 +152,21 @@ async def _fill(conn: psycopg.AsyncConnection[Any], event_id: int, now: datetime
     return {"held": held, "floor": floor, "sold": sold, "mismatched": mismatched, "unknown": unknown}
 
 
-async def _rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+async def _rows(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of booking's tables, as column -> value."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
         out = {}
         for table, key in TABLES.items():
             cur = await conn.execute(f"SELECT * FROM {table} ORDER BY {key}".encode())
             out[table] = await cur.fetchall()
         return out
+
+
+def _as_before(rows: dict[str, list[dict[str, Any]]], before: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``rows`` with only the columns ``before`` had (later migrations add
+    columns; every row and every old value must be kept)."""
+    columns = {table: list(before[table][0]) if before[table] else [] for table in before}
+    return {table: [{c: r[c] for c in columns[table]} for r in rows[table]] for table in rows}
 
 
 async def test_a_database_of_the_old_history_upgrades_in_place(old_database: Stores) -> None:
@@ -173,7 +182,10 @@ async def test_a_database_of_the_old_history_upgrades_in_place(old_database: Sto
     # Booking's own files and the audit log its admin API writes to.
     assert applied and all(name.startswith(("booking/", "booking-audit/")) for name in applied)
     assert "booking/0011_baseline.sql" not in applied  # recorded, not run
-    assert await _rows(url) == before
+    after = await _rows(url)
+    assert _as_before(after, before) == before
+    # Events made before the ticket limit take their max_seats_per_customer as theirs.
+    assert [e["max_tickets_per_customer"] for e in after["events"]] == [None]
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute("SELECT version FROM schema_migrations WHERE component = 'booking' ORDER BY 1")
         assert [r[0] for r in await cur.fetchall()] == [
@@ -189,6 +201,8 @@ async def test_a_database_of_the_old_history_upgrades_in_place(old_database: Sto
             )
         ).hold
         assert got.state == pb.HOLD_STATE_HELD and [s.seat_id for s in got.seats] == [1, 2]
+        event = (await booking.stub.GetEvent(pb.GetEventRequest(event_id=event_id))).event
+        assert (event.max_seats_per_customer, event.max_tickets_per_customer) == (8, 8)
         floor = (
             await booking.stub.GetHold(
                 pb.GetHoldRequest(access_token=booking.token("c2", event_id), hold_id=str(ids["floor"]))

@@ -4,7 +4,9 @@ tests catch the bugs they are written for.
 - The classic double-booking bug: read the seats' status, then write them
   unconditionally (SELECT-then-UPDATE), run under the same race as the real
   store.
-- Batched holds that fail together: one transaction for the batch."""
+- Batched holds that fail together: one transaction for the batch.
+- The ticket limit counted outside the hold's statement: the customer's
+  tickets read in one transaction, the hold made in another."""
 
 from __future__ import annotations
 
@@ -113,3 +115,57 @@ class OneTransactionBatchStore(PgBookingStore):
                 return answers
         except (psycopg.Error, FailedPrecondition) as err:
             return [err] * len(attempts)
+
+
+class CountThenHoldStore(PgBookingStore):
+    """The ticket limit the naive way: count what the customer bought and
+    holds (in a transaction of its own), refuse past :attr:`LIMIT`, then
+    make the hold. Its test pause is the window between the count and the
+    hold; the events it is tested on set a ticket limit far above
+    :attr:`LIMIT`, so that the statement's own check never decides."""
+
+    LIMIT = 4
+
+    def __init__(self, pool: Pool, *, race_pause_seconds: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(pool, **kwargs)
+        self._pool_ = pool
+        self._pause = race_pause_seconds
+
+    async def hold_seats(
+        self,
+        *,
+        event_id: int,
+        customer_id: str,
+        selection: Selection,
+        hold_id: uuid.UUID,
+        request_id: str | None,
+        fingerprint: str,
+        now: datetime,
+    ) -> tuple[Hold, bool]:
+        async with transaction(self._pool_) as conn:
+            cur = await conn.execute(
+                "SELECT COALESCE(sum(quantity) FILTER (WHERE state = 'HELD' AND expires_at > %s), 0), "
+                "COALESCE(sum(quantity) FILTER (WHERE state = 'CONFIRMED'), 0) "
+                "FROM holds WHERE event_id = %s AND customer_id = %s",
+                (now, event_id, customer_id),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        held, bought = int(row[0]), int(row[1])
+        wanted = len(selection.seat_ids) if isinstance(selection, SeatSelection) else selection.quantity
+        if held + bought + wanted > self.LIMIT:
+            raise FailedPrecondition(
+                "over the limit",
+                reason="TICKET_LIMIT_REACHED",
+                metadata={"limit": str(self.LIMIT), "held": str(held), "bought": str(bought)},
+            )
+        await asyncio.sleep(self._pause)  # the window between the count and the hold
+        return await super().hold_seats(
+            event_id=event_id,
+            customer_id=customer_id,
+            selection=selection,
+            hold_id=hold_id,
+            request_id=request_id,
+            fingerprint=fingerprint,
+            now=now,
+        )

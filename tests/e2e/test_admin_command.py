@@ -110,6 +110,7 @@ def event_yaml(event_id: int, *, opens_in: timedelta = timedelta(hours=1)) -> st
           kind: concert
           starts_at: {_iso(now + timedelta(days=30))}
           max_seats_per_customer: 4
+          max_tickets_per_customer: 6
           refund:
             percent: 50
             until: {_iso(now + timedelta(days=20))}
@@ -167,6 +168,7 @@ async def test_an_operator_runs_an_on_sale_from_the_command(mesh: Mesh) -> None:
     stats = await mesh.admin("stats", str(event_id))
     assert stats.code == 0, stats.err
     lines = stats.out.splitlines()
+    assert "per customer: 4 seats held at once, 6 tickets bought and held in all" in lines, stats.out
     assert any(
         line.split()[:4] == ["A", "seated", "65.00", "EUR"] and line.split()[-4:] == ["32", "0", "0", "32"]
         for line in lines
@@ -209,8 +211,8 @@ async def test_a_bad_event_file_names_its_lines_and_creates_nothing(mesh: Mesh) 
     problems = result.err.splitlines()
     path = str(mesh.tmp / "bad.yaml")
     assert f"{path}:4: event.kind must be one of concert, flight, not 'opera'" in problems
-    assert any(p.startswith(f"{path}:17: sections[1].capacity must be a whole number") for p in problems), problems
-    assert any(p.startswith(f"{path}:22: waiting_room: unknown key 'max_active_shopers'") for p in problems), problems
+    assert any(p.startswith(f"{path}:18: sections[1].capacity must be a whole number") for p in problems), problems
+    assert any(p.startswith(f"{path}:23: waiting_room: unknown key 'max_active_shopers'") for p in problems), problems
     assert problems[-1] == "nothing was sent"
     missing = await mesh.admin("stats", str(event_id))
     assert missing.code == 1 and "NOT_FOUND EVENT_NOT_FOUND" in missing.err
@@ -262,12 +264,16 @@ async def test_usage_errors_exit_2(mesh: Mesh) -> None:
     assert partial.code == 2 and "all three" in partial.err
     help_ = await mesh.admin("--help", tls=False)
     assert help_.code == 0 and "INSECURE" in help_.out
+    create_help = await mesh.admin("event", "create", "--help", tls=False)
+    assert create_help.code == 0 and "max_tickets_per_customer: 6" in create_help.out
+    assert "bought and held together, whatever their" in create_help.out
 
 
 def test_the_event_file_becomes_the_requests() -> None:
     spec = parse_event_file("event.yaml", textwrap.dedent(event_yaml(77)).lstrip())
     assert spec.event.event_id == 77 and [s.section_id for s in spec.event.sections] == ["A", "FLOOR"]
     assert spec.event.sections[1].capacity == 200 and spec.event.refund_policy.refund_percent == 50
+    assert (spec.event.max_seats_per_customer, spec.event.max_tickets_per_customer) == (4, 6)
     assert spec.waiting_room is not None and spec.waiting_room.config.event_id == 77
     assert spec.waiting_room.config.admission_rate_per_second == 25
     assert spec.waiting_room.config.session_length.seconds == 600
@@ -285,6 +291,10 @@ def test_the_event_file_becomes_the_requests() -> None:
             "f.yaml:3: event.starts_at must be a date and time with its zone",
         ),
         ("sections:\n  - id: A B\n", "f.yaml:2: sections[0].id 'A B' must be 1 to 32"),
+        (
+            "event:\n  id: 5\n  max_tickets_per_customer: -1\n",
+            "f.yaml:3: event.max_tickets_per_customer must be a whole number from 1 to 10,000, not '-1'",
+        ),
     ],
 )
 def test_a_bad_event_file_names_the_line(text: str, problem: str) -> None:

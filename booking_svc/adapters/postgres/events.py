@@ -39,8 +39,9 @@ class PgEvents(PgBase):
             cur = await conn.execute(
                 """
                 INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds,
-                                    max_seats_per_customer, refundable_until, refund_percent)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                                    max_seats_per_customer, max_tickets_per_customer, refundable_until,
+                                    refund_percent)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
                 ON CONFLICT (event_id) DO NOTHING
                 RETURNING event_id
                 """,
@@ -51,6 +52,7 @@ class PgEvents(PgBase):
                     spec.starts_at,
                     spec.hold_ttl_seconds,
                     spec.max_seats_per_customer,
+                    spec.ticket_limit,
                     spec.refund_policy.refundable_until,
                     spec.refund_policy.refund_percent,
                 ),
@@ -107,7 +109,8 @@ class PgEvents(PgBase):
         cur = await conn.execute(
             """
             SELECT display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
-                   refundable_until, refund_percent
+                   refundable_until, refund_percent,
+                   COALESCE(max_tickets_per_customer, max_seats_per_customer)
               FROM events WHERE event_id = %s
             """,
             (event_id,),
@@ -147,6 +150,7 @@ class PgEvents(PgBase):
             starts_at=row[2],
             hold_ttl_seconds=row[3],
             max_seats_per_customer=row[4],
+            max_tickets_per_customer=row[7],
             refund_policy=RefundPolicy(row[5], row[6]),
             sections=sections,
         )

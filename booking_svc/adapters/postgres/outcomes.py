@@ -61,6 +61,10 @@ def hold_error(outcome: str, detail: str, *, event_id: int, selection: Selection
                 reason="CUSTOMER_HOLD_LIMIT",
                 metadata={"limit": limit, "held": held},
             )
+        case "TICKET_LIMIT_REACHED":
+            limit, _, rest = detail.partition(",")
+            held, _, bought = rest.partition(",")
+            return ticket_limit_error(limit=limit, held=held, bought=bought)
         case "REQUEST_ID_REUSED":
             return InvalidArgument(
                 "request_id was already used for another selection",
@@ -104,6 +108,20 @@ def hold_error(outcome: str, detail: str, *, event_id: int, selection: Selection
         case "DEADLINE_EXCEEDED":
             return late_error()
     return Internal(f"the hold failed with an unknown outcome {outcome!r}", reason="INTERNAL")
+
+
+def ticket_limit_error(*, limit: str, held: str, bought: str, hold_id: str | None = None) -> FailedPrecondition:
+    """The customer's tickets in the event, bought and held, would pass the
+    event's ticket limit."""
+    metadata = {"limit": limit, "held": held, "bought": bought}
+    if hold_id is not None:
+        metadata["hold_id"] = hold_id
+    return FailedPrecondition(
+        f"a customer may have at most {limit} tickets of this event, bought and held together "
+        f"(bought {bought}, held {held})",
+        reason="TICKET_LIMIT_REACHED",
+        metadata=metadata,
+    )
 
 
 def late_error() -> DeadlineExceeded:
@@ -161,6 +179,13 @@ def _confirm_error(outcome: str, metadata: dict[str, str]) -> BoxofficeError:
         case "HOLD_SEATS_TAKEN":
             return FailedPrecondition(
                 "the hold expired and its seats went to another customer", reason="HOLD_EXPIRED", metadata=metadata
+            )
+        case "TICKET_LIMIT_REACHED":
+            return ticket_limit_error(
+                limit=metadata.get("limit", ""),
+                held=metadata.get("held", ""),
+                bought=metadata.get("bought", ""),
+                hold_id=hold_id,
             )
         case "AMOUNT_MISMATCH":
             return FailedPrecondition(

@@ -281,6 +281,7 @@ class ManagedEvent(_message.Message):
     MAX_SEATS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
+    MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen at creation; positive."""
     display_name: _builtins.str
@@ -289,6 +290,10 @@ class ManagedEvent(_message.Message):
     """Concert or flight."""
     max_seats_per_customer: _builtins.int
     """Most seats one customer may hold at once."""
+    max_tickets_per_customer: _builtins.int
+    """The ticket limit: most tickets one customer may have in this event,
+    bought and held together, over all of their orders and sessions.
+    """
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -316,10 +321,11 @@ class ManagedEvent(_message.Message):
         max_seats_per_customer: _builtins.int = ...,
         refund_policy: Global___ManagedRefundPolicy | None = ...,
         sections: _abc.Iterable[Global___ManagedSection] | None = ...,
+        max_tickets_per_customer: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -341,6 +347,7 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     MAX_SEATS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
+    MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -349,6 +356,13 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     """Concert or flight."""
     max_seats_per_customer: _builtins.int
     """Most seats one customer may hold at once; 0 takes the default (4)."""
+    max_tickets_per_customer: _builtins.int
+    """The ticket limit: most tickets one customer may have in this event,
+    bought (confirmed, not cancelled) and held (live holds) together, over
+    all of their orders and sessions; 1 to 10,000, or 0 for the default:
+    the event's max_seats_per_customer. A negative value is INVALID_ARGUMENT
+    (INVALID_FIELD, field max_tickets_per_customer).
+    """
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -376,10 +390,11 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
         max_seats_per_customer: _builtins.int = ...,
         refund_policy: Global___ManagedRefundPolicy | None = ...,
         sections: _abc.Iterable[Global___SectionDraft] | None = ...,
+        max_tickets_per_customer: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

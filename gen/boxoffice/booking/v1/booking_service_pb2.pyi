@@ -225,6 +225,7 @@ class Event(_message.Message):
     MAX_SEATS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
+    MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive."""
     display_name: _builtins.str
@@ -233,6 +234,11 @@ class Event(_message.Message):
     """Concert or flight."""
     max_seats_per_customer: _builtins.int
     """Most seats one customer may hold at once (default 4)."""
+    max_tickets_per_customer: _builtins.int
+    """The ticket limit: most tickets one customer may have in this event,
+    bought (confirmed, not cancelled) and held (live holds) together, over
+    all of their orders and sessions (default max_seats_per_customer).
+    """
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -260,10 +266,11 @@ class Event(_message.Message):
         max_seats_per_customer: _builtins.int = ...,
         refund_policy: Global___RefundPolicy | None = ...,
         sections: _abc.Iterable[Global___Section] | None = ...,
+        max_tickets_per_customer: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -445,6 +452,7 @@ class CreateEventRequest(_message.Message):
     MAX_SEATS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
+    MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -453,6 +461,14 @@ class CreateEventRequest(_message.Message):
     """Concert or flight."""
     max_seats_per_customer: _builtins.int
     """Most seats one customer may hold at once; 0 takes the default (4)."""
+    max_tickets_per_customer: _builtins.int
+    """The ticket limit: most tickets one customer may have in this event,
+    bought (confirmed, not cancelled) and held (live holds) together, over
+    all of their orders and sessions; 1 to 10,000, or 0 for the default:
+    the event's max_seats_per_customer (a concert's or a flight's own
+    per-customer number, so that holding, paying and holding again cannot
+    go past it). There is no unlimited value; a large one is.
+    """
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -480,10 +496,11 @@ class CreateEventRequest(_message.Message):
         max_seats_per_customer: _builtins.int = ...,
         refund_policy: Global___RefundPolicy | None = ...,
         sections: _abc.Iterable[Global___SectionSpec] | None = ...,
+        max_tickets_per_customer: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

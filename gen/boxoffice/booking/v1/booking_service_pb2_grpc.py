@@ -137,8 +137,11 @@ class BookingServiceServicer:
         reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
         taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
         NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
-        CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
-        available found only seats other callers were taking; retry),
+        CUSTOMER_HOLD_LIMIT (metadata limit, held), FAILED_PRECONDITION
+        TICKET_LIMIT_REACHED (the customer's tickets in the event, bought and
+        held, would pass the event's max_tickets_per_customer; metadata limit,
+        held, bought), ABORTED SEATS_CONTENDED (best available found only seats
+        other callers were taking; retry),
         INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
         UNAUTHENTICATED / PERMISSION_DENIED for the token.
         Over HTTP the access token comes from the access-token cookie or the
@@ -200,7 +203,9 @@ class BookingServiceServicer:
         FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
         a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
         amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
-        another payment confirmed it; NOT_FOUND for an unknown hold.
+        another payment confirmed it, TICKET_LIMIT_REACHED when the hold had
+        lapsed and buying it now would pass the event's ticket limit (the
+        customer held others since); NOT_FOUND for an unknown hold.
         Internal: called by PaymentService.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

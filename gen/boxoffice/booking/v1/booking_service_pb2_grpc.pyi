@@ -65,8 +65,11 @@ class BookingServiceStub:
     reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
     taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
     NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
-    CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
-    available found only seats other callers were taking; retry),
+    CUSTOMER_HOLD_LIMIT (metadata limit, held), FAILED_PRECONDITION
+    TICKET_LIMIT_REACHED (the customer's tickets in the event, bought and
+    held, would pass the event's max_tickets_per_customer; metadata limit,
+    held, bought), ABORTED SEATS_CONTENDED (best available found only seats
+    other callers were taking; retry),
     INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
     UNAUTHENTICATED / PERMISSION_DENIED for the token.
     Over HTTP the access token comes from the access-token cookie or the
@@ -108,7 +111,9 @@ class BookingServiceStub:
     FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
     a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
     amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
-    another payment confirmed it; NOT_FOUND for an unknown hold.
+    another payment confirmed it, TICKET_LIMIT_REACHED when the hold had
+    lapsed and buying it now would pass the event's ticket limit (the
+    customer held others since); NOT_FOUND for an unknown hold.
     Internal: called by PaymentService.
     """
     CancelBooking: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.CancelBookingRequest, _booking_service_pb2.CancelBookingResponse]
@@ -149,8 +154,11 @@ class BookingServiceAsyncStub(BookingServiceStub):
     reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
     taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
     NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
-    CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
-    available found only seats other callers were taking; retry),
+    CUSTOMER_HOLD_LIMIT (metadata limit, held), FAILED_PRECONDITION
+    TICKET_LIMIT_REACHED (the customer's tickets in the event, bought and
+    held, would pass the event's max_tickets_per_customer; metadata limit,
+    held, bought), ABORTED SEATS_CONTENDED (best available found only seats
+    other callers were taking; retry),
     INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
     UNAUTHENTICATED / PERMISSION_DENIED for the token.
     Over HTTP the access token comes from the access-token cookie or the
@@ -192,7 +200,9 @@ class BookingServiceAsyncStub(BookingServiceStub):
     FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
     a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
     amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
-    another payment confirmed it; NOT_FOUND for an unknown hold.
+    another payment confirmed it, TICKET_LIMIT_REACHED when the hold had
+    lapsed and buying it now would pass the event's ticket limit (the
+    customer held others since); NOT_FOUND for an unknown hold.
     Internal: called by PaymentService.
     """
     CancelBooking: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.CancelBookingRequest, _booking_service_pb2.CancelBookingResponse]  # type: ignore[assignment]
@@ -258,8 +268,11 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         reason): FAILED_PRECONDITION SEAT_UNAVAILABLE (metadata seat_ids: the
         taken ones, comma-separated), RESOURCE_EXHAUSTED SOLD_OUT or
         NOT_ENOUGH_SEATS (metadata available), FAILED_PRECONDITION
-        CUSTOMER_HOLD_LIMIT (metadata limit, held), ABORTED SEATS_CONTENDED (best
-        available found only seats other callers were taking; retry),
+        CUSTOMER_HOLD_LIMIT (metadata limit, held), FAILED_PRECONDITION
+        TICKET_LIMIT_REACHED (the customer's tickets in the event, bought and
+        held, would pass the event's max_tickets_per_customer; metadata limit,
+        held, bought), ABORTED SEATS_CONTENDED (best available found only seats
+        other callers were taking; retry),
         INVALID_ARGUMENT (UNKNOWN_SEAT, UNKNOWN_SECTION, REQUEST_ID_REUSED, ...),
         UNAUTHENTICATED / PERMISSION_DENIED for the token.
         Over HTTP the access token comes from the access-token cookie or the
@@ -331,7 +344,9 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         FAILED_PRECONDITION HOLD_EXPIRED when the hold is gone (expired and swept,
         a seat taken by another hold, released, cancelled), AMOUNT_MISMATCH when
         amount_paid differs from the hold's amount, HOLD_ALREADY_CONFIRMED when
-        another payment confirmed it; NOT_FOUND for an unknown hold.
+        another payment confirmed it, TICKET_LIMIT_REACHED when the hold had
+        lapsed and buying it now would pass the event's ticket limit (the
+        customer held others since); NOT_FOUND for an unknown hold.
         Internal: called by PaymentService.
         """
 

@@ -227,6 +227,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     refund never cancels a booking for nothing, so the booking stays
     confirmed (FAILED_PRECONDITION). Metadata: `hold_id`.
     """
+    ERROR_REASON_TICKET_LIMIT_REACHED: _ErrorReason.ValueType  # 124
+    """HoldSeats: the customer's tickets in this event, bought (confirmed
+    bookings, not cancelled) and held (live holds) together, plus this hold
+    would pass the event's ticket limit (max_tickets_per_customer); nothing
+    was held (FAILED_PRECONDITION). The limit is the customer's in the event,
+    across orders and sessions: a new admission does not reset it; a
+    released, expired or cancelled hold gives its seats back to it. Also
+    ConfirmHold of a hold that had lapsed, when buying it now would pass the
+    limit (the customer held others since); the payment is refunded.
+    Metadata: `limit`, `held` (seats in the customer's live holds), `bought`
+    (seats in their confirmed bookings), all decimal; ConfirmHold adds
+    `hold_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason BookingService can answer, as
@@ -446,5 +459,18 @@ ERROR_REASON_REFUND_NOT_ALLOWED: ErrorReason.ValueType  # 123
 when the event's refund policy grants nothing for cancelling it now: a
 refund never cancels a booking for nothing, so the booking stays
 confirmed (FAILED_PRECONDITION). Metadata: `hold_id`.
+"""
+ERROR_REASON_TICKET_LIMIT_REACHED: ErrorReason.ValueType  # 124
+"""HoldSeats: the customer's tickets in this event, bought (confirmed
+bookings, not cancelled) and held (live holds) together, plus this hold
+would pass the event's ticket limit (max_tickets_per_customer); nothing
+was held (FAILED_PRECONDITION). The limit is the customer's in the event,
+across orders and sessions: a new admission does not reset it; a
+released, expired or cancelled hold gives its seats back to it. Also
+ConfirmHold of a hold that had lapsed, when buying it now would pass the
+limit (the customer held others since); the payment is refunded.
+Metadata: `limit`, `held` (seats in the customer's live holds), `bought`
+(seats in their confirmed bookings), all decimal; ConfirmHold adds
+`hold_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
