@@ -108,10 +108,8 @@ local function admit_at_once()
   if last_tick > 0 and now > last_tick then
     accrued = per_second * (now - last_tick) / 1000
   end
-  local allowance = math.min(per_second, tonumber(tick[1] or '0') + accrued)
-  if last_tick == 0 then
-    allowance = per_second -- no tick yet: one second's worth, as a first tick banks
-  end
+  -- Before any tick, the bank starts with one second's worth.
+  local allowance = math.min(per_second, tonumber(tick[1] or per_second) + accrued)
   if allowance < 1 then
     return false
   end

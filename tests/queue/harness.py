@@ -5,13 +5,16 @@ test Runtime (``tests.support.make_runtime``), with a test's overrides.
   (the Redis store and its scripts, admitters);
 - :func:`queue_service`: QueueService (server role) on a loopback port,
   with a stub to call it;
-- waiting-room configurations, a leadership double, Redis inspection.
+- waiting-room configurations, a leadership double, Redis inspection;
+- :class:`Race`: admitters racing while fans claim and end sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import random
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -28,7 +31,7 @@ from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 from queue_svc.adapters import EventKeys
 from queue_svc.app import QueueApp
 from queue_svc.model import WaitingRoomConfig
-from queue_svc.ports import JoinLimits, Leadership
+from queue_svc.ports import FanOp, JoinLimits, Leadership, QueueStore
 from tests.edge.asserting import edge_mesh_client
 from tests.support import ManualClock, Stores, make_runtime, running
 
@@ -187,3 +190,69 @@ async def members(client: aioredis.Redis, key: str, start: int = 0, end: int = -
 
 def keys_of(event_id: int) -> EventKeys:
     return EventKeys.of(event_id)
+
+
+async def active_count(client: aioredis.Redis, event_id: int) -> int:
+    keys = keys_of(event_id)
+    async with client.pipeline(transaction=True) as pipe:  # one atomic read of both sets
+        pipe.zcard(keys.admitted)
+        pipe.zcard(keys.active)
+        unclaimed, claimed = await pipe.execute()
+    return int(unclaimed) + int(claimed)
+
+
+class Race:
+    """Two admitters ticking one event while fans claim, end sessions and
+    time moves (so slots free up and refill); a monitor records the most
+    shoppers ever seen at once."""
+
+    def __init__(self, client: aioredis.Redis, store: QueueStore, event_id: int, clock: ManualClock) -> None:
+        self.client = client
+        self.store = store
+        self.event_id = event_id
+        self.clock = clock
+        self.most_seen = 0
+        self.done = asyncio.Event()
+
+    async def monitor(self) -> None:
+        while not self.done.is_set():
+            self.most_seen = max(self.most_seen, await active_count(self.client, self.event_id))
+            await asyncio.sleep(0)
+
+    async def churn(self) -> None:
+        rng = random.Random(7)
+        while not self.done.is_set():
+            admitted = await members(self.client, keys_of(self.event_id).admitted, 0, 5)
+            now_ms = int(self.clock.now() * 1000)
+            for member in admitted:
+                op = FanOp.CLAIM if rng.random() < 0.5 else FanOp.END
+                await self.store.fan(self.event_id, member, now_ms=now_ms, op=op)
+            await asyncio.sleep(0.001)
+
+    async def run(
+        self,
+        admitters: list[Callable[[], Awaitable[int]]],
+        ticks: int,
+        *,
+        alongside: Awaitable[None] | None = None,
+    ) -> int:
+        """Each admitter ticks ``ticks`` times (while ``alongside`` runs,
+        awaited too); the fans admitted in all."""
+        background = [asyncio.create_task(self.monitor()), asyncio.create_task(self.churn())]
+        if alongside is not None:
+            background.append(asyncio.ensure_future(alongside))
+        admitted = 0
+
+        async def drive(tick: Callable[[], Awaitable[int]]) -> None:
+            nonlocal admitted
+            for _ in range(ticks):
+                self.clock.advance(0.02)
+                admitted += await tick()
+                self.most_seen = max(self.most_seen, await active_count(self.client, self.event_id))
+
+        try:
+            await asyncio.gather(*(drive(tick) for tick in admitters))
+        finally:
+            self.done.set()
+            await asyncio.gather(*background)
+        return admitted

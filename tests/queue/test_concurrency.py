@@ -7,18 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
 from typing import cast
 
-import redis.asyncio as aioredis
-
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc.ports import FanOp, QueueStore
+from queue_svc.ports import QueueStore
 from tests.queue.harness import (
     NO_LIMITS,
+    Race,
+    active_count,
     build_app,
     keys_of,
-    members,
     new_event_id,
     queue_app,
     queue_service,
@@ -52,70 +50,13 @@ async def test_5000_concurrent_joins_get_5000_distinct_places_and_keep_them(stor
         assert stats.joined_total == JOINS and stats.progress.queue_length == JOINS
 
 
-async def _active(client: aioredis.Redis, event_id: int) -> int:
-    keys = keys_of(event_id)
-    async with client.pipeline(transaction=True) as pipe:  # one atomic read of both sets
-        pipe.zcard(keys.admitted)
-        pipe.zcard(keys.active)
-        unclaimed, claimed = await pipe.execute()
-    return int(unclaimed) + int(claimed)
-
-
-class _Race:
-    """Two admitters ticking one event while fans claim, end sessions and
-    time moves (so slots free up and refill); a monitor records the most
-    shoppers ever seen at once."""
-
-    def __init__(self, client: aioredis.Redis, store: QueueStore, event_id: int, clock: ManualClock) -> None:
-        self.client = client
-        self.store = store
-        self.event_id = event_id
-        self.clock = clock
-        self.most_seen = 0
-        self.done = asyncio.Event()
-
-    async def monitor(self) -> None:
-        while not self.done.is_set():
-            self.most_seen = max(self.most_seen, await _active(self.client, self.event_id))
-            await asyncio.sleep(0)
-
-    async def churn(self) -> None:
-        rng = random.Random(7)
-        while not self.done.is_set():
-            admitted = await members(self.client, keys_of(self.event_id).admitted, 0, 5)
-            now_ms = int(self.clock.now() * 1000)
-            for member in admitted:
-                op = FanOp.CLAIM if rng.random() < 0.5 else FanOp.END
-                await self.store.fan(self.event_id, member, now_ms=now_ms, op=op)
-            await asyncio.sleep(0.001)
-
-    async def run(self, admitters: list[Callable[[], Awaitable[int]]], ticks: int) -> int:
-        """Each admitter ticks ``ticks`` times; the fans admitted in all."""
-        background = [asyncio.create_task(self.monitor()), asyncio.create_task(self.churn())]
-        admitted = 0
-
-        async def drive(tick: Callable[[], Awaitable[int]]) -> None:
-            nonlocal admitted
-            for _ in range(ticks):
-                self.clock.advance(0.02)
-                admitted += await tick()
-                self.most_seen = max(self.most_seen, await _active(self.client, self.event_id))
-
-        try:
-            await asyncio.gather(*(drive(tick) for tick in admitters))
-        finally:
-            self.done.set()
-            await asyncio.gather(*background)
-        return admitted
-
-
 async def _queue_fans(store: QueueStore, event_id: int, now_ms: int, count: int) -> None:
     await asyncio.gather(
         *(store.join(event_id, f"fan-{i}", "", now_ms=now_ms, random_score=0, limits=NO_LIMITS) for i in range(count))
     )
 
 
-async def test_two_admitters_racing_never_exceed_max_active(stores: Stores) -> None:
+async def test_two_admitters_racing_never_exceed_maxactive_count(stores: Stores) -> None:
     clock = ManualClock()
     event_id = new_event_id()
     first, second = (build_app(stores, clock=clock) for _ in range(2))
@@ -140,7 +81,7 @@ async def test_two_admitters_racing_never_exceed_max_active(stores: Stores) -> N
             assert result.active_shoppers <= MAX_ACTIVE
             return result.admitted
 
-        race = _Race(second.rt.redis(), store, event_id, clock)
+        race = Race(second.rt.redis(), store, event_id, clock)
         admitted = await race.run([lambda: tick_with(0), lambda: tick_with(1)], ticks=300)
     assert admitted > 3 * MAX_ACTIVE  # slots were freed and refilled many times
     assert race.most_seen == MAX_ACTIVE  # full, and never more
@@ -164,7 +105,7 @@ async def test_control_a_cap_check_outside_the_pop_is_exceeded(stores: Stores) -
         window = asyncio.Barrier(2)
 
         async def naive_tick() -> int:
-            free = MAX_ACTIVE - await _active(redis_client, event_id)
+            free = MAX_ACTIVE - await active_count(redis_client, event_id)
             with contextlib.suppress(asyncio.BrokenBarrierError):
                 await asyncio.wait_for(window.wait(), 0.5)  # the test-only hook: hold the window open
             if free <= 0:
@@ -175,6 +116,6 @@ async def test_control_a_cap_check_outside_the_pop_is_exceeded(stores: Stores) -
                 await redis_client.zadd(keys.admitted, {member: claim_by for member, _ in popped})
             return len(popped)
 
-        race = _Race(redis_client, store, event_id, clock)
+        race = Race(redis_client, store, event_id, clock)
         await race.run([naive_tick, naive_tick], ticks=20)
         assert race.most_seen > MAX_ACTIVE
