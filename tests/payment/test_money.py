@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from boxoffice import db
+from boxoffice.caller import CUSTOMER_METADATA_KEY
 from boxoffice.errors import BoxofficeError, from_rpc_error
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
@@ -388,9 +389,23 @@ async def test_a_missing_or_oversized_token_is_unauthenticated(stack: PaymentSta
         stack.stub.StartPayment(
             pb.StartPaymentRequest(access_token=token, hold_id=str(uuid.uuid4()), payment_method=PM_OK)
         ),
-        stack.stub.ListTickets(pb.ListTicketsRequest(access_token=token, event_id=1)),
     ]
+    if token:
+        # Through the edge a fan's own tickets need no token; one that is
+        # there must be sane.
+        calls.append(stack.stub.ListTickets(pb.ListTicketsRequest(access_token=token, event_id=1)))
     for call in calls:
         err = await _error(call)
         assert (err.code, err.reason) == (grpc.StatusCode.UNAUTHENTICATED, reason)
     assert stack.provider.charge_calls == 0
+
+
+async def test_through_the_edge_a_fans_own_tickets_need_no_token(stack: PaymentStack) -> None:
+    """Tickets outlive the shopping session: the edge lists the fan it
+    asserts without a token; asserting nobody is refused."""
+    listed = await stack.stub.ListTickets(pb.ListTicketsRequest(event_id=1))
+    assert list(listed.tickets) == []
+    err = await _error(
+        stack.stub.ListTickets(pb.ListTicketsRequest(event_id=1), metadata=((CUSTOMER_METADATA_KEY, ""),))
+    )
+    assert (err.code, err.reason) == (grpc.StatusCode.UNAUTHENTICATED, "CUSTOMER_NOT_ASSERTED")
