@@ -55,6 +55,9 @@ _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # How long a poll waits for an event's first progress snapshot.
 _FIRST_SNAPSHOT_SECONDS = 2.0
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
+# ASCII digits only: str.isdigit also takes "²" (which int() refuses) and
+# other scripts' digits (which int() reads as another spelling of a number).
+_DIGITS = re.compile(r"[0-9]+")
 # Webhook bodies are at most this long (PaymentService's limit).
 _WEBHOOK_MAX_BYTES = 64 * 1024
 
@@ -99,7 +102,7 @@ def _is_set(message: Message, name: str) -> bool:
 
 def event_id_of(ctx: Ctx) -> int:
     text = ctx.params["event_id"]
-    if not text.isdigit() or len(text) > 19 or not 0 < int(text) < 2**63:
+    if not _DIGITS.fullmatch(text) or len(text) > 19 or not 0 < int(text) < 2**63:
         raise InvalidArgument(
             "event_id must be a positive integer", reason="INVALID_FIELD", metadata={"field": "event_id"}
         )
@@ -549,7 +552,7 @@ def _unknown_query(names: set[str]) -> InvalidArgument:
 def _int_query(value: str | None, name: str) -> int:
     if value is None or value == "":
         return 0
-    if not value.isdigit() or len(value) > 9:
+    if not _DIGITS.fullmatch(value) or len(value) > 9:
         raise InvalidArgument(f"{name} must be a whole number", reason="INVALID_FIELD", metadata={"field": name})
     return validate.int_range(name, int(value), minimum=0, maximum=1000)
 
