@@ -115,7 +115,11 @@ async def test_body_too_large(stack: EdgeStack, fan: httpx.AsyncClient, event_id
 # -- paths, methods, headers ------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["abc", "0", "-1", "1.5", "99999999999999999999", "9223372036854775808", "%20"])
+@pytest.mark.parametrize(
+    "bad",
+    # Unicode digits are digits to str.isdigit: "١٢٣" is not another spelling of 123, "²" is no number.
+    ["abc", "0", "-1", "1.5", "99999999999999999999", "9223372036854775808", "%20", "%C2%B2", "%D9%A1%D9%A2%D9%A3"],
+)
 async def test_event_id_must_be_a_positive_64_bit_number(fan: httpx.AsyncClient, bad: str) -> None:
     for method, path in (
         ("GET", f"/v1/events/{bad}"),
@@ -127,6 +131,12 @@ async def test_event_id_must_be_a_positive_64_bit_number(fan: httpx.AsyncClient,
         reply = await fan.request(method, path, json={} if method == "POST" else None)
         found = expect(reply, 400, "INVALID_ARGUMENT", "INVALID_FIELD")
         assert found.metadata == {"field": "event_id"}, (method, path)
+
+
+@pytest.mark.parametrize("bad", ["x", "-1", "1001", "%C2%B2", "%D9%A1"])
+async def test_page_size_must_be_a_small_number(fan: httpx.AsyncClient, event_id: int, bad: str) -> None:
+    reply = await fan.get(f"/v1/events/{event_id}/tickets?pageSize={bad}")
+    assert expect(reply, 400, "INVALID_ARGUMENT", "INVALID_FIELD").metadata["field"] == "pageSize"
 
 
 async def test_unknown_event(fan: httpx.AsyncClient) -> None:
