@@ -134,7 +134,8 @@ class PaymentServiceServicer:
     def ListTickets(self, request, context):
         """ListTickets lists the tickets of the token's customer for the token's
         event, oldest first. Tickets are issued from the outbox stream a moment
-        after a payment succeeds.
+        after a payment succeeds. Through the edge the token may be left out:
+        the asserted fan's tickets are listed (tickets outlive the session).
         Over HTTP the access token comes from the access-token cookie or the
         Boxoffice-Access-Token header, never the query.
         """

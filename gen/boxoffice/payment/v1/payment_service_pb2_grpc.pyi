@@ -74,7 +74,8 @@ class PaymentServiceStub:
     ListTickets: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.ListTicketsRequest, _payment_service_pb2.ListTicketsResponse]
     """ListTickets lists the tickets of the token's customer for the token's
     event, oldest first. Tickets are issued from the outbox stream a moment
-    after a payment succeeds.
+    after a payment succeeds. Through the edge the token may be left out:
+    the asserted fan's tickets are listed (tickets outlive the session).
     Over HTTP the access token comes from the access-token cookie or the
     Boxoffice-Access-Token header, never the query.
     """
@@ -125,7 +126,8 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     ListTickets: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.ListTicketsRequest, _payment_service_pb2.ListTicketsResponse]  # type: ignore[assignment]
     """ListTickets lists the tickets of the token's customer for the token's
     event, oldest first. Tickets are issued from the outbox stream a moment
-    after a payment succeeds.
+    after a payment succeeds. Through the edge the token may be left out:
+    the asserted fan's tickets are listed (tickets outlive the session).
     Over HTTP the access token comes from the access-token cookie or the
     Boxoffice-Access-Token header, never the query.
     """
@@ -209,7 +211,8 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_payment_service_pb2.ListTicketsResponse, _abc.Awaitable[_payment_service_pb2.ListTicketsResponse]]:
         """ListTickets lists the tickets of the token's customer for the token's
         event, oldest first. Tickets are issued from the outbox stream a moment
-        after a payment succeeds.
+        after a payment succeeds. Through the edge the token may be left out:
+        the asserted fan's tickets are listed (tickets outlive the session).
         Over HTTP the access token comes from the access-token cookie or the
         Boxoffice-Access-Token header, never the query.
         """
