@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -261,16 +262,33 @@ class OidcVerifier:
         if config.audience not in audiences:
             raise _bearer_invalid("audience", "the bearer token is for another audience")
         now = self._clock.now()
-        expires = claims.get("exp")
-        if not isinstance(expires, int | float) or expires + config.leeway_seconds < now:
+        expires = _instant(claims.get("exp"))
+        if expires is None or expires + config.leeway_seconds < now:
             raise _bearer_invalid("expiry", "the bearer token has expired")
         not_before = claims.get("nbf")
-        if isinstance(not_before, int | float) and not_before - config.leeway_seconds > now:
+        if not_before is not None and (
+            (instant := _instant(not_before)) is None or instant - config.leeway_seconds > now
+        ):
             raise _bearer_invalid("expiry", "the bearer token is not valid yet")
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject or len(subject) > MAX_CUSTOMER_ID:
             raise _bearer_invalid("subject", "the bearer token names no subject")
         return Session(subject, int(expires), "bearer")
+
+
+# The last second of year 9999: no session ends later.
+_LAST_INSTANT = 253_402_300_799
+
+
+def _instant(value: object) -> float | None:
+    """A NumericDate claim as seconds, or None when it is no time: not a
+    number (booleans included), NaN (every comparison with it is false, so
+    it would pass as unexpired), infinite, negative or past year 9999."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or not 0 <= value <= _LAST_INSTANT:
+        return None
+    return float(value)
 
 
 def _signature_ok(key: PublicKey, signed: bytes, signature: bytes) -> bool:
