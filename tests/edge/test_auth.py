@@ -368,6 +368,16 @@ async def test_bad_bearer_tokens_are_refused(oidc: Oidc) -> None:
         assert (await app.get("/v1/session", headers=late)).status_code == 200
 
 
+@pytest.mark.parametrize("exp", [float("nan"), float("inf"), 1e300, 10**20, True, "9999999999"])
+async def test_an_expiry_that_is_no_time_is_refused(oidc: Oidc, exp: object) -> None:
+    """Signed by the issuer, still no expiry: NaN compares false with every
+    time (a token that never expires), infinity and times past year 9999 are
+    none a session can end at."""
+    async with oidc.stack.client(headers=oidc.bearer(oidc.token({"exp": exp}))) as app:
+        reply = await app.get("/v1/session")
+        assert expect(reply, 401, "UNAUTHENTICATED", "BEARER_INVALID").metadata == {"check": "expiry"}
+
+
 async def test_a_key_added_to_the_jwks_file_verifies_after_the_change(oidc: Oidc) -> None:
     rotated = ec.generate_private_key(ec.SECP256R1())
     token = oidc.token({"sub": "rotated-fan"}, alg="ES256", kid="ec-2", key=rotated)
