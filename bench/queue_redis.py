@@ -6,7 +6,10 @@ measured in the same run on a private redis-server:
 - Redis bytes per queued fan, against a bare sorted set of the same
   members (goal: <= 140 B);
 - the time one admit tick of 5,000 fans holds Redis (SLOWLOG), against a
-  bare ZPOPMIN of 5,000 (goal: < 20 ms).
+  bare ZPOPMIN of 5,000 (goal: < 20 ms);
+- Redis commands and busy time of an admit tick that drops 10 dead
+  waiters (not seen for the presence grace) and admits 10, with 10,000
+  waiting against 100 waiting (goal: the same commands, flat time).
 
 Run: ``python -m bench.queue_redis``
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import secrets
 import time
 from typing import Any, cast
@@ -39,6 +43,11 @@ from queue_svc.ports import JoinLimits
 
 TICK_SECONDS = 0.5
 HEAD = 2000  # unwatched fans at the head, admitted one per tick
+# The dead-waiter tick: this many dropped (and as many admitted) of this
+# many waiting, few against many.
+EXPIRY_DEAD = 10
+EXPIRY_FEW = 100
+EXPIRY_MANY = 10_000
 
 
 async def _commands(client: aioredis.Redis) -> int:
@@ -122,7 +131,10 @@ async def _admit_tick_us(queue: QueueApp, fans: int) -> tuple[int, int, int]:
     client, store = queue.rt.redis(), queue.store
     event_id = 1 + secrets.randbelow(2**40)
     now_ms = int(time.time() * 1000)
-    config = event(event_id, opens_at_ms=now_ms - 1000, rate=fans)
+    # Waiters stay (seen) for the whole measurement: dropping is measured apart.
+    config = dataclasses.replace(
+        event(event_id, opens_at_ms=now_ms - 1000, rate=fans), presence_grace_ms=24 * 3_600_000
+    )
     await store.put_config(config)
     await queue_fans(store, event_id, [f"cust-{i:09d}" for i in range(3 * fans)], now_ms=now_ms)
     await store.admit(event_id, now_ms=now_ms, epoch=1)
@@ -144,6 +156,38 @@ async def _admit_tick_us(queue: QueueApp, fans: int) -> tuple[int, int, int]:
     finally:
         await client.config_set("slowlog-log-slower-than", 10_000)
     return admit_us, churn_us, bare_us
+
+
+async def _expiry_tick(queue: QueueApp, waiters: int, dead: int) -> tuple[int, int]:
+    """(Redis commands, Redis us) of one admit tick that drops ``dead`` of
+    ``waiters`` waiting fans (spread through the queue) and admits ``dead``."""
+    client, store = queue.rt.redis(), queue.store
+    event_id = 1 + secrets.randbelow(2**40)
+    now_ms = int(time.time() * 1000)
+    config = event(event_id, opens_at_ms=now_ms - 1000, rate=dead)
+    await store.put_config(config)
+    keys = EventKeys.of(event_id)
+    names = [f"cust-{i:09d}" for i in range(waiters)]
+    await queue_fans(store, event_id, names, now_ms=now_ms)
+    await store.admit(event_id, now_ms=now_ms, epoch=1)
+    # Everyone but ``dead`` of them was seen since; those were last seen at the join.
+    later = now_ms + config.presence_grace_ms + 1000
+    step = waiters // dead
+    alive = [name for i, name in enumerate(names) if i % step or i // step >= dead]
+    for start in range(0, len(alive), 1000):
+        await store.record_presence(event_id, alive[start : start + 1000], now_ms=later - 500)
+    await client.config_set("slowlog-log-slower-than", 0)
+    try:
+        await client.slowlog_reset()
+        before = await _commands(client)
+        result = await store.admit(event_id, now_ms=later, epoch=1)
+        commands = await _commands(client) - before - 1  # the INFO before
+        assert result is not None and result.dropped == dead and result.admitted == dead, result
+        busy_us = await _slowlog_us(client, "EVALSHA")
+    finally:
+        await client.config_set("slowlog-log-slower-than", 10_000)
+    await client.delete(*keys.common, keys.sequence)
+    return commands, busy_us
 
 
 async def _main(fans_for_memory: int, few: int, many: int, ticks: int) -> None:
@@ -202,6 +246,28 @@ async def _main(fans_for_memory: int, few: int, many: int, ticks: int) -> None:
                         "lower",
                     )
                 )
+                few_commands, few_us = await _expiry_tick(queue, EXPIRY_FEW, EXPIRY_DEAD)
+                many_commands, many_us = await _expiry_tick(queue, EXPIRY_MANY, EXPIRY_DEAD)
+                rows.append(
+                    Row(
+                        f"Redis commands: tick dropping {EXPIRY_DEAD} dead waiters, {EXPIRY_MANY:,} waiting**",
+                        many_commands,
+                        "",
+                        few_commands,
+                        f"same as with {EXPIRY_FEW} waiting",
+                        better="lower",
+                    )
+                )
+                rows.append(
+                    Row(
+                        f"Redis busy: the same tick, {EXPIRY_MANY:,} waiting",
+                        many_us / 1000,
+                        "ms",
+                        few_us / 1000,
+                        f"flat (baseline: {EXPIRY_FEW} waiting)",
+                        "lower",
+                    )
+                )
     report(
         f"QueueService's Redis cost, private redis-server {version} (baseline: bare commands on the same server)",
         rows,
@@ -209,6 +275,10 @@ async def _main(fans_for_memory: int, few: int, many: int, ticks: int) -> None:
     print(
         f"  * every command Redis ran in {ticks} ticks of {TICK_SECONDS:g} s (commands inside scripts included),"
         f" per tick; baseline: the same with {few:,} watchers"
+    )
+    print(
+        f"  ** one tick dropping {EXPIRY_DEAD} fans not seen for the presence grace and admitting {EXPIRY_DEAD};"
+        f" baseline: the same tick with {EXPIRY_FEW} waiting"
     )
 
 
