@@ -75,9 +75,8 @@ function render() {
   const i18n = state.i18n;
   i18n.apply(document);
   for (const el of document.querySelectorAll('.event-name')) el.textContent = state.event ? state.event.displayName : '';
-  $('who').hidden = !state.me;
   $('sign-out').hidden = !state.me;
-  if (state.me) $('who').textContent = t('signedInAs', { name: state.me });
+  $('who').textContent = state.me ? t('signedInAs', { name: state.me }) : '';
   const renderers = { event: renderEvent, waiting: renderWaiting, shop: renderShop, hold: renderHold, tickets: renderTickets };
   if (renderers[state.view]) renderers[state.view]();
   if (state.view) {
@@ -655,15 +654,14 @@ async function setLanguage(lang) {
   select.value = lang;
 }
 
-async function resume() {
+async function resume(read) {
   let position;
   try {
-    position = (await api.position(state.eventId)).position;
+    position = (await (read || api.position(state.eventId))).position;
   } catch (err) {
     if (SIGNED_OUT.has(err.reason)) state.me = null;
     return openEvent(SIGNED_OUT.has(err.reason) ? '' : errorText(err));
   }
-  $('who').textContent = t('signedInAs', { name: state.me });
   if (position.state === 'QUEUE_STATE_WAITING') return enterWaiting(position);
   if (position.state === 'QUEUE_STATE_ADMITTED') return admitted();
   return openEvent();
@@ -671,7 +669,15 @@ async function resume() {
 
 async function start() {
   const lang = chooseLanguage(config.languages, navigator.languages || [navigator.language]);
-  await setLanguage(lang);
+  // The catalog and the fan's state are read at once, not one after another.
+  const match = /^\/e\/([0-9]{1,19})\/?$/.exec(window.location.pathname);
+  state.eventId = match ? match[1] : null;
+  const language = setLanguage(lang);
+  const eventRead = match ? api.event(state.eventId).then((r) => r.event) : null;
+  const sessionRead = match ? api.session().then((r) => r.customerId, () => null) : null;
+  const positionRead = match ? api.position(state.eventId) : null;
+  positionRead?.catch(() => null);
+  eventRead?.catch(() => null);
   $('lang').addEventListener('change', async () => {
     const chosen = $('lang').value;
     remember(chosen);
@@ -702,14 +708,15 @@ async function start() {
     window.location.reload();
   });
 
-  const match = /^\/e\/([0-9]{1,19})\/?$/.exec(window.location.pathname);
   if (!match) {
+    await language;
     show('home');
     return;
   }
-  state.eventId = match[1];
+  await language;
+  let event;
   try {
-    state.event = (await api.event(state.eventId)).event;
+    event = await eventRead;
   } catch (err) {
     show('home');
     const p = document.createElement('p');
@@ -719,16 +726,13 @@ async function start() {
     $('home-form').before(p);
     return;
   }
-  try {
-    state.me = (await api.session()).customerId;
-  } catch {
-    state.me = null;
-  }
+  state.event = event;
+  state.me = await sessionRead;
   if (!state.me) {
     openEvent();
     return;
   }
-  await resume();
+  await resume(positionRead);
 }
 
 start();

@@ -1,7 +1,8 @@
 // The seat map of one section on a canvas, drawn from GetSeatMap's compact
 // form: rows (first seat id, first seat number, seat count) and a bitmap of
 // availability, one bit per seat in row order, least significant bit first.
-// One draw per animation frame whatever the number of seats; a click or a
+// At most one draw per animation frame, which copies a base layer of every
+// seat (redrawn only when availability changes) and adds the fan's choice; a click or a
 // key finds its seat by arithmetic (no element per seat). Shape as well as
 // colour says what a seat is: an open circle is free, a hatched grey square
 // is taken, a filled blue square with a white mark is the fan's choice.
@@ -41,6 +42,7 @@ export class SeatMap {
       this.redraw();
     };
     window.addEventListener('resize', this.resize);
+    canvas.parentElement?.addEventListener('scroll', () => this.redraw(), { passive: true });
   }
 
   // Shows one section: {rows: [...], availableBitmap}.
@@ -64,7 +66,7 @@ export class SeatMap {
     const f = this.focus;
     if (!(f.row < this.rows.length && f.index < this.rows[f.row].count)) this.focus = { row: 0, index: 0 };
     this.layout();
-    this.redraw();
+    this.redraw(true);
     this.onChange();
   }
 
@@ -80,6 +82,7 @@ export class SeatMap {
     this.canvas.width = Math.round(width * ratio);
     this.canvas.height = Math.round(height * ratio);
     this.ratio = ratio;
+    this.baseDirty = true;
   }
 
   locate(id) {
@@ -117,7 +120,7 @@ export class SeatMap {
       const place = this.locate(id);
       if (place) labels.push(this.seatAt(place).label);
     }
-    this.redraw();
+    this.redraw(true);
     this.onChange();
     return labels;
   }
@@ -209,7 +212,8 @@ export class SeatMap {
     this.describe(seat, state, problem);
   }
 
-  redraw() {
+  redraw(base = false) {
+    if (base) this.baseDirty = true;
     if (this.frame) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
@@ -217,59 +221,101 @@ export class SeatMap {
     });
   }
 
-  paint() {
-    const ctx = this.canvas.getContext('2d');
+  // One small picture per seat state, stamped once per seat on the base
+  // layer; the base is redrawn only when availability or the size changes.
+  sprite(kind) {
     const c = this.cell;
-    ctx.setTransform(this.ratio, 0, 0, this.ratio, 0, 0);
-    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    const px = Math.ceil(c * this.ratio);
+    const sprite = document.createElement('canvas');
+    sprite.width = px;
+    sprite.height = px;
+    const ctx = sprite.getContext('2d');
+    ctx.scale(this.ratio, this.ratio);
+    ctx.lineWidth = 1.5;
+    if (kind === 'free') {
+      ctx.beginPath();
+      ctx.arc(c / 2, c / 2, Math.max(2, c / 2 - 2), 0, Math.PI * 2);
+      ctx.fillStyle = '#e3f4e8';
+      ctx.fill();
+      ctx.strokeStyle = '#1e7a3c';
+      ctx.stroke();
+    } else {
+      ctx.fillStyle = '#d5dbe1';
+      ctx.fillRect(2, 2, c - 4, c - 4);
+      ctx.strokeStyle = '#5f6a74';
+      ctx.strokeRect(2, 2, c - 4, c - 4);
+      ctx.beginPath();
+      ctx.moveTo(2, c - 2);
+      ctx.lineTo(c - 2, 2);
+      if (c >= 12) {
+        ctx.moveTo(2, 2);
+        ctx.lineTo(c - 2, c - 2);
+      }
+      ctx.stroke();
+    }
+    return sprite;
+  }
+
+  paintBase() {
+    if (!this.base) this.base = document.createElement('canvas');
+    const base = this.base;
+    base.width = this.canvas.width;
+    base.height = this.canvas.height;
+    const ctx = base.getContext('2d');
+    const c = this.cell;
+    const ratio = this.ratio;
+    const free = this.sprite('free');
+    const taken = this.sprite('taken');
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.font = `${Math.min(14, Math.max(9, c - 6))}px system-ui, sans-serif`;
     ctx.textBaseline = 'middle';
     ctx.textAlign = 'end';
     ctx.fillStyle = '#1b1f24';
-    const left = LABEL_WIDTH + PAD;
-    const free = new Path2D();
-    const taken = new Path2D();
-    const hatch = new Path2D();
-    const picked = new Path2D();
-    const mark = new Path2D();
-    const r = Math.max(2, c / 2 - 2);
     this.rows.forEach((row, ri) => {
-      const y = PAD + ri * c;
-      if (c >= 10 || ri % 5 === 0) ctx.fillText(row.label, LABEL_WIDTH - 4, y + c / 2);
+      if (c >= 10 || ri % 5 === 0) ctx.fillText(row.label, LABEL_WIDTH - 4, PAD + ri * c + c / 2);
+    });
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    const left = LABEL_WIDTH + PAD;
+    this.rows.forEach((row, ri) => {
+      const y = Math.round((PAD + ri * c) * ratio);
       for (let i = 0; i < row.count; i++) {
-        const x = left + i * c;
-        const id = row.firstId + i;
-        if (this.picked.has(id)) {
-          picked.rect(x + 1, y + 1, c - 2, c - 2);
-          if (c >= 12) {
-            mark.moveTo(x + c * 0.28, y + c * 0.52);
-            mark.lineTo(x + c * 0.45, y + c * 0.7);
-            mark.lineTo(x + c * 0.74, y + c * 0.32);
-          }
-        } else if (this.free[row.offset + i] === 1 && !this.taken.has(id)) {
-          free.moveTo(x + c / 2 + r, y + c / 2);
-          free.arc(x + c / 2, y + c / 2, r, 0, Math.PI * 2);
-        } else {
-          taken.rect(x + 2, y + 2, c - 4, c - 4);
-          hatch.moveTo(x + 2, y + c - 2);
-          hatch.lineTo(x + c - 2, y + 2);
-          if (c >= 12) {
-            hatch.moveTo(x + 2, y + 2);
-            hatch.lineTo(x + c - 2, y + c - 2);
-          }
-        }
+        const open = this.free[row.offset + i] === 1 && !this.taken.has(row.firstId + i);
+        ctx.drawImage(open ? free : taken, Math.round((left + i * c) * ratio), y);
       }
     });
-    ctx.lineWidth = 1.5;
-    ctx.fillStyle = '#e3f4e8';
-    ctx.fill(free);
-    ctx.strokeStyle = '#1e7a3c';
-    ctx.stroke(free);
-    ctx.fillStyle = '#d5dbe1';
-    ctx.fill(taken);
-    ctx.strokeStyle = '#5f6a74';
-    ctx.stroke(taken);
-    ctx.stroke(hatch);
+    this.baseDirty = false;
+  }
+
+  paint() {
+    if (this.baseDirty || !this.base) this.paintBase();
+    const ctx = this.canvas.getContext('2d');
+    const c = this.cell;
+    // Only the part of the canvas the scroller shows is copied.
+    const scroller = this.canvas.parentElement;
+    const r = this.ratio;
+    const sx = Math.max(0, Math.floor((scroller ? scroller.scrollLeft : 0) * r));
+    const sy = Math.max(0, Math.floor((scroller ? scroller.scrollTop : 0) * r));
+    const sw = Math.min(this.canvas.width - sx, Math.ceil((scroller ? scroller.clientWidth : this.canvas.width) * r) + 2);
+    const sh = Math.min(this.canvas.height - sy, Math.ceil((scroller ? scroller.clientHeight : this.canvas.height) * r) + 2);
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    if (sw > 0 && sh > 0) {
+      ctx.clearRect(sx, sy, sw, sh);
+      ctx.drawImage(this.base, sx, sy, sw, sh, sx, sy, sw, sh);
+    }
+    ctx.setTransform(r, 0, 0, r, 0, 0);
+    const left = LABEL_WIDTH + PAD;
+    const picked = new Path2D();
+    const mark = new Path2D();
+    for (const [, place] of this.picked) {
+      const x = left + place.index * c;
+      const y = PAD + place.row * c;
+      picked.rect(x + 1, y + 1, c - 2, c - 2);
+      if (c >= 12) {
+        mark.moveTo(x + c * 0.28, y + c * 0.52);
+        mark.lineTo(x + c * 0.45, y + c * 0.7);
+        mark.lineTo(x + c * 0.74, y + c * 0.32);
+      }
+    }
     ctx.fillStyle = '#0b5cad';
     ctx.fill(picked);
     ctx.strokeStyle = '#ffffff';

@@ -1,0 +1,121 @@
+"""The pages as files: a strict Content-Security-Policy and the other
+security headers, hashed immutable asset names, gzip, ETags, and the
+waiting page with everything it loads at most 60 KB compressed."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+
+import httpx
+
+from edge_svc.pages import LANGUAGES, Pages, web_root
+from tests.browser.harness import Mesh
+
+BUDGET = 60 * 1024
+
+
+def csp(header: str) -> dict[str, list[str]]:
+    policy: dict[str, list[str]] = {}
+    for part in header.split(";"):
+        words = part.split()
+        if words:
+            policy[words[0]] = words[1:]
+    return policy
+
+
+async def test_the_pages_headers_are_strict(mesh: Mesh) -> None:
+    async with httpx.AsyncClient(base_url=mesh.url) as client:
+        for path in ("/", "/e/1"):
+            reply = await client.get(path)
+            assert reply.status_code == 200
+            assert reply.headers["content-type"].startswith("text/html")
+            assert reply.headers["cache-control"] == "public, max-age=60"
+            assert reply.headers["x-content-type-options"] == "nosniff"
+            assert reply.headers["referrer-policy"] == "same-origin"
+            policy = csp(reply.headers["content-security-policy"])
+            assert policy["default-src"] == ["'self'"]
+            assert policy["script-src"] == ["'self'"]
+            assert policy["style-src"] == ["'self'"]
+            assert policy["frame-ancestors"] == ["'none'"]
+            assert policy["base-uri"] == ["'none'"]
+            assert policy["object-src"] == ["'none'"]
+            for sources in policy.values():
+                assert not {"'unsafe-inline'", "'unsafe-eval'", "*", "data:", "blob:"} & set(sources)
+            # No inline script or style, no handler attributes, no other origin.
+            page = reply.text
+            assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", page)
+            assert "<style" not in page and " style=" not in page and not re.search(r"\son[a-z]+=", page)
+            assert not re.search(r"""(src|href)=["'](https?:)?//""", page)
+
+
+async def test_assets_are_hashed_immutable_and_gzipped(mesh: Mesh) -> None:
+    async with httpx.AsyncClient(base_url=mesh.url) as client:
+        page = (await client.get("/e/1")).text
+        names = re.findall(r"/assets/([A-Za-z0-9_.-]+)", page)
+        assert names
+        for name in names:
+            plain = await client.get(f"/assets/{name}", headers={"accept-encoding": "identity"})
+            assert plain.status_code == 200
+            assert plain.headers["cache-control"] == "public, max-age=31536000, immutable"
+            assert plain.headers["x-content-type-options"] == "nosniff"
+            assert "content-encoding" not in plain.headers
+            # The name carries the hash of the content.
+            assert name.split(".")[-2] == hashlib.sha256(plain.content).hexdigest()[:12]
+            zipped = await client.get(f"/assets/{name}", headers={"accept-encoding": "gzip"})
+            assert zipped.headers["content-encoding"] == "gzip"
+            assert zipped.content == plain.content  # httpx decodes it
+            again = await client.get(f"/assets/{name}", headers={"if-none-match": plain.headers["etag"]})
+            assert again.status_code == 304
+        missing = await client.get("/assets/app.000000000000.js")
+        assert missing.status_code == 404
+
+
+def test_the_waiting_page_weighs_at_most_60_kb_compressed() -> None:
+    site = Pages(dev_sign_in=True).site
+    page = site.page.body.decode()
+    loaded = set(re.findall(r"/assets/([A-Za-z0-9_.-]+)", page))
+    # And what its modules import, transitively (the seat map and the QR
+    # code load later, on their own pages).
+    todo = [name for name in loaded if name.endswith(".js")]
+    while todo:
+        source = site.assets[todo.pop()].body.decode()
+        for found in re.findall(r"""from\s+['"]\./([A-Za-z0-9_.-]+\.js)['"]""", source):
+            if found not in loaded:
+                loaded.add(found)
+                todo.append(found)
+    # The largest message catalog: the fan's language is one of them.
+    catalogs = [site.names[f"messages/{lang}.json"] for lang in LANGUAGES]
+    loaded.add(max(catalogs, key=lambda name: len(site.assets[name].gzipped)))
+    total = len(site.page.gzipped) + sum(len(site.assets[name].gzipped) for name in loaded)
+    assert {"app.css", "app.js", "waiting.js", "api.js", "i18n.js"} <= {site_source(site, n) for n in loaded}
+    assert total <= BUDGET, f"{total} bytes compressed: {sorted(loaded)}"
+    # Served bytes decompress to the sources.
+    for built in site.assets.values():
+        assert gzip.decompress(built.gzipped) == built.body
+
+
+def site_source(site: object, name: str) -> str:
+    names: dict[str, str] = site.names  # type: ignore[attr-defined]
+    return next(source for source, hashed in names.items() if hashed == name)
+
+
+def test_the_build_refuses_a_missing_import(tmp_path: object) -> None:
+    import pathlib
+
+    import pytest
+
+    from edge_svc.pages import build
+
+    root = pathlib.Path(str(tmp_path))
+    for path in web_root().iterdir():
+        if path.is_file():
+            (root / path.name).write_bytes(path.read_bytes())
+    (root / "messages").mkdir()
+    for lang in LANGUAGES:
+        (root / "messages" / f"{lang}.json").write_bytes(web_root().joinpath("messages", f"{lang}.json").read_bytes())
+    build(root, dev_sign_in=False)
+    (root / "app.js").write_text("import { x } from './nowhere.js';\n")
+    with pytest.raises(ValueError, match=r"nowhere\.js"):
+        build(root, dev_sign_in=False)
