@@ -9,6 +9,8 @@ from __future__ import annotations
 import zxingcpp
 from playwright.async_api import Browser, expect
 
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from tests.browser.harness import Mesh, admitted_client, new_fan
 from tests.browser.pages import canvas_gray, check_axe, shoot, switch_language, view
 
@@ -26,11 +28,31 @@ async def every_language(page: object, name: str) -> None:
 
 async def test_a_fan_from_the_event_page_to_tickets(browser: Browser, mesh: Mesh) -> None:
     event_id = await mesh.event(seats=30, standing=40, max_active=5)
-    # Another fan bought some seats already: the map shows them taken.
-    other = await admitted_client(mesh, "early-bird", event_id)
-    taken = await other.post(f"/v1/events/{event_id}/holds", json={"bestAvailable": {"sectionId": "A", "quantity": 3}})
+    booking = mesh.operators["booking"].stub(bpb_grpc.BookingServiceStub)
+    await booking.LoadInventory(
+        bpb.LoadInventoryRequest(
+            event_id=event_id,
+            rows=[
+                bpb.SeatRowSpec(section_id="A", row_label=row, first_seat_number=1, seat_count=30) for row in "LMNOPQR"
+            ],
+        )
+    )
+    # Other fans hold some seats already: the map shows them taken.
+    early = await admitted_client(mesh, "early-bird", event_id)
+    taken = await early.post(f"/v1/events/{event_id}/holds", json={"bestAvailable": {"sectionId": "A", "quantity": 3}})
     assert taken.status_code == 200, taken.text
-    await other.aclose()
+    rows = {
+        row["rowLabel"]: int(row["firstSeatId"])
+        for row in (await early.get(f"/v1/events/{event_id}/seatmap")).json()["sections"][0]["rows"]
+    }
+    await early.aclose()
+    for name, row, first in (("fan-m", "M", 11), ("fan-o", "O", 4), ("fan-q", "Q", 20)):
+        other = await admitted_client(mesh, name, event_id)
+        seats = [str(rows[row] + first - 1 + i) for i in range(4)]
+        held = await other.post(f"/v1/events/{event_id}/holds", json={"seats": {"seatIds": seats}})
+        assert held.status_code == 200, held.text
+        await other.post(f"/v1/events/{event_id}/queue:leave", json={})
+        await other.aclose()
 
     fan = await new_fan(browser, mesh.url)
     page = fan.page
