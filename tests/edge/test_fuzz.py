@@ -146,6 +146,9 @@ def _fuzz(
     return run
 
 
+# schemathesis's strategies draw from the random module, which Hypothesis
+# seeds for every example (so the runs stay deterministic) and warns about.
+@pytest.mark.filterwarnings("ignore:Do not use the `random` module:hypothesis.errors.HypothesisDeprecationWarning")
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["positive", "negative"])
 async def test_every_operation_answers_as_its_document_says(
     schema: schemathesis.BaseSchema, target: Target, mode: GenerationMode
