@@ -104,3 +104,25 @@ async def test_the_page_recovers_from_an_edge_restarted_mid_wait(browser: Browse
     await expect(page.locator("#map")).to_be_visible()
     assert fan.foreign() == []
     await fan.context.close()
+
+
+async def test_without_a_stream_the_page_polls_the_progress_and_gets_in(browser: Browser, mesh: Mesh) -> None:
+    event_id = await mesh.event(seats=8, max_active=5, paused=True)
+    await crowd(mesh, event_id, 3, "poll")
+    fan = await new_fan(browser, mesh.url)
+    page = fan.page
+    # Server-Sent Events never get through (a proxy that buffers them, say).
+    await page.route("**/queue/position:watch", lambda route: route.abort())
+    await join_in_browser(page, mesh.url, event_id, "flo")
+    await expect(page.locator("#live")).to_contain_text("Reconnecting")
+    await expect(page.locator("#place")).to_have_text("3 people ahead of you")
+    await expect(page.locator("#room-state")).to_contain_text("paused")
+
+    async def polled() -> bool | None:
+        return True if any(url.endswith(f"/v1/events/{event_id}/queue/progress") for url in fan.requests) else None
+
+    await eventually(polled, "a poll of the progress document", seconds=20.0)
+    await mesh.resume(event_id)
+    await view(page, "shop", timeout_ms=40_000)
+    assert fan.foreign() == []
+    await fan.context.close()
