@@ -19,6 +19,7 @@ import grpc
 from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
+from boxoffice import validate
 from boxoffice.audit import Auditor, Json, message_json
 from boxoffice.clock import Clock
 from boxoffice.server import Registration
@@ -102,6 +103,27 @@ class Revocation:
         return {"event_id": str(self.event_id), "customer_id": self.customer_id, "state": self.state.name}
 
 
+@dataclasses.dataclass(frozen=True)
+class Flagging:
+    """What RevokeCustomer's SHADOW or UNSHADOW did to one customer."""
+
+    event_id: int
+    customer_id: str
+    flagged: bool
+    changed: bool
+    previous: QueueState
+    state: QueueState
+
+    def json(self) -> Json:
+        return {
+            "event_id": str(self.event_id),
+            "customer_id": self.customer_id,
+            "shadowed": self.flagged,
+            "changed": self.changed,
+            "state": self.state.name,
+        }
+
+
 class QueueAdmin:
     """The waiting-room administration, every change audited."""
 
@@ -161,17 +183,39 @@ class QueueAdmin:
 
         return await self._change(method, request, event_id, open_now)
 
+    async def _look(self, event_id: int, customer_id: str) -> QueueState:
+        for _ in range(2):
+            now_ms = int(self._clock.now() * 1000)
+            place = await self._store.fan(event_id, customer_id, now_ms=now_ms, op=FanOp.LOOK)
+            if place is not None:
+                return place.state
+            await self._handler.stats(event_id)  # mirrors the configuration Redis lacks, or NOT_FOUND
+        raise errors.unknown_event(event_id)
+
+    async def flag(self, method: str, request: Message, event_id: int, customer_id: str, flagged: bool) -> Flagging:
+        """Put a customer in the shadow lane (never admitted) or take them out."""
+
+        async def flag() -> Flagging:
+            previous = await self._look(event_id, customer_id)  # NOT_FOUND for an unknown event
+            now_ms = int(self._clock.now() * 1000)
+            changed = await self._store.flag(event_id, customer_id, flagged=flagged, now_ms=now_ms)
+            if changed is None:
+                raise errors.unknown_event(event_id)
+            state = await self._look(event_id, customer_id)
+            return Flagging(event_id, customer_id, flagged, changed, previous, state)
+
+        async def before() -> Json | None:
+            state = await self._look(event_id, customer_id)
+            return {"event_id": str(event_id), "customer_id": customer_id, "state": state.name}
+
+        flagging: Flagging = await self._audit.run(method, request, before=before, action=flag, after=Flagging.json)
+        return flagging
+
     async def revoke(self, method: str, request: Message, event_id: int, customer_id: str) -> Revocation:
         """A waiting customer leaves, an admitted one's session ends."""
 
         async def look() -> QueueState:
-            for _ in range(2):
-                now_ms = int(self._clock.now() * 1000)
-                place = await self._store.fan(event_id, customer_id, now_ms=now_ms, op=FanOp.LOOK)
-                if place is not None:
-                    return place.state
-                await self._handler.stats(event_id)  # mirrors the configuration Redis lacks, or NOT_FOUND
-            raise errors.unknown_event(event_id)
+            return await self._look(event_id, customer_id)
 
         async def revoke() -> Revocation:
             previous = await look()
@@ -256,7 +300,21 @@ class QueueAdminServicer(apb_grpc.QueueAdminServiceServicer):
     async def RevokeCustomer(self, request: apb.RevokeCustomerRequest, context: Context) -> apb.RevokeCustomerResponse:
         event_id = parse_event_id(request.event_id)
         customer_id = parse_customer_id(request.customer_id)
-        done = await self._admin.revoke(self._method("RevokeCustomer"), request, event_id, customer_id)
+        method = self._method("RevokeCustomer")
+        if request.action in (apb.REVOKE_ACTION_SHADOW, apb.REVOKE_ACTION_UNSHADOW):
+            shadow = request.action == apb.REVOKE_ACTION_SHADOW
+            flagging = await self._admin.flag(method, request, event_id, customer_id, shadow)
+            return apb.RevokeCustomerResponse(
+                event_id=event_id,
+                customer_id=customer_id,
+                previous_state=apb.CustomerState.ValueType(flagging.previous.value),
+                state=apb.CustomerState.ValueType(flagging.state.value),
+                revoked=flagging.changed,
+                shadowed=flagging.flagged,
+            )
+        if request.action not in (apb.REVOKE_ACTION_UNSPECIFIED, apb.REVOKE_ACTION_END_PLACE):
+            raise validate.invalid("action", f"unknown action {request.action}")
+        done = await self._admin.revoke(method, request, event_id, customer_id)
         return apb.RevokeCustomerResponse(
             event_id=done.event_id,
             customer_id=done.customer_id,

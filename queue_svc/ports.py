@@ -88,6 +88,10 @@ class QueueStore(Protocol):
         """The waiting fans among ``customer_ids`` are seen now; how many
         of them wait, or None for an unknown event."""
 
+    async def flag(self, event_id: int, customer_id: str, *, flagged: bool, now_ms: int) -> bool | None:
+        """Put a fan in the shadow lane (never admitted) or take them out;
+        whether that changed anything, or None for an unknown event."""
+
     async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
         """The event's admission progress; None for an unknown event."""
 

@@ -10,6 +10,9 @@ Per event, under the hash tag ``{ev:<id>}``:
 - ``seen`` sorted set: the waiting fans again (score: when last seen, ms;
   joined, read their place, or reported present by RecordPresence); the
   admit tick drops the head of it older than the presence grace
+- ``shadow`` set: the fans an operator flagged (never admitted)
+- ``shq``  sorted set: flagged fans whom admission reached (score: their
+  queue score), who read a normal wait there
 - ``out``  hash: how a fan's last visit ended (E expired, L left, C completed,
   D dropped)
 - ``prog`` hash: leader epoch, admitted-through score, totals, measured
@@ -73,14 +76,16 @@ class EventKeys:
     outcomes: str
     progress: str
     seen: str
+    shadow: str
+    shadow_queue: str
     sequence: str
-    # The keys every script but presence takes first, in this order.
-    common: tuple[str, str, str, str, str, str, str]
+    # The keys the join, fan, admit and progress scripts take first, in this order.
+    common: tuple[str, str, str, str, str, str, str, str, str]
 
     @classmethod
     def of(cls, event_id: int) -> EventKeys:
-        config, queue, admitted, active, outcomes, progress, seen = (
-            event_key(event_id, part) for part in ("cfg", "q", "adm", "act", "out", "prog", "seen")
+        config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue = (
+            event_key(event_id, part) for part in ("cfg", "q", "adm", "act", "out", "prog", "seen", "shadow", "shq")
         )
         return cls(
             config=config,
@@ -90,8 +95,10 @@ class EventKeys:
             outcomes=outcomes,
             progress=progress,
             seen=seen,
+            shadow=shadow,
+            shadow_queue=shadow_queue,
             sequence=event_key(event_id, "seq"),
-            common=(config, queue, admitted, active, outcomes, progress, seen),
+            common=(config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue),
         )
 
     def limits(self, window: int) -> str:
@@ -126,6 +133,7 @@ class RedisQueueStore:
         self._progress = load_script("queue_svc", "progress")
         self._config_put = load_script("queue_svc", "config_put")
         self._presence = load_script("queue_svc", "presence")
+        self._flag = load_script("queue_svc", "flag")
         self._keys: dict[int, EventKeys] = {}
 
     def keys(self, event_id: int) -> EventKeys:
@@ -227,6 +235,17 @@ class RedisQueueStore:
                 return None
             waiting += int(reply[1])
         return waiting
+
+    async def flag(self, event_id: int, customer_id: str, *, flagged: bool, now_ms: int) -> bool | None:
+        keys = self.keys(event_id)
+        reply = await self._batcher.call(
+            self._flag,
+            (keys.config, keys.queue, keys.shadow, keys.shadow_queue, keys.seen),
+            (customer_id, int(flagged), now_ms),
+        )
+        if not int(reply[0]):
+            return None
+        return bool(int(reply[1]))
 
     async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
         reply = await self._batcher.call(self._progress, self.keys(event_id).common, ())

@@ -13,8 +13,14 @@
 -- the head of the seen set (ordered by last-seen time), never a scan of the
 -- queue.
 --
+-- Fans an operator flagged (the shadow set) are never admitted: popped
+-- from the head like the others, they move to the shadow queue with their
+-- score (where their place reads as a normal wait) and the tick pops again
+-- for the slots they did not take, a few rounds at most: the cost is in
+-- proportion to the fans popped, never to those waiting or flagged.
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress, 7 seen
+--       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue
 -- ARGV: 1 now (ms), 2 leader epoch, 3 most removals per set and tick,
 --       4 rate averaging window (ms), 5 target rate (per second, 0 = the
 --       configured one), 6 the target's reason (a proto enum number)
@@ -94,25 +100,45 @@ else
   -- (the carry may be below zero: what the safety net took ahead of time).
   local allowance = math.min(rate, carry + rate * elapsed / 1000)
   local n = math.min(tonumber(cfg[4]) - active, math.floor(allowance))
-  if n > 0 then
-    local popped = redis.call('ZPOPMIN', KEYS[2], n)
-    if #popped > 0 then
-      local claim_by = now + tonumber(cfg[5])
-      for i = 1, #popped, 2 * CHUNK do
-        local members = {}
-        local names = {}
-        for j = i, math.min(i + 2 * CHUNK - 1, #popped), 2 do
+  local flagged = redis.call('SCARD', KEYS[8]) > 0
+  local claim_by = now + tonumber(cfg[5])
+  local rounds = 0
+  while n - admitted > 0 and rounds < 4 do
+    rounds = rounds + 1
+    local popped = redis.call('ZPOPMIN', KEYS[2], n - admitted)
+    if #popped == 0 then
+      break
+    end
+    through = math.max(through, tonumber(popped[#popped]))
+    for i = 1, #popped, 2 * CHUNK do
+      local members = {}
+      local names = {}
+      local shadowed = {}
+      for j = i, math.min(i + 2 * CHUNK - 1, #popped), 2 do
+        names[#names + 1] = popped[j]
+        if flagged and redis.call('SISMEMBER', KEYS[8], popped[j]) == 1 then
+          shadowed[#shadowed + 1] = popped[j + 1]
+          shadowed[#shadowed + 1] = popped[j]
+        else
           members[#members + 1] = claim_by
           members[#members + 1] = popped[j]
-          names[#names + 1] = popped[j]
         end
-        redis.call('ZADD', KEYS[3], unpack(members))
-        redis.call('ZREM', KEYS[7], unpack(names))
       end
-      admitted = #popped / 2
-      through = math.max(through, tonumber(popped[#popped]))
-      total = redis.call('HINCRBY', KEYS[6], 'admitted', admitted)
+      if #members > 0 then
+        redis.call('ZADD', KEYS[3], unpack(members))
+      end
+      if #shadowed > 0 then
+        redis.call('ZADD', KEYS[9], unpack(shadowed))
+      end
+      redis.call('ZREM', KEYS[7], unpack(names))
+      admitted = admitted + #members / 2
     end
+    if not flagged then
+      break
+    end
+  end
+  if admitted > 0 then
+    total = redis.call('HINCRBY', KEYS[6], 'admitted', admitted)
   end
   carry = allowance - admitted
 end

@@ -8,8 +8,11 @@
 -- as the next admit tick would do. Reading a waiting fan's place (look,
 -- claim) counts as seeing them (the seen set, see the admit script).
 --
+-- A flagged fan in the shadow queue reads as waiting (the fans still
+-- queued ahead of their score ahead of them) and may leave.
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress, 7 seen
+--       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue
 -- ARGV: 1 customer, 2 now (ms), 3 op
 -- Reply: {state, score, ahead, expires_at, changed, opens_at, paused,
 --         token_ttl, rate (string), last_tick, admitted_total, pre_joined}
@@ -46,6 +49,15 @@ if score then
     redis.call('ZADD', KEYS[7], now, customer)
   end
   return reply(1, tonumber(score), redis.call('ZRANK', KEYS[2], customer), 0, 0)
+end
+
+local shadowed = redis.call('ZSCORE', KEYS[9], customer)
+if shadowed then
+  if op == 'leave' then
+    finish(9, 'L')
+    return reply(4, 0, 0, 0, 1)
+  end
+  return reply(1, tonumber(shadowed), redis.call('ZCOUNT', KEYS[2], '-inf', '(' .. shadowed), 0, 0)
 end
 
 -- Admitted: unclaimed (3, until the claim deadline) or shopping (4, until

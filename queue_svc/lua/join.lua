@@ -15,8 +15,13 @@
 -- the admit script keeps (carry at the last tick, see admit.lua): what a
 -- join takes here the next tick does not hand out again.
 --
+-- A fan an operator flagged (shadow set) and whom admission already
+-- reached waits in the shadow queue: their join answers that place as a
+-- normal wait, and the safety net never admits a flagged fan.
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress, 7 seen, 8 sequence, 9 this window's join counters
+--       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
+--       10 sequence, 11 this window's join counters
 -- ARGV: 1 customer, 2 now (ms), 3 random pre-queue score, 4 client ('' = none),
 --       5 joins per account per window, 6 joins per client per window
 --       (0 = no limit), 7 window (ms), 8 pre-queue band
@@ -44,16 +49,16 @@ if client == '' then
   client_limit = 0
 end
 if account_limit > 0 or client_limit > 0 then
-  local fresh = redis.call('EXISTS', KEYS[9]) == 0
+  local fresh = redis.call('EXISTS', KEYS[11]) == 0
   local over = 0
-  if account_limit > 0 and redis.call('HINCRBY', KEYS[9], 'a:' .. customer, 1) > account_limit then
+  if account_limit > 0 and redis.call('HINCRBY', KEYS[11], 'a:' .. customer, 1) > account_limit then
     over = -3
   end
-  if client_limit > 0 and redis.call('HINCRBY', KEYS[9], 'c:' .. client, 1) > client_limit and over == 0 then
+  if client_limit > 0 and redis.call('HINCRBY', KEYS[11], 'c:' .. client, 1) > client_limit and over == 0 then
     over = -4
   end
   if fresh then
-    redis.call('PEXPIRE', KEYS[9], 2 * tonumber(ARGV[7]))
+    redis.call('PEXPIRE', KEYS[11], 2 * tonumber(ARGV[7]))
   end
   if over ~= 0 then
     return {over, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
@@ -64,6 +69,11 @@ local score = redis.call('ZSCORE', KEYS[2], customer)
 if score then
   redis.call('ZADD', KEYS[7], now, customer)
   return {1, tonumber(score), redis.call('ZRANK', KEYS[2], customer), 0, opens, paused, admitted_total, rate, last_tick}
+end
+local shadowed = redis.call('ZSCORE', KEYS[9], customer)
+if shadowed then
+  local ahead = redis.call('ZCOUNT', KEYS[2], '-inf', '(' .. shadowed)
+  return {1, tonumber(shadowed), ahead, 0, opens, paused, admitted_total, rate, last_tick}
 end
 
 -- Admitted and still within the claim window or the session: admitted.
@@ -88,6 +98,9 @@ end
 -- Admitted at once (the safety net), when everything above allows it.
 local function admit_at_once()
   if cfg[4] ~= '1' or paused == 1 or now < opens then
+    return false
+  end
+  if redis.call('SISMEMBER', KEYS[8], customer) == 1 then
     return false
   end
   if redis.call('ZCARD', KEYS[2]) > 0 then
@@ -123,7 +136,7 @@ if now < opens and admitted_total == 0 then
   score = tonumber(ARGV[3])
   redis.call('HINCRBY', KEYS[6], 'pre', 1)
 elseif admit_at_once() then
-  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[8])
+  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
   redis.call('ZADD', KEYS[3], now + tonumber(cfg[6]), customer)
   redis.call('HDEL', KEYS[5], customer)
   redis.call('HINCRBY', KEYS[6], 'joined', 1)
@@ -132,7 +145,7 @@ elseif admit_at_once() then
   redis.call('HSET', KEYS[6], 'through', math.max(through, score))
   return {2, score, 0, 1, opens, paused, admitted_total, rate, last_tick}
 else
-  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[8])
+  score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
 end
 redis.call('ZADD', KEYS[2], score, customer)
 redis.call('ZADD', KEYS[7], now, customer)

@@ -135,6 +135,34 @@ dropped out of the queue.
 """
 Global___CustomerState: _TypeAlias = CustomerState  # noqa: Y015
 
+class _RevokeAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RevokeActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RevokeAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REVOKE_ACTION_UNSPECIFIED: _RevokeAction.ValueType  # 0
+    """Unset: END_PLACE."""
+    REVOKE_ACTION_END_PLACE: _RevokeAction.ValueType  # 1
+    """End the customer's place (they leave the queue or their session ends)."""
+    REVOKE_ACTION_SHADOW: _RevokeAction.ValueType  # 2
+    """Put the customer in the shadow lane: a normal wait, never admitted."""
+    REVOKE_ACTION_UNSHADOW: _RevokeAction.ValueType  # 3
+    """Take the customer out of the shadow lane."""
+
+class RevokeAction(_RevokeAction, metaclass=_RevokeActionEnumTypeWrapper):
+    """RevokeAction is what RevokeCustomer does to the customer."""
+
+REVOKE_ACTION_UNSPECIFIED: RevokeAction.ValueType  # 0
+"""Unset: END_PLACE."""
+REVOKE_ACTION_END_PLACE: RevokeAction.ValueType  # 1
+"""End the customer's place (they leave the queue or their session ends)."""
+REVOKE_ACTION_SHADOW: RevokeAction.ValueType  # 2
+"""Put the customer in the shadow lane: a normal wait, never admitted."""
+REVOKE_ACTION_UNSHADOW: RevokeAction.ValueType  # 3
+"""Take the customer out of the shadow lane."""
+Global___RevokeAction: _TypeAlias = RevokeAction  # noqa: Y015
+
 @_typing.final
 class WaitingRoom(_message.Message):
     """WaitingRoom is the configuration of one event's waiting room. Its fields
@@ -645,19 +673,23 @@ class RevokeCustomerRequest(_message.Message):
 
     EVENT_ID_FIELD_NUMBER: _builtins.int
     CUSTOMER_ID_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event; positive."""
     customer_id: _builtins.str
     """The customer; 1 to 128 characters."""
+    action: Global___RevokeAction.ValueType
+    """What to do; END_PLACE when unset."""
     def __init__(
         self,
         *,
         event_id: _builtins.int = ...,
         customer_id: _builtins.str = ...,
+        action: Global___RevokeAction.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "event_id", b"event_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "customer_id", b"customer_id", "event_id", b"event_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -674,6 +706,7 @@ class RevokeCustomerResponse(_message.Message):
     PREVIOUS_STATE_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     REVOKED_FIELD_NUMBER: _builtins.int
+    SHADOWED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event."""
     customer_id: _builtins.str
@@ -685,7 +718,13 @@ class RevokeCustomerResponse(_message.Message):
     COMPLETED for one who was admitted, otherwise the state they had.
     """
     revoked: _builtins.bool
-    """Whether this call ended a place (false when there was none to end)."""
+    """Whether this call ended a place (false when there was none to end), or
+    for SHADOW and UNSHADOW whether it changed the customer's flag.
+    """
+    shadowed: _builtins.bool
+    """Whether the customer is in the shadow lane after the call (set by
+    SHADOW and UNSHADOW; false for END_PLACE, which does not read the flag).
+    """
     def __init__(
         self,
         *,
@@ -694,10 +733,11 @@ class RevokeCustomerResponse(_message.Message):
         previous_state: Global___CustomerState.ValueType = ...,
         state: Global___CustomerState.ValueType = ...,
         revoked: _builtins.bool = ...,
+        shadowed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "event_id", b"event_id", "previous_state", b"previous_state", "revoked", b"revoked", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "event_id", b"event_id", "previous_state", b"previous_state", "revoked", b"revoked", "shadowed", b"shadowed", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -149,6 +149,13 @@ class QueueAdminServiceServicer:
         waiting customer leaves the queue, an admitted one's shopping session
         ends and frees its slot. Either way the customer must join again, at the
         back. A customer in another state keeps it; the answer carries it.
+        With action SHADOW it instead puts the customer in the event's shadow
+        lane: they join, wait and read their place as anyone does, but are
+        never admitted; when admission reaches them they stay WAITING (no one
+        ahead once the fans before them have gone) while those behind them go
+        in. A customer already admitted keeps their session. UNSHADOW takes the
+        flag off; a customer whom admission passed goes back to their own place,
+        the head of the queue. Either answers revoked true when the flag changed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

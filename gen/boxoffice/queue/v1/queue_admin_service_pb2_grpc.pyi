@@ -65,6 +65,13 @@ class QueueAdminServiceStub:
     waiting customer leaves the queue, an admitted one's shopping session
     ends and frees its slot. Either way the customer must join again, at the
     back. A customer in another state keeps it; the answer carries it.
+    With action SHADOW it instead puts the customer in the event's shadow
+    lane: they join, wait and read their place as anyone does, but are
+    never admitted; when admission reaches them they stay WAITING (no one
+    ahead once the fans before them have gone) while those behind them go
+    in. A customer already admitted keeps their session. UNSHADOW takes the
+    flag off; a customer whom admission passed goes back to their own place,
+    the head of the queue. Either answers revoked true when the flag changed.
     """
 
 @_typing.type_check_only
@@ -104,6 +111,13 @@ class QueueAdminServiceAsyncStub(QueueAdminServiceStub):
     waiting customer leaves the queue, an admitted one's shopping session
     ends and frees its slot. Either way the customer must join again, at the
     back. A customer in another state keeps it; the answer carries it.
+    With action SHADOW it instead puts the customer in the event's shadow
+    lane: they join, wait and read their place as anyone does, but are
+    never admitted; when admission reaches them they stay WAITING (no one
+    ahead once the fans before them have gone) while those behind them go
+    in. A customer already admitted keeps their session. UNSHADOW takes the
+    flag off; a customer whom admission passed goes back to their own place,
+    the head of the queue. Either answers revoked true when the flag changed.
     """
 
 class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -188,6 +202,13 @@ class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         waiting customer leaves the queue, an admitted one's shopping session
         ends and frees its slot. Either way the customer must join again, at the
         back. A customer in another state keeps it; the answer carries it.
+        With action SHADOW it instead puts the customer in the event's shadow
+        lane: they join, wait and read their place as anyone does, but are
+        never admitted; when admission reaches them they stay WAITING (no one
+        ahead once the fans before them have gone) while those behind them go
+        in. A customer already admitted keeps their session. UNSHADOW takes the
+        flag off; a customer whom admission passed goes back to their own place,
+        the head of the queue. Either answers revoked true when the flag changed.
         """
 
 def add_QueueAdminServiceServicer_to_server(servicer: QueueAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,25 @@
+-- FlagCustomer: an operator puts a fan in the shadow lane (flagged) or
+-- takes them out. A flagged fan keeps joining, waiting and reading a
+-- normal wait but is never admitted (see the admit script); a fan who is
+-- already admitted or shopping keeps that (revoke them to end it).
+-- Unflagging a fan whom admission already passed puts them back in the
+-- queue at their own score: at the head, admitted by the next tick.
+--
+-- KEYS: 1 config, 2 queue, 3 shadow (flagged), 4 shadow queue, 5 seen
+-- ARGV: 1 customer, 2 flagged (1/0), 3 now (ms)
+-- Reply: {exists, changed}
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {0, 0}
+end
+local customer = ARGV[1]
+if ARGV[2] == '1' then
+  return {1, redis.call('SADD', KEYS[3], customer)}
+end
+local changed = redis.call('SREM', KEYS[3], customer)
+local score = redis.call('ZSCORE', KEYS[4], customer)
+if score then
+  redis.call('ZREM', KEYS[4], customer)
+  redis.call('ZADD', KEYS[2], score, customer)
+  redis.call('ZADD', KEYS[5], ARGV[3], customer)
+end
+return {1, changed}
