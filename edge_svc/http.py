@@ -32,7 +32,8 @@ from edge_svc.routes import ROUTES, Route
 _log = logging.getLogger("boxoffice.edge.http")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+# version-trace id-parent id-flags; a later version may add fields after a dash.
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 _PARAM = re.compile(r"\{([a-z_]+)\}")
 
 PRIVATE = "private, no-store"
@@ -131,7 +132,9 @@ class EdgeApp:
                 continue
             entry = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
             if entry is None:
-                raise errors.MethodNotAllowed(tuple(sorted(methods)))
+                # HEAD is answered wherever GET is.
+                allowed = {*methods, "HEAD"} if "GET" in methods else set(methods)
+                raise errors.MethodNotAllowed(tuple(sorted(allowed)))
             return entry[0], entry[1], found.groupdict()
         raise NotFound("no such route", reason="ROUTE_NOT_FOUND", metadata={"path": path[:200]})
 
@@ -246,8 +249,17 @@ def _trace(request: Request) -> tuple[str, str]:
     and the trace id for logs; a new trace when the caller sent none."""
     given = request.headers.get("traceparent", "")
     found = _TRACEPARENT.match(given)
-    if found is not None and found.group(1) != "0" * 32 and found.group(2) != "0" * 16:
-        trace_id, flags = found.group(1), found.group(3)
+    # Version 00 is exactly four fields; a later one is read for its first four
+    # (W3C Trace Context, "versioning of traceparent"); ff is no version.
+    if (
+        found is not None
+        and found.group(1) != "ff"
+        and (found.group(1) != "00" or found.group(5) is None)
+        and found.group(2) != "0" * 32
+        and found.group(3) != "0" * 16
+    ):
+        # Passed on as version 00, whose only flag is "sampled".
+        trace_id, flags = found.group(2), f"{int(found.group(4), 16) & 1:02x}"
     else:
         trace_id, flags = secrets.token_hex(16), "01"
     return f"00-{trace_id}-{secrets.token_hex(8)}-{flags}", trace_id
