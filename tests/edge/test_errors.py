@@ -156,15 +156,18 @@ async def test_unknown_route(stack: EdgeStack) -> None:
 async def test_wrong_method_answers_405_with_allow(stack: EdgeStack) -> None:
     async with stack.client() as client:
         for method, path, allow in (
-            ("PUT", "/v1/session", "DELETE, GET, POST"),
-            ("DELETE", "/v1/events/1", "GET"),
-            ("POST", "/v1/holds/abc", "DELETE, GET"),
+            # HEAD is answered wherever GET is, so Allow names it too.
+            ("PUT", "/v1/session", "DELETE, GET, HEAD, POST"),
+            ("DELETE", "/v1/events/1", "GET, HEAD"),
+            ("POST", "/v1/holds/abc", "DELETE, GET, HEAD"),
             ("GET", "/v1/webhooks/payment-provider", "POST"),
             ("PATCH", "/v1/events/1/holds", "POST"),
         ):
             reply = await client.request(method, path)
             found = expect(reply, 405, "UNIMPLEMENTED", "METHOD_NOT_ALLOWED")
             assert reply.headers["allow"] == allow and found.metadata == {"allow": allow}
+        head = await client.head("/healthz")
+        assert head.status_code == 200 and head.content == b""
 
 
 @pytest.mark.parametrize("bad", ["abc", "0", "-1", "nan", "", "1s"])
@@ -299,8 +302,33 @@ async def test_traceparent_is_accepted_and_carried(
             headers={"traceparent": traceparent, "X-Request-Id": "traced-1"},
         )
     expect(bad, 400, "INVALID_ARGUMENT", "INVALID_FIELD")
-    logged = [r for r in caplog.records if getattr(r, "request_id", None) == "traced-1"]
-    assert logged and logged[0].__dict__["trace_id"] == trace_id
+    assert _logged_trace(caplog, "traced-1") == trace_id
+    # A later version is read for its trace id (W3C Trace Context, "versioning");
+    # version ff and a version 00 with more fields are not trace context.
+    span = uuid.uuid4().hex[:16]
+    for n, (given, kept) in enumerate(
+        (
+            (f"cc-{trace_id}-{span}-09-more-fields", True),
+            (f"ff-{trace_id}-{span}-01", False),
+            (f"00-{trace_id}-{span}-01-extra", False),
+            (f"00-{trace_id.upper()}-{span}-01", False),
+        )
+    ):
+        with caplog.at_level(logging.INFO, logger="boxoffice.edge.http"):
+            reply = await fan.post(
+                f"/v1/events/{event_id}/queue:join",
+                json={"customerId": "x"},
+                headers={"traceparent": given, "X-Request-Id": f"traced-v{n}"},
+            )
+        expect(reply, 400, "INVALID_ARGUMENT", "INVALID_FIELD")
+        assert (_logged_trace(caplog, f"traced-v{n}") == trace_id) is kept, given
+
+
+def _logged_trace(caplog: pytest.LogCaptureFixture, request_id: str) -> str:
+    logged = [r for r in caplog.records if getattr(r, "request_id", None) == request_id]
+    assert logged, request_id
+    trace_id: str = logged[0].__dict__["trace_id"]
+    return trace_id
 
 
 # -- rate limits ---------------------------------------------------------------
