@@ -45,7 +45,7 @@ CSP = "; ".join(
         "img-src 'self'",
         "font-src 'self'",
         "connect-src 'self'",
-        "worker-src 'none'",
+        "worker-src 'self'",
         "manifest-src 'self'",
         "object-src 'none'",
         "base-uri 'none'",

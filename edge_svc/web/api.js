@@ -56,7 +56,9 @@ export const api = {
   signOut: () => call('DELETE', '/v1/session'),
   event: (id) => call('GET', `/v1/events/${enc(id)}`),
   seatMap: (id) => call('GET', `/v1/events/${enc(id)}/seatmap`),
-  join: (id) => call('POST', `/v1/events/${enc(id)}/queue:join`, { body: {} }),
+  join: (id, proof) =>
+    call('POST', `/v1/events/${enc(id)}/queue:join`, { body: {}, headers: proof ? { 'Boxoffice-Proof': proof } : {} }),
+  challenge: (id) => call('GET', `/v1/events/${enc(id)}/queue/challenge`),
   position: (id) => call('GET', `/v1/events/${enc(id)}/queue/position`),
   progress: (id) => call('GET', `/v1/events/${enc(id)}/queue/progress`),
   leave: (id) => call('POST', `/v1/events/${enc(id)}/queue:leave`, { body: {} }),

@@ -176,10 +176,41 @@ async function signIn(event) {
   }
 }
 
+// The edge's bot defence: when a join needs a proof of work, a worker finds
+// it (off the main thread) and the join is sent again with it.
+function prove(challenge) {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./pow.js', import.meta.url));
+    worker.onmessage = (e) => {
+      worker.terminate();
+      resolve(e.data.proof);
+    };
+    worker.onerror = (e) => {
+      worker.terminate();
+      reject(e);
+    };
+    worker.postMessage({ challenge });
+  });
+}
+
+async function joinQueue() {
+  try {
+    return await api.join(state.eventId);
+  } catch (err) {
+    if (err.reason !== 'PROOF_REQUIRED' && err.reason !== 'PROOF_INVALID') throw err;
+    $('join-status').textContent = t('proving');
+    const { challenge } = await api.challenge(state.eventId);
+    const proof = await prove(challenge);
+    return api.join(state.eventId, proof);
+  } finally {
+    $('join-status').textContent = '';
+  }
+}
+
 async function join() {
   $('join').disabled = true;
   try {
-    const { position } = await api.join(state.eventId);
+    const { position } = await joinQueue();
     if (position.state === 'QUEUE_STATE_ADMITTED') await admitted();
     else enterWaiting(position);
   } catch (err) {
@@ -281,7 +312,7 @@ async function admitted() {
 async function backToQueue(reason) {
   session('hold', null);
   try {
-    const { position } = await api.join(state.eventId);
+    const { position } = await joinQueue();
     if (position.state === 'QUEUE_STATE_ADMITTED') return openShop(t(`error.${reason}`));
     enterWaiting(position);
     return undefined;
