@@ -25,6 +25,7 @@ from edge_svc.identity import OidcVerifier, SessionCookies, key_source
 from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, GrpcMesh, Mesh
 from edge_svc.metrics import EdgeMetrics
 from edge_svc.pages import Pages
+from edge_svc.presence import PresenceReporter
 from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import RateLimiter, RedisRateLimiter
 from edge_svc.server import EdgeServer
@@ -93,6 +94,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         components.append(batcher)
         limiter = RedisRateLimiter(batcher, rt.clock, on_unavailable=metrics.rate_limit_unavailable.inc)
     hub = ProgressHub(mesh, metrics)
+    presence = PresenceReporter(mesh, interval_seconds=config.presence_report_seconds)
     state = EdgeState()
     sessions = SessionCookies(config.session_keys, rt.clock, ttl_seconds=config.session_ttl_seconds)
     oidc = None if config.oidc is None else OidcVerifier(config.oidc, key_source(config.oidc), rt.clock)
@@ -116,6 +118,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         seatmaps=PublicCache(
             max_age_seconds=config.seatmap_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
         ),
+        presence=presence,
     )
     app = EdgeApp(config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()))
     server = EdgeServer(
@@ -129,7 +132,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
     )
     # Started in order, stopped in reverse: the server stops (and drains)
     # before the hub and the channels it uses.
-    components[:0] = [hub]
+    components[:0] = [hub, presence]
     components.append(server)
     return Edge(config=config, server=server, hub=hub, deps=deps, components=components)
 

@@ -92,6 +92,9 @@ class EdgeConfig:
     # Fans whose queue score this process remembers (for answering positions
     # without asking QueueService).
     place_cache_size: int
+    # How often the fans the edge served are reported to the waiting room as
+    # present (a third of its presence grace at most).
+    presence_report_seconds: float = 30.0
     # Bot defence at join.
     challenge: ChallengeConfig = field(default_factory=lambda: ChallengeConfig("none"))
 
@@ -125,6 +128,9 @@ class EdgeConfig:
             drain_seconds=env.number("BOXOFFICE_EDGE_DRAIN_SECONDS", 5.0, minimum=0.0, maximum=300.0),
             webhook_signature_header=env.string("BOXOFFICE_EDGE_WEBHOOK_SIGNATURE_HEADER", "Provider-Signature"),
             place_cache_size=env.integer("BOXOFFICE_EDGE_PLACE_CACHE_SIZE", 1_000_000, minimum=1),
+            presence_report_seconds=env.number(
+                "BOXOFFICE_EDGE_PRESENCE_REPORT_SECONDS", 30.0, minimum=0.05, maximum=600.0
+            ),
             challenge=_challenge(env),
         )
 

@@ -36,6 +36,7 @@ from edge_svc.http import PRIVATE, Cookie, Ctx, Handler, json_response, read_bod
 from edge_svc.identity import MAX_CUSTOMER_ID, OidcVerifier, Session, SessionCookies
 from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, CallContext, Mesh
 from edge_svc.metrics import EdgeMetrics
+from edge_svc.presence import PresenceReporter
 from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import Limit, RateLimiter
 from edge_svc.routes import ROUTES, Who
@@ -132,6 +133,7 @@ class EdgeDeps:
     openapi: bytes
     events: PublicCache
     seatmaps: PublicCache
+    presence: PresenceReporter
 
 
 class Handlers:
@@ -310,6 +312,9 @@ class Handlers:
         session = await self._fan(ctx)
         event_id = event_id_of(ctx)
         position = await self.position(ctx, event_id, session)
+        if position.state == WAITING:
+            # The waiting room does not see the polls the edge answers.
+            self._d.presence.seen(event_id, session.customer_id)
         return json_response(self._position_json(ctx, session, position))
 
     def _position_json(self, ctx: Ctx, session: Session, position: queue_pb.QueuePosition) -> bytes:

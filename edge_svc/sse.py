@@ -94,6 +94,10 @@ class PositionStream:
         config = self._d.config
         gauge = self._d.metrics.sse_connections
         gauge.inc()
+        presence = self._d.presence
+        if watch is not None:
+            # Reported to the waiting room as present while the stream is open.
+            presence.watching(event_id, session.customer_id)
         last_id = ctx.request.headers.get("last-event-id", "")
         try:
             yield f"retry: {config.sse_retry_ms}\n\n"
@@ -133,6 +137,7 @@ class PositionStream:
             gauge.dec()
             if watch is not None:
                 watch.close()
+                presence.stopped_watching(event_id, session.customer_id)
 
     async def _next(self, watch: Watch, version: int) -> queue_pb.AdmissionProgress | object | None:
         """The next snapshot; None after a heartbeat interval without one;

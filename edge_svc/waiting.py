@@ -35,6 +35,7 @@ FINAL_STATES = frozenset(
         queue_pb.QUEUE_STATE_LEFT,
         queue_pb.QUEUE_STATE_COMPLETED,
         queue_pb.QUEUE_STATE_NOT_IN_QUEUE,
+        queue_pb.QUEUE_STATE_DROPPED,
     }
 )
 
