@@ -31,8 +31,11 @@ async def test_watching_and_polling_fans_are_reported_present(stack: EdgeStack, 
             for fan, name in ((watcher, "watcher"), (poller, "poller"), (gone, "gone")):
                 await sign_in(fan, name)
                 assert (await fan.post(f"/v1/events/{event_id}/queue:join", json={})).status_code == 200
-            joined = {name: await client.zscore(seen_key, name) for name in ("watcher", "poller", "gone")}
-            assert all(score is not None for score in joined.values())
+            joined: dict[str, float] = {}
+            for name in ("watcher", "poller", "gone"):
+                score = await client.zscore(seen_key, name)
+                assert score is not None
+                joined[name] = score
 
             async with watcher.stream("GET", f"/v1/events/{event_id}/queue/position:watch") as stream:
                 lines = stream.aiter_lines()
