@@ -47,8 +47,10 @@ _log = logging.getLogger("boxoffice.edge.identity")
 _VERSION = "v1"
 _MAX_COOKIE = 1024
 _MAX_JWT = 8192
-# The longest a customer id (a development name or a token subject) may be.
-MAX_CUSTOMER_ID = 255
+# The longest a customer id (a development name or a token subject) may be:
+# the longest fan the services take in an assertion (boxoffice.tls, in
+# characters once decoded).
+MAX_CUSTOMER_ID = 128
 # A JWKS is fetched again for an unknown key id at most this often.
 _REFETCH_SECONDS = 30.0
 
