@@ -368,6 +368,19 @@ async def test_bad_bearer_tokens_are_refused(oidc: Oidc) -> None:
         assert (await app.get("/v1/session", headers=late)).status_code == 200
 
 
+async def test_a_subject_the_mesh_cannot_carry_is_refused(oidc: Oidc) -> None:
+    """The services take an asserted fan of at most 128 characters; a longer
+    subject is refused at the door, not asserted and refused behind it."""
+    event_id = await oidc.stack.event()
+    async with oidc.stack.client() as app:
+        longest = oidc.bearer(oidc.token({"sub": "é" * 128}))
+        joined = await app.post(f"/v1/events/{event_id}/queue:join", json={}, headers=longest)
+        assert joined.status_code == 200 and joined.json()["position"]["customerId"] == "é" * 128, joined.text
+        too_long = oidc.bearer(oidc.token({"sub": "é" * 129}))
+        reply = await app.post(f"/v1/events/{event_id}/queue:join", json={}, headers=too_long)
+        assert expect(reply, 401, "UNAUTHENTICATED", "BEARER_INVALID").metadata == {"check": "subject"}
+
+
 @pytest.mark.parametrize("exp", [float("nan"), float("inf"), 1e300, 10**20, True, "9999999999"])
 async def test_an_expiry_that_is_no_time_is_refused(oidc: Oidc, exp: object) -> None:
     """Signed by the issuer, still no expiry: NaN compares false with every
