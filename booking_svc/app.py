@@ -19,6 +19,7 @@ from booking_svc.admin_servicer import AuditedBookingServicer, BookingAdmin, Boo
 from booking_svc.config import BookingConfig, RelayConfig
 from booking_svc.handler import BookingHandler
 from booking_svc.jobs.gauges import SeatGauges
+from booking_svc.jobs.health import health_publisher
 from booking_svc.jobs.relay import OutboxRelay
 from booking_svc.jobs.sweeper import Sweeper
 from booking_svc.metrics import BookingMetrics, RelayMetrics, SweeperMetrics
@@ -123,7 +124,13 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         metrics,
         handler,
         server,
-        [server, Loop("booking-ended-sessions", sessions.run), Loop("booking-seat-gauges", gauges.run), *batcher],
+        [
+            server,
+            Loop("booking-ended-sessions", sessions.run),
+            Loop("booking-seat-gauges", gauges.run),
+            health_publisher(rt),
+            *batcher,
+        ],
     )
 
 
