@@ -24,6 +24,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -51,6 +52,8 @@ _MAX_JWT = 8192
 # the longest fan the services take in an assertion (boxoffice.tls, in
 # characters once decoded).
 MAX_CUSTOMER_ID = 128
+# Characters no customer id may hold (the services refuse them).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A JWKS is fetched again for an unknown key id at most this often.
 _REFETCH_SECONDS = 30.0
 
@@ -273,9 +276,23 @@ class OidcVerifier:
         ):
             raise _bearer_invalid("expiry", "the bearer token is not valid yet")
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject or len(subject) > MAX_CUSTOMER_ID:
-            raise _bearer_invalid("subject", "the bearer token names no subject")
+        if not _servable(subject):
+            raise _bearer_invalid("subject", "the bearer token names no subject this service can serve")
+        assert isinstance(subject, str)
         return Session(subject, int(expires), "bearer")
+
+
+def _servable(subject: object) -> bool:
+    """Whether ``subject`` is a customer id the services take: 1 to 128
+    characters of UTF-8 (a lone surrogate, which JSON can spell, is none),
+    no control characters."""
+    if not isinstance(subject, str) or not 0 < len(subject) <= MAX_CUSTOMER_ID or _CONTROL.search(subject):
+        return False
+    try:
+        subject.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # The last second of year 9999: no session ends later.
