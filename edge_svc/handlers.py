@@ -33,7 +33,7 @@ from edge_svc import errors
 from edge_svc.cache import PublicCache
 from edge_svc.config import EdgeConfig
 from edge_svc.http import PRIVATE, Cookie, Ctx, Handler, json_response, read_body
-from edge_svc.identity import MAX_CUSTOMER_ID, OidcVerifier, Session, SessionCookies
+from edge_svc.identity import OidcVerifier, Session, SessionCookies, is_customer_id
 from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, CallContext, Mesh
 from edge_svc.metrics import EdgeMetrics
 from edge_svc.presence import PresenceReporter
@@ -228,7 +228,7 @@ class Handlers:
             name = document.get("name") if isinstance(document, dict) else None
         except (ValueError, UnicodeDecodeError):
             raise errors.malformed_json("not a JSON object") from None
-        if not isinstance(name, str) or not _NAME.match(name.strip()) or len(name.strip()) > MAX_CUSTOMER_ID:
+        if not isinstance(name, str) or not _NAME.match(name.strip()) or not is_customer_id(name.strip()):
             raise InvalidArgument(
                 "name must be 1 to 64 printable characters", reason="INVALID_FIELD", metadata={"field": "name"}
             )

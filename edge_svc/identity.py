@@ -276,13 +276,13 @@ class OidcVerifier:
         ):
             raise _bearer_invalid("expiry", "the bearer token is not valid yet")
         subject = claims.get("sub")
-        if not _servable(subject):
+        if not is_customer_id(subject):
             raise _bearer_invalid("subject", "the bearer token names no subject this service can serve")
         assert isinstance(subject, str)
         return Session(subject, int(expires), "bearer")
 
 
-def _servable(subject: object) -> bool:
+def is_customer_id(subject: object) -> bool:
     """Whether ``subject`` is a customer id the services take: 1 to 128
     characters of UTF-8 (a lone surrogate, which JSON can spell, is none),
     no control characters."""
