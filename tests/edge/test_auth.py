@@ -123,6 +123,15 @@ async def test_a_bad_session_cookie_is_refused(stack: EdgeStack, cookie: str) ->
         expect(await client.get("/v1/session"), 401, "UNAUTHENTICATED", "SESSION_INVALID")
 
 
+@pytest.mark.parametrize("name", ["half\ud800", "bell\x07", "é" * 65, " ", ""])
+async def test_development_sign_in_refuses_a_name_no_customer_id_can_be(stack: EdgeStack, name: str) -> None:
+    async with stack.client() as client:
+        body = json.dumps({"name": name}).encode()
+        reply = await client.post("/v1/session", content=body, headers={"content-type": "application/json"})
+        assert expect(reply, 400, "INVALID_ARGUMENT", "INVALID_FIELD").metadata == {"field": "name"}
+        assert not client.cookies
+
+
 async def test_expired_and_tampered_cookies_are_refused(stack: EdgeStack) -> None:
     event_id = await stack.event()
     expired = _session_cookie({"c": "late-fan", "iat": _now() - 7200, "exp": _now() - 60})
