@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -168,8 +169,13 @@ async def load(
     )
 
 
+def per_round(values: Sequence[float], baselines: Sequence[float]) -> tuple[float, ...]:
+    """The ratio of each round's figure to its baseline."""
+    return tuple(v / b if b else float("nan") for v, b in zip(values, baselines, strict=True))
+
+
 def ratios(values: Sequence[float], baselines: Sequence[float]) -> str:
-    return " ".join(f"{v / b:.2f}" if b else "-" for v, b in zip(values, baselines, strict=True))
+    return " ".join(f"{r:.2f}" for r in per_round(values, baselines))
 
 
 @dataclass(frozen=True)
@@ -184,9 +190,14 @@ class Figure:
     op: str = ""
     goal: float = 0.0
     note: str = ""
+    # The ratio of each interleaved round; when given, the ratio is their
+    # median (steadier on a shared machine than a ratio of medians).
+    rounds: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
+        if self.rounds:
+            return statistics.median(self.rounds)
         return self.value / self.baseline if self.baseline else float("nan")
 
     @property
@@ -207,10 +218,12 @@ def table(title: str, figures: Sequence[Figure]) -> None:
     """The figures as a markdown table (ready for the README)."""
     print(f"\n{title}\n")
     print("| measure | figure | baseline | ratio | goal | met? | notes |")
+    # Figures are medians over rounds; a ratio with rounds is the median of
+    # the rounds' ratios.
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for f in figures:
         goal = f"{f.op} {f.goal:g}" if f.op else ""
-        ratio = f"{f.ratio:.2f}" if f.baseline else ""
+        ratio = f"{f.ratio:.2f}" if f.baseline or f.rounds else ""
         base = _fmt(f.baseline, f.unit) if f.baseline else ""
         print(f"| {f.name} | {_fmt(f.value, f.unit)} | {base} | {ratio} | {goal} | {f.met} | {f.note} |")
     sys.stdout.flush()

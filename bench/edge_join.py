@@ -47,6 +47,7 @@ from bench.edge_common import (
     bare_server,
     edge_server,
     load,
+    per_round,
     port_of,
     ratios,
     sign_in,
@@ -115,6 +116,12 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
     def med(loop: str, kind: str, attr: str) -> float:
         return statistics.median(float(getattr(run, attr)) for run in runs[loop, kind])
 
+    def paired(loop: str, kind: str, base_loop: str, base: str, attr: str) -> tuple[float, ...]:
+        return per_round(
+            [float(getattr(r, attr)) for r in runs[loop, kind]],
+            [float(getattr(r, attr)) for r in runs[base_loop, base]],
+        )
+
     figures: list[Figure] = []
     for loop in loops:
         bare_rps = [r.rps for r in runs[loop, "bare"]]
@@ -123,19 +130,23 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
                 f"{loop}: join via the edge, canned QueueService (b)",
                 med(loop, "canned", "rps"), med(loop, "bare", "rps"), "/s", ">=", 0.8,
                 "rounds " + ratios([r.rps for r in runs[loop, "canned"]], bare_rps),
+                paired(loop, "canned", loop, "bare", "rps"),
             ),
             Figure(
                 f"{loop}: join via the edge, real QueueService (a)",
                 med(loop, "queue", "rps"), med(loop, "bare", "rps"), "/s", "", 0.0,
                 "rounds " + ratios([r.rps for r in runs[loop, "queue"]], bare_rps),
+                paired(loop, "queue", loop, "bare", "rps"),
             ),
             Figure(
                 f"{loop}: server CPU per join (b) vs per forward",
                 med(loop, "canned", "server_us"), med(loop, "bare", "server_us"), "us",
+                rounds=paired(loop, "canned", loop, "bare", "server_us"),
             ),
             Figure(
                 f"{loop}: server CPU per join (a) vs per forward",
                 med(loop, "queue", "server_us"), med(loop, "bare", "server_us"), "us",
+                rounds=paired(loop, "queue", loop, "bare", "server_us"),
             ),
             Figure(f"{loop}: p50 latency (b) vs forward", med(loop, "canned", "p50_ms"), med(loop, "bare", "p50_ms"), "ms"),
             Figure(f"{loop}: p99 latency (b) vs forward", med(loop, "canned", "p99_ms"), med(loop, "bare", "p99_ms"), "ms"),
@@ -144,7 +155,13 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
     if len(loops) == 2:
         a, b = loops
         for kind, label in (("canned", "join (b)"), ("queue", "join (a)"), ("bare", "bare forward")):
-            figures.append(Figure(f"{b} vs {a}: {label} req/s", med(b, kind, "rps"), med(a, kind, "rps"), "/s"))
+            figures.append(
+                Figure(
+                    f"{b} vs {a}: {label} req/s", med(b, kind, "rps"), med(a, kind, "rps"), "/s",
+                    note="rounds " + " ".join(f"{r:.2f}" for r in paired(b, kind, a, kind, "rps")),
+                    rounds=paired(b, kind, a, kind, "rps"),
+                )
+            )  # fmt: skip
     failed = sum(r.failed for runs_ in runs.values() for r in runs_)
     reused = sum(r.cookies_reused for runs_ in runs.values() for r in runs_)
     statuses = sorted({code for runs_ in runs.values() for r in runs_ for code in r.statuses})

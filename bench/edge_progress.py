@@ -28,7 +28,7 @@ import statistics
 from collections import defaultdict
 
 from bench.common import pki
-from bench.edge_common import QUEUE_ENV, Figure, Load, Shape, bare_server, edge_server, load, ratios, table
+from bench.edge_common import QUEUE_ENV, Figure, Load, Shape, bare_server, edge_server, load, per_round, ratios, table
 from bench.edge_join import _new_event
 from bench.queue_common import private_database, private_redis, queue_app, queue_server
 
@@ -61,6 +61,12 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
     def med(loop: str, kind: str, attr: str) -> float:
         return statistics.median(float(getattr(run, attr)) for run in runs[loop, kind])
 
+    def paired(loop: str, kind: str, base_loop: str, base: str, attr: str) -> tuple[float, ...]:
+        return per_round(
+            [float(getattr(r, attr)) for r in runs[loop, kind]],
+            [float(getattr(r, attr)) for r in runs[base_loop, base]],
+        )
+
     figures: list[Figure] = []
     for loop in loops:
         figures += [
@@ -68,15 +74,25 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
                 f"{loop}: progress document req/s vs static",
                 med(loop, "edge", "rps"), med(loop, "bare", "rps"), "/s", ">=", 0.8,
                 "rounds " + ratios([r.rps for r in runs[loop, "edge"]], [r.rps for r in runs[loop, "bare"]]),
+                paired(loop, "edge", loop, "bare", "rps"),
             ),
-            Figure(f"{loop}: server CPU per request", med(loop, "edge", "server_us"), med(loop, "bare", "server_us"), "us"),
+            Figure(
+                f"{loop}: server CPU per request", med(loop, "edge", "server_us"), med(loop, "bare", "server_us"), "us",
+                rounds=paired(loop, "edge", loop, "bare", "server_us"),
+            ),
             Figure(f"{loop}: p50 latency", med(loop, "edge", "p50_ms"), med(loop, "bare", "p50_ms"), "ms"),
             Figure(f"{loop}: p99 latency", med(loop, "edge", "p99_ms"), med(loop, "bare", "p99_ms"), "ms"),
         ]  # fmt: skip
     if len(loops) == 2:
         a, b = loops
         for kind, label in (("edge", "progress document"), ("bare", "bare static")):
-            figures.append(Figure(f"{b} vs {a}: {label} req/s", med(b, kind, "rps"), med(a, kind, "rps"), "/s"))
+            figures.append(
+                Figure(
+                    f"{b} vs {a}: {label} req/s", med(b, kind, "rps"), med(a, kind, "rps"), "/s",
+                    note="rounds " + " ".join(f"{r:.2f}" for r in paired(b, kind, a, kind, "rps")),
+                    rounds=paired(b, kind, a, kind, "rps"),
+                )
+            )  # fmt: skip
     failed = sum(r.failed for runs_ in runs.values() for r in runs_)
     figures += [
         Figure(

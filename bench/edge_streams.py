@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import ServerProcess, pki, rss_bytes
-from bench.edge_common import QUEUE_ENV, Figure, bare_server, edge_server, port_of, sign_in, table
+from bench.edge_common import QUEUE_ENV, Figure, bare_server, edge_server, per_round, port_of, sign_in, table
 from bench.edge_load import read_response, request_bytes
 from bench.queue_common import (
     create_event,
@@ -206,9 +206,11 @@ async def _main(wanted: int, clients: int, rounds: int, loop: str) -> None:
         Figure("time to open every stream", _median([e.open_seconds for e in edge]),
                _median([b.open_seconds for b in bare]), "s"),
         Figure("server RSS per open stream", _median([e.rss_per_stream for e in edge]) / 1024,
-               _median([b.rss_per_stream for b in bare]) / 1024, "KB", "<=", 1.2, "rounds " + " ".join(rss)),
+               _median([b.rss_per_stream for b in bare]) / 1024, "KB", "<=", 1.2, "rounds " + " ".join(rss),
+               per_round([e.rss_per_stream for e in edge], [b.rss_per_stream for b in bare])),
         Figure("one update -> every stream's event", _median([e.fan_out_seconds for e in edge]) * 1000,
-               _median([b.fan_out_seconds for b in bare]) * 1000, "ms", "<=", 1.5, "rounds " + " ".join(fan_out)),
+               _median([b.fan_out_seconds for b in bare]) * 1000, "ms", "<=", 1.5, "rounds " + " ".join(fan_out),
+               per_round([e.fan_out_seconds for e in edge], [b.fan_out_seconds for b in bare])),
         Figure("first -> last stream's event", _median([e.spread_seconds for e in edge]) * 1000,
                _median([b.spread_seconds for b in bare]) * 1000, "ms"),
         Figure("streams that got the update, worst round", min(e.delivered for e in edge),
