@@ -404,7 +404,7 @@ def serve_upstream(argv: Sequence[str]) -> None:
     run_on(args.loop, _upstream)
 
 
-# The commands bench/serve.py runs from here.
+# The commands bench/serve.py runs from here (its EDGE_COMMANDS).
 COMMANDS: Mapping[str, Callable[[Sequence[str]], None]] = {
     "edge": serve_edge,
     "edge-bare": serve_bare,

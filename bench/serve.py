@@ -21,12 +21,14 @@ import asyncio
 import gc
 import os
 
-from bench import edge_serve
 from boxoffice.config import Env
 from boxoffice.lifecycle import run
 from boxoffice.runtime import Runtime, ServiceModule
 from boxoffice.server import GrpcServer
 from boxoffice_cli.main import commands, service_modules
+
+# The edge benchmarks' servers (bench/edge_serve.py, imported only for them).
+EDGE_COMMANDS = ("edge", "edge-bare", "edge-upstream")
 
 
 async def _serve(module: ServiceModule, role: str, freeze: bool) -> None:
@@ -50,11 +52,13 @@ def main() -> None:
     table = commands(service_modules())
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
     parser.add_argument(
-        "command", choices=sorted({*table, *edge_serve.COMMANDS}), help="the boxoffice command of the role to run"
+        "command", choices=sorted({*table, *EDGE_COMMANDS}), help="the boxoffice command of the role to run"
     )
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() once started")
     args, rest = parser.parse_known_args()
-    if args.command in edge_serve.COMMANDS:
+    if args.command in EDGE_COMMANDS:
+        from bench import edge_serve
+
         edge_serve.COMMANDS[args.command](rest)
         return
     if rest:
