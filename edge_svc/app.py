@@ -18,6 +18,7 @@ from boxoffice.lifecycle import Component
 from boxoffice.redis import ScriptBatcher
 from boxoffice.runtime import Runtime
 from edge_svc.cache import PublicCache
+from edge_svc.challenge import ExternalCheck, HumanCheck, NoCheck, ProofOfWork, RedisProofUsed
 from edge_svc.config import EdgeConfig
 from edge_svc.handlers import EdgeDeps, Handlers
 from edge_svc.http import EdgeApp
@@ -119,6 +120,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
             max_age_seconds=config.seatmap_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
         ),
         presence=presence,
+        human_check=_human_check(config, rt),
     )
     app = EdgeApp(config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()))
     server = EdgeServer(
@@ -135,6 +137,22 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
     components[:0] = [hub, presence]
     components.append(server)
     return Edge(config=config, server=server, hub=hub, deps=deps, components=components)
+
+
+def _human_check(config: EdgeConfig, rt: Runtime) -> HumanCheck:
+    challenge = config.challenge
+    if challenge.kind == "proof-of-work":
+        return ProofOfWork(
+            config.session_keys,
+            RedisProofUsed(rt.redis(), rt.clock),
+            rt.clock,
+            difficulty_bits=challenge.pow_bits,
+            by_event=dict(challenge.pow_bits_by_event),
+        )
+    if challenge.kind == "external":
+        assert challenge.url is not None and challenge.secret is not None
+        return ExternalCheck(challenge.url, challenge.secret)
+    return NoCheck()
 
 
 class _Closing:

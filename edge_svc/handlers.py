@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format
@@ -31,6 +32,7 @@ from boxoffice.errors import (
 )
 from edge_svc import errors
 from edge_svc.cache import PublicCache
+from edge_svc.challenge import PROOF_HEADER, Attempt, HumanCheck, ProofOfWork, proof_required
 from edge_svc.config import EdgeConfig
 from edge_svc.http import PRIVATE, Cookie, Ctx, Handler, json_response, read_body
 from edge_svc.identity import OidcVerifier, Session, SessionCookies, is_customer_id
@@ -134,6 +136,7 @@ class EdgeDeps:
     events: PublicCache
     seatmaps: PublicCache
     presence: PresenceReporter
+    human_check: HumanCheck
 
 
 class Handlers:
@@ -285,6 +288,21 @@ class Handlers:
 
     # -- the waiting room ------------------------------------------------
 
+    async def _get_queue_challenge(self, ctx: Ctx) -> Response:
+        session = await self._fan(ctx)
+        event_id = event_id_of(ctx)
+        check = self._d.human_check
+        body: dict[str, object] = {"kind": check.kind if check.required(event_id) else "none"}
+        if isinstance(check, ProofOfWork) and check.required(event_id):
+            issued = check.issue(event_id, session.customer_id)
+            body.update(
+                challenge=issued.challenge,
+                difficultyBits=issued.difficulty_bits,
+                expiresAt=_rfc3339(issued.expires_at),
+                algorithm="sha256-leading-zero-bits",
+            )
+        return json_response(json.dumps(body).encode())
+
     async def _join_queue(self, ctx: Ctx) -> Response:
         session = await self._fan(ctx)
         event_id = event_id_of(ctx)
@@ -292,6 +310,7 @@ class Handlers:
         parse_json(
             await read_body(ctx.request, self._d.config.max_body_bytes), request, edge_fields=ctx.route.edge_fields
         )
+        await self._human(ctx, event_id, session)
         request.event_id = event_id
         request.client_id = ctx.client_ip
         reply = await self._d.mesh.call(QUEUE, "JoinQueue", request, _ctx_call(ctx, session.customer_id))
@@ -303,6 +322,17 @@ class Handlers:
                 progress = None
             self._remember(ctx, place_from(position, progress))
         return json_response(to_json(reply))
+
+    async def _human(self, ctx: Ctx, event_id: int, session: Session) -> None:
+        """The join's challenge, unless the fan already holds a place (a join
+        again is idempotent and gains nothing)."""
+        check = self._d.human_check
+        if not check.required(event_id) or self.place(ctx, event_id, session.customer_id) is not None:
+            return
+        proof = ctx.request.headers.get(PROOF_HEADER)
+        if not proof:
+            raise proof_required(check.kind)
+        await check.verify(Attempt(event_id, session.customer_id, ctx.client_ip, proof))
 
     def _remember(self, ctx: Ctx, place: Any) -> None:
         self._d.book.put(place)
@@ -540,11 +570,12 @@ def _admitted(event_id: int, customer: str, admission: Admission) -> queue_pb.Qu
     return position
 
 
-def _session_json(session: Session) -> bytes:
-    from datetime import UTC, datetime
+def _rfc3339(epoch_seconds: int) -> str:
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    expires = datetime.fromtimestamp(session.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return json.dumps({"customerId": session.customer_id, "expiresAt": expires}).encode()
+
+def _session_json(session: Session) -> bytes:
+    return json.dumps({"customerId": session.customer_id, "expiresAt": _rfc3339(session.expires_at)}).encode()
 
 
 def _unknown_query(names: set[str]) -> InvalidArgument:

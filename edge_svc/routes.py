@@ -125,6 +125,16 @@ ROUTES: tuple[Route, ...] = (
         ("event_id",),
     ),
     Route(
+        "GetQueueChallenge",
+        "GET",
+        "/v1/events/{event_id}/queue/challenge",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        None,
+        "The challenge a join of this event must answer (a proof-of-work to solve, an external check, or none).",
+    ),
+    Route(
         "JoinQueue",
         "POST",
         "/v1/events/{event_id}/queue:join",

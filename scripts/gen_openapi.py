@@ -807,6 +807,9 @@ def _edge_operation(route: Route) -> tuple[Json, Json | None, Json]:
         )
     if route.name == "GetOpenApi":
         return {"description": "This document.", "content": _json_content({"type": "object"})}, None, {}
+    if route.name == "GetQueueChallenge":
+        content = _json_content(_ref("schemas", "QueueChallenge"))
+        return {"description": "The challenge a join must answer.", "content": content}, None, {}
     if route.name in ("GetIndexPage", "GetEventPage"):
         html: Json = {"text/html": {"schema": {"type": "string"}}}
         return {"description": "The page (HTML; its scripts and styles are assets).", "content": html}, None, {}
@@ -831,6 +834,24 @@ def _edge_schemas() -> Json:
             "properties": {
                 "customerId": {"type": "string", "description": "The fan, as the services see them."},
                 "expiresAt": {"type": "string", "format": "date-time", "description": "When the session ends."},
+            },
+        },
+        "QueueChallenge": {
+            "type": "object",
+            "description": (
+                "The challenge a join must answer in its Boxoffice-Proof header. kind none: nothing to do. "
+                "kind proof-of-work: find a nonce such that SHA-256(challenge + ':' + nonce) starts with "
+                "difficultyBits zero bits and send challenge:nonce; each challenge is accepted once, for this "
+                "fan and event, until expiresAt. kind external: the external challenge's token."
+            ),
+            "required": ["kind"],
+            "additionalProperties": False,
+            "properties": {
+                "kind": {"type": "string", "enum": ["none", "proof-of-work", "external"]},
+                "challenge": {"type": "string"},
+                "difficultyBits": {"type": "integer", "minimum": 1, "maximum": 32},
+                "expiresAt": {"type": "string", "format": "date-time"},
+                "algorithm": {"type": "string", "enum": ["sha256-leading-zero-bits"]},
             },
         },
         "CreateSessionRequest": {

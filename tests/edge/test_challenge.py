@@ -156,3 +156,41 @@ async def test_an_external_challenge_service_decides() -> None:
     with pytest.raises(PermissionDenied) as refused:
         await asyncio.wait_for(unreachable.verify(Attempt(5, "fan-a", "", "human")), 10)
     assert _reason(refused) == ("PROOF_INVALID", "service")
+
+
+async def test_a_join_through_the_edge_answers_its_proof_of_work(stores: Stores) -> None:
+    from edge_svc.config import ChallengeConfig
+    from tests.edge.harness import edge_stack, error_of, sign_in
+
+    settings = {"challenge": ChallengeConfig("proof-of-work", pow_bits=8)}
+    async with edge_stack(stores, prefix="edge-pow", settings=settings) as stack:
+        event_id = await stack.event()
+        async with stack.client() as fan, stack.client() as bot:
+            await sign_in(fan, "pow-fan")
+            await sign_in(bot, "pow-bot")
+            join = f"/v1/events/{event_id}/queue:join"
+            refused = await bot.post(join, json={})
+            assert error_of(refused) == (403, "PERMISSION_DENIED", "PROOF_REQUIRED")
+            issued = (await fan.get(f"/v1/events/{event_id}/queue/challenge")).json()
+            assert issued["kind"] == "proof-of-work" and issued["difficultyBits"] == 8
+            proof = solve(issued["challenge"], issued["difficultyBits"])
+            # Another fan cannot use it, and its refusal spends nothing.
+            stolen = await bot.post(join, json={}, headers={"Boxoffice-Proof": proof})
+            assert error_of(stolen) == (403, "PERMISSION_DENIED", "PROOF_INVALID")
+            joined = await fan.post(join, json={}, headers={"Boxoffice-Proof": proof})
+            assert joined.status_code == 200, joined.text
+            # Joining again while queued needs no new proof (it is idempotent).
+            again = await fan.post(join, json={})
+            assert again.status_code == 200 and again.json()["position"]["score"] == joined.json()["position"]["score"]
+            # The bot, queued nowhere, never got a place.
+            position = await bot.get(f"/v1/events/{event_id}/queue/position")
+            assert position.json()["position"]["state"] == "QUEUE_STATE_NOT_IN_QUEUE"
+            # A spent proof is refused for a fresh session of the same fan too.
+            async with stack.client() as again_client:
+                await sign_in(again_client, "pow-fan")
+                replay = await again_client.post(
+                    f"/v1/events/{event_id}/queue:leave", json={}
+                )  # leave, so that the next join is a new one
+                assert replay.status_code == 200
+                reused = await again_client.post(join, json={}, headers={"Boxoffice-Proof": proof})
+                assert error_of(reused) == (403, "PERMISSION_DENIED", "PROOF_REUSED")
