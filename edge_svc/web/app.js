@@ -14,6 +14,16 @@ const VIEWS = ['home', 'event', 'waiting', 'shop', 'hold', 'tickets'];
 const CARDS = ['pm_card_ok', 'pm_card_declined', 'pm_card_fail', 'pm_card_timeout'];
 const BACK_TO_QUEUE = new Set(['TOKEN_EXPIRED', 'SESSION_ENDED', 'TOKEN_MISSING', 'TOKEN_INVALID', 'TOKEN_UNKNOWN_KEY']);
 const SIGNED_OUT = new Set(['NOT_SIGNED_IN', 'SESSION_INVALID']);
+// Answers of a confirmation that mean "not settled yet: ask again with the same key".
+const SLOW = new Set([
+  'PROVIDER_TIMEOUT',
+  'PAYMENT_PROCESSING',
+  'IDEMPOTENCY_KEY_IN_FLIGHT',
+  'CONFIRMATION_IN_FLIGHT',
+  'DEADLINE_EXCEEDED',
+  'UPSTREAM_FAILED',
+  'NETWORK',
+]);
 
 const state = {
   i18n: null,
@@ -178,7 +188,7 @@ async function signIn(event) {
 
 // The edge's bot defence: when a join needs a proof of work, a worker finds
 // it (off the main thread) and the join is sent again with it.
-function prove(challenge) {
+function prove(challenge, bits) {
   return new Promise((resolve, reject) => {
     const worker = new Worker(new URL('./pow.js', import.meta.url));
     worker.onmessage = (e) => {
@@ -189,7 +199,7 @@ function prove(challenge) {
       worker.terminate();
       reject(e);
     };
-    worker.postMessage({ challenge });
+    worker.postMessage({ challenge, bits });
   });
 }
 
@@ -198,9 +208,10 @@ async function joinQueue() {
     return await api.join(state.eventId);
   } catch (err) {
     if (err.reason !== 'PROOF_REQUIRED' && err.reason !== 'PROOF_INVALID') throw err;
+    const asked = await api.challenge(state.eventId);
+    if (asked.kind !== 'proof-of-work') throw err;
     $('join-status').textContent = t('proving');
-    const { challenge } = await api.challenge(state.eventId);
-    const proof = await prove(challenge);
+    const proof = await prove(asked.challenge, asked.difficultyBits);
     return api.join(state.eventId, proof);
   } finally {
     $('join-status').textContent = '';
@@ -548,24 +559,29 @@ async function pay(event) {
   message('pay-message', '');
   $('pay-status').textContent = t('paying');
   state.paying = true;
+  // A bank that takes its time: say so while the answer is awaited.
+  const slow = setTimeout(() => {
+    $('pay-status').textContent = t('slowBank');
+  }, 3000);
   try {
     const { payment } = await api.startPayment(h.holdId, card);
-    await settle(payment);
+    await settle(payment, slow);
   } catch (err) {
+    clearTimeout(slow);
     payError(err);
   } finally {
     state.paying = false;
   }
 }
 
-async function settle(started) {
+async function settle(started, slow) {
   let payment = started;
   const key = confirmKey(payment.paymentId);
   for (let attempt = 0; attempt < 40; attempt++) {
     try {
       payment = (await api.confirm(payment.paymentId, key)).payment;
     } catch (err) {
-      if (['PROVIDER_TIMEOUT', 'PAYMENT_PROCESSING', 'IDEMPOTENCY_KEY_IN_FLIGHT', 'CONFIRMATION_IN_FLIGHT', 'NETWORK'].includes(err.reason)) {
+      if (SLOW.has(err.reason)) {
         $('pay-status').textContent = t('slowBank');
         await wait(2000);
         try {
@@ -581,6 +597,7 @@ async function settle(started) {
     if (payment.state !== 'PAYMENT_STATE_PENDING') break;
     await wait(1500);
   }
+  clearTimeout(slow);
   return paid(payment);
 }
 

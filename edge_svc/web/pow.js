@@ -1,6 +1,6 @@
 // A Web Worker that answers the edge's proof-of-work challenge: the nonce
 // for which SHA-256("<challenge>:<nonce>") starts with as many zero bits as
-// the challenge asks (its payload's "d"). Posts back the proof,
+// the challenge asks (difficultyBits, else its payload's "d"). Posts back the proof,
 // "<challenge>:<nonce>", for the Boxoffice-Proof header.
 
 function bitsOf(challenge) {
@@ -23,7 +23,7 @@ function leadingZeroBits(bytes) {
 
 self.onmessage = async (event) => {
   const challenge = String(event.data.challenge);
-  const bits = bitsOf(challenge);
+  const bits = Number(event.data.bits) || bitsOf(challenge);
   const encoder = new TextEncoder();
   for (let nonce = 0; ; nonce++) {
     const proof = `${challenge}:${nonce}`;

@@ -37,23 +37,23 @@ async def test_twenty_fans_with_five_shopping_at_once(browser: Browser, mesh: Me
     async def night(i: int, fan: Fan) -> None:
         page = fan.page
         await page.goto(f"{mesh.url}/e/{event_id}")
-        await view(page, "event")
+        await view(page, "event", timeout_ms=60_000)
         await page.fill("#sign-in-name", f"crowd-{i}")
         await page.click("#sign-in button[type=submit]")
-        await expect(page.locator("#join")).to_be_visible()
+        await expect(page.locator("#join")).to_be_visible(timeout=30_000)
         await page.click("#join")
-        await page.wait_for_function("() => ['waiting', 'shop'].includes(document.body.dataset.view)")
+        await page.wait_for_function("() => ['waiting', 'shop'].includes(document.body.dataset.view)", timeout=60_000)
         first_view[i] = await page.evaluate("document.body.dataset.view")
         await view(page, "shop", timeout_ms=120_000)
         admitted_order.append(i)
-        await expect(page.locator("#hold-best")).to_be_enabled()
+        await expect(page.locator("#hold-best")).to_be_enabled(timeout=30_000)
         if i % 2 == 0:
             await page.select_option("#best-qty", "1")
             await page.click("#hold-best")
             await view(page, "hold")
             await page.click("#pay")
             await view(page, "tickets", timeout_ms=60_000)
-            await expect(page.locator(".ticket")).to_have_count(1)
+            await expect(page.locator(".ticket")).to_have_count(1, timeout=30_000)
         else:
             await page.click("#shop-leave")
             await view(page, "event")

@@ -100,3 +100,25 @@ async def test_a_declined_card_is_explained_then_another_card_pays(browser: Brow
     await expect(page.locator(".ticket").first).to_contain_text("Floor, pista")
     assert fan.foreign() == []
     await fan.context.close()
+
+
+async def test_a_bank_that_answers_late_is_waited_for(browser: Browser, mesh: Mesh) -> None:
+    event_id = await mesh.event(seats=8, max_active=5)
+    fan = await new_fan(browser, mesh.url, lang="vi")
+    page = fan.page
+    await shop(page, mesh.url, event_id, "gia")
+    await page.select_option("#best-qty", "1")
+    await page.click("#hold-best")
+    await view(page, "hold")
+    await page.check("input[value=pm_card_timeout]")
+    await page.click("#pay")
+    # The charge hangs at the provider: the fan is told to wait, not that it failed.
+    await expect(page.locator("#pay-status")).to_have_text(
+        "Ngân hàng phản hồi chậm hơn bình thường. Chúng tôi vẫn đang kiểm tra; vui lòng chờ.", timeout=30_000
+    )
+    await expect(page.locator("#pay-message")).to_be_hidden()
+    await shoot(page, "4-slow-bank-vi")
+    await view(page, "tickets", timeout_ms=90_000)
+    await expect(page.locator(".ticket")).to_have_count(1)
+    assert fan.foreign() == []
+    await fan.context.close()
