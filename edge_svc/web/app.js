@@ -156,12 +156,12 @@ function renderEvent() {
 
 async function openEvent(notice) {
   show('event');
+  $('view-event').querySelector('.message')?.remove();
   if (notice) {
     const box = document.createElement('p');
     box.className = 'message info';
     box.setAttribute('role', 'status');
     box.textContent = notice;
-    $('view-event').querySelector('.message')?.remove();
     $('event-when').after(box);
   }
   if (state.me) {
