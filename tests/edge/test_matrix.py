@@ -174,6 +174,7 @@ MATRIX: dict[str, Case] = {
     "GetSession": Case(),
     "DeleteSession": Case(),
     "GetEvent": Case(params=_event),
+    "GetQueueChallenge": Case(params=_event),
     "JoinQueue": Case(params=_event, body=lambda w: {}),
     "GetQueuePosition": Case(params=_event),
     "WatchQueuePosition": Case(params=_event),
