@@ -653,7 +653,9 @@ async function openTickets(held) {
       // Already ended.
     }
   }
-  state.tickets = tickets.filter((tk) => tk.state !== 'TICKET_STATE_VOID');
+  state.tickets = tickets
+    .filter((tk) => tk.state !== 'TICKET_STATE_VOID')
+    .sort((a, b) => a.sectionId.localeCompare(b.sectionId) || Number(a.seatId || 0) - Number(b.seatId || 0) || a.unit - b.unit);
   show('tickets');
 }
 

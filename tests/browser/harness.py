@@ -65,7 +65,7 @@ class Mesh:
         assert self.api is not None
         return self.api.url
 
-    async def start_edge(self, port: int = 0) -> None:
+    async def start_edge(self, port: int = 0, settings: Mapping[str, object] | None = None) -> None:
         rt = make_runtime(self._stores)
         edge = edge_app.compose(
             rt,
@@ -80,6 +80,7 @@ class Mesh:
                     "drain_seconds": 0.0,
                     **GENEROUS,
                     **self._settings,
+                    **(settings or {}),
                 }
             ),
         )
@@ -93,12 +94,13 @@ class Mesh:
             exit_stack, self._edge_exit = self._edge_exit, None
             await exit_stack.aclose()
 
-    async def restart_edge(self) -> None:
-        """Stops the edge and starts a new one on the same port."""
+    async def restart_edge(self, settings: Mapping[str, object] | None = None) -> None:
+        """Stops the edge and starts a new one on the same port (with
+        ``settings`` over the mesh's, when given)."""
         port = urlsplit(self.url).port
         assert port is not None
         await self.stop_edge()
-        await self.start_edge(port)
+        await self.start_edge(port, settings)
 
     async def event(self, **kwargs: Any) -> int:
         assert self.api is not None
