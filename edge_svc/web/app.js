@@ -110,7 +110,7 @@ function errorText(err) {
     return t(`error.${reason}`, { ...err.metadata, opens_at: opens, retry: err.retryAfter || 1 });
   }
   if (err instanceof ApiError && err.status === 0) return t('error.NETWORK');
-  return t('error.other', { message: err.message || String(err) });
+  return t('error.unknown', { message: err.message || String(err) });
 }
 
 // -- the event --------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import re
 
 import httpx
@@ -119,3 +120,35 @@ def test_the_build_refuses_a_missing_import(tmp_path: object) -> None:
     (root / "app.js").write_text("import { x } from './nowhere.js';\n")
     with pytest.raises(ValueError, match=r"nowhere\.js"):
         build(root, dev_sign_in=False)
+
+
+def _base(key: str) -> str:
+    stem, _, last = key.rpartition(".")
+    return stem if last in ("zero", "one", "two", "few", "many", "other") else key
+
+
+def test_every_string_comes_from_each_catalog() -> None:
+    root = web_root()
+    catalogs = {
+        lang: json.loads(root.joinpath("messages", f"{lang}.json").read_text(encoding="utf-8")) for lang in LANGUAGES
+    }
+    keys = {lang: {_base(key) for key in messages} for lang, messages in catalogs.items()}
+    assert keys["vi"] == keys["en"] and keys["pt-BR"] == keys["en"]
+    for lang, messages in catalogs.items():
+        for key, text in messages.items():
+            assert text.strip(), (lang, key)
+            # The same placeholders as the English text.
+            english = catalogs["en"].get(key) or catalogs["en"].get(f"{_base(key)}.other", "")
+            assert set(re.findall(r"\{(\w+)\}", text)) == set(re.findall(r"\{(\w+)\}", english)), (lang, key)
+    used: set[str] = set()
+    page = root.joinpath("index.html").read_text(encoding="utf-8")
+    used |= set(re.findall(r'data-ta?="([^"]+)"', page))
+    for name in ("app.js", "seatmap.js", "waiting.js"):
+        source = root.joinpath(name).read_text(encoding="utf-8")
+        used |= set(re.findall(r"\bt\('([A-Za-z0-9_.-]+)'", source))
+    # Keys built at run time: each of their values.
+    used |= {f"card.{card}" for card in ("pm_card_ok", "pm_card_declined", "pm_card_fail", "pm_card_timeout")}
+    used |= {f"seat.{state}" for state in ("free", "taken", "picked")} | {"seat.problem.taken", "seat.problem.full"}
+    used |= {"link.live", "link.reconnecting"} | {f"languages.{lang}" for lang in LANGUAGES}
+    missing = sorted(key for key in used if key not in keys["en"])
+    assert missing == [], missing
