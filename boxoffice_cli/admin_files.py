@@ -124,9 +124,11 @@ class _Doc:
             return
         out.FromDatetime(value.astimezone(datetime.UTC))
 
-    def seconds(self, node: yaml.Node | None, where: str, out: duration_pb2.Duration, *, high: int) -> None:
+    def seconds(
+        self, node: yaml.Node | None, where: str, out: duration_pb2.Duration, *, high: int, low: int = 0
+    ) -> None:
         if node is not None:
-            out.FromSeconds(self.integer(node, where, low=0, high=high))
+            out.FromSeconds(self.integer(node, where, low=low, high=high))
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,10 @@ _ROOM_FIELDS = {
     "token_ttl_seconds": False,
     "claim_grace_seconds": False,
     "paused": False,
+    "presence_grace_seconds": False,
+    "safety_net": False,
+    "admission_rate_min_per_second": False,
+    "admission_rate_max_per_second": False,
 }
 _EVENT_KINDS = {"concert": bpb.MANAGED_EVENT_KIND_CONCERT, "flight": bpb.MANAGED_EVENT_KIND_FLIGHT}
 _SECTION_KINDS = {
@@ -168,6 +174,11 @@ _SECTION_KINDS = {
     "general_admission": bpb.MANAGED_SECTION_KIND_GENERAL_ADMISSION,
 }
 _DAY_SECONDS = 86_400
+# QueueAdminService's bounds: admissions per second, and how long a waiting
+# fan may go unseen before they drop out.
+MAX_RATE_PER_SECOND = 100_000
+DEFAULT_RATE_PER_SECOND = 50
+PRESENCE_GRACE_SECONDS = (60, _DAY_SECONDS)
 # The most tickets an event may let one customer have (BookingAdminService's bound).
 _MAX_TICKETS = 10_000
 
@@ -261,7 +272,10 @@ def _waiting_room(doc: _Doc, node: yaml.Node, event_id: int) -> qpb.WaitingRoom:
         high=7 * _DAY_SECONDS,
     )
     room.admission_rate_per_second = doc.integer(
-        fields.get("admission_rate_per_second"), "waiting_room.admission_rate_per_second", low=1, high=100_000
+        fields.get("admission_rate_per_second"),
+        "waiting_room.admission_rate_per_second",
+        low=1,
+        high=MAX_RATE_PER_SECOND,
     )
     room.max_active_shoppers = doc.integer(
         fields.get("max_active_shoppers"), "waiting_room.max_active_shoppers", low=1, high=10_000_000
@@ -273,7 +287,43 @@ def _waiting_room(doc: _Doc, node: yaml.Node, event_id: int) -> qpb.WaitingRoom:
     ):
         doc.seconds(fields.get(key), f"waiting_room.{key}", out, high=_DAY_SECONDS)
     room.paused = doc.flag(fields.get("paused"), "waiting_room.paused")
+    low, high = PRESENCE_GRACE_SECONDS
+    doc.seconds(
+        fields.get("presence_grace_seconds"),
+        "waiting_room.presence_grace_seconds",
+        room.presence_grace,
+        low=low,
+        high=high,
+    )
+    room.safety_net = doc.flag(fields.get("safety_net"), "waiting_room.safety_net")
+    _rate_bounds(doc, fields, room)
     return room
+
+
+def _rate_bounds(doc: _Doc, fields: Mapping[str, yaml.Node], room: qpb.WaitingRoom) -> None:
+    """The least and most rates the admitter may adapt to (0 or left out:
+    the base rate itself); the base rate must lie between them."""
+    low_node = fields.get("admission_rate_min_per_second")
+    high_node = fields.get("admission_rate_max_per_second")
+    low = doc.integer(low_node, "waiting_room.admission_rate_min_per_second", low=0, high=MAX_RATE_PER_SECOND)
+    high = doc.integer(high_node, "waiting_room.admission_rate_max_per_second", low=0, high=MAX_RATE_PER_SECOND)
+    room.admission_rate_min_per_second = low
+    room.admission_rate_max_per_second = high
+    if "admission_rate_per_second" in fields and not room.admission_rate_per_second:
+        return  # the base rate is already reported bad
+    base = room.admission_rate_per_second or DEFAULT_RATE_PER_SECOND
+    if low_node is not None and low > base:
+        doc.problem(
+            low_node,
+            f"waiting_room.admission_rate_min_per_second ({low:,}) must not be above "
+            f"admission_rate_per_second ({base:,})",
+        )
+    if high_node is not None and high and high < base:
+        doc.problem(
+            high_node,
+            f"waiting_room.admission_rate_max_per_second ({high:,}) must not be below "
+            f"admission_rate_per_second ({base:,})",
+        )
 
 
 # -- the inventory file (CSV) -------------------------------------------------

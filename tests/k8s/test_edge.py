@@ -18,7 +18,9 @@ import pytest
 
 from boxoffice.config import Env
 from boxoffice_cli import main as cli
+from edge_svc.config import EdgeConfig
 from edge_svc.routes import ROUTES, Who
+from queue_svc import model as queue_model
 from tests.k8s.support import (
     EDGE_METRICS,
     K8S,
@@ -57,6 +59,10 @@ SETTINGS = {
     "BOXOFFICE_EDGE_ORIGINS",
     "BOXOFFICE_EDGE_DEV_SIGNIN",
     "BOXOFFICE_EDGE_DRAIN_SECONDS",
+    # Issue 11: presence reports to the waiting room, and the bot defence.
+    "BOXOFFICE_EDGE_PRESENCE_REPORT_SECONDS",
+    "BOXOFFICE_EDGE_CHALLENGE",
+    "BOXOFFICE_EDGE_POW_BITS",
 }
 
 
@@ -96,6 +102,39 @@ def test_the_edge_gets_every_setting_it_needs_and_only_ones_it_reads() -> None:
     assert all(origin.startswith("https://") for origin in settings["BOXOFFICE_EDGE_ORIGINS"].split(","))
     own = set(config_map_data("boxoffice-edge-config")) | {e["name"] for e in _container()["env"]}
     assert own - env_names_read() == set()
+
+
+def _edge_config(tmp_path: Path, **changes: str) -> EdgeConfig:
+    """The edge's settings as the manifests give them (its mounted files
+    replaced by local ones), parsed as the edge parses them at start."""
+    keys, jwks = tmp_path / "keys", tmp_path / "jwks.json"
+    keys.write_text("k1:" + "x" * 43 + "\n")
+    jwks.write_text('{"keys": []}')
+    settings = {
+        **_settings(),
+        "BOXOFFICE_EDGE_SESSION_KEYS_FILE": str(keys),
+        "BOXOFFICE_OIDC_JWKS_FILE": str(jwks),
+        **changes,
+    }
+    return EdgeConfig.from_env(Env(settings))
+
+
+def test_the_bot_defence_is_off_by_default_and_ready_to_switch_on(tmp_path: Path) -> None:
+    config = _edge_config(tmp_path)
+    assert config.challenge.kind == "none"
+    # Switching it on is one setting: the difficulty is already there.
+    proof = _edge_config(tmp_path, BOXOFFICE_EDGE_CHALLENGE="proof-of-work")
+    assert proof.challenge.kind == "proof-of-work" and proof.challenge.pow_bits == 18
+    per_event = _edge_config(tmp_path, BOXOFFICE_EDGE_POW_BITS_BY_EVENT="42:20,43:0")
+    assert per_event.challenge.pow_bits_by_event == ((42, 20), (43, 0))
+    # The external service's URL and secret are not in the ConfigMap: set on
+    # the Deployment when it is used (README.md of k8s, "Bot defence").
+    assert not {"BOXOFFICE_EDGE_CHALLENGE_URL", "BOXOFFICE_EDGE_CHALLENGE_SECRET"} & set(_settings())
+
+
+def test_the_edge_reports_fans_present_well_within_the_presence_grace(tmp_path: Path) -> None:
+    config = _edge_config(tmp_path)
+    assert config.presence_report_seconds * 3 <= queue_model.DEFAULT_PRESENCE_GRACE_MS / 1000
 
 
 def test_the_edge_mounts_its_session_keys_and_the_identity_providers_keys_where_the_settings_say() -> None:

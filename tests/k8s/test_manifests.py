@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 
+from boxoffice.config import Env, ServerConfig
 from boxoffice.leader import lease_name
 from boxoffice_cli import main as cli
 from queue_svc import app as queue_app
+from queue_svc import model as queue_model
+from queue_svc.config import QueueSettings
 from tests.k8s.support import (
     K8S,
     ROOT,
@@ -36,6 +39,9 @@ WORKERS = ("admitter", "sweeper", "relay", "issuer")
 EDGE = "edge"
 GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
 DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
+# The waiting room's settings, for the processes of the queue only.
+QUEUE_CONFIG = "boxoffice-queue-config"
+QUEUE_PROCESSES = {"queue-svc", "admitter"}
 
 
 def _commands() -> set[str]:
@@ -111,12 +117,17 @@ def test_deployment_probes_ports_and_shutdown(name: str) -> None:
     # plaintext health port, which serves grpc.health.v1 only.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == HEALTH_PORT, (name, probe)
-    # SIGTERM comes after the preStop sleep; the process then drains for
-    # BOXOFFICE_SHUTDOWN_GRACE_SECONDS; all of it inside the grace period.
+    # SIGTERM comes after the preStop sleep; health then answers NOT_SERVING
+    # for BOXOFFICE_DRAIN_SECONDS while calls are served, and in-flight calls
+    # get BOXOFFICE_SHUTDOWN_GRACE_SECONDS; all of it, and a margin, inside
+    # the grace period. Both come from the ConfigMap every process reads.
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    grace = float(config_map_data()["BOXOFFICE_SHUTDOWN_GRACE_SECONDS"])
-    assert spec["terminationGracePeriodSeconds"] >= float(pre_stop[1]) + grace + 1
+    assert {"configMapRef": {"name": "boxoffice-config"}} in container["envFrom"]
+    server = ServerConfig.from_env(Env(config_map_data()), default_grpc_port=GRPC_PORT)
+    assert "BOXOFFICE_DRAIN_SECONDS" in config_map_data() and server.drain_seconds > 0
+    needed = float(pre_stop[1]) + server.drain_seconds + server.shutdown_grace_seconds
+    assert spec["terminationGracePeriodSeconds"] >= needed + 5, name
 
 
 def test_processes_listen_where_the_probes_and_scrapes_look() -> None:
@@ -186,7 +197,8 @@ def test_env_var_names_are_ones_the_code_reads() -> None:
         for container in _containers(spec):
             unknown |= {e["name"] for e in container.get("env", []) if e["name"] not in read}
             for source in container.get("envFrom", []):
-                assert source["configMapRef"]["name"] == "boxoffice-config", name
+                allowed = {"boxoffice-config", QUEUE_CONFIG} if name in QUEUE_PROCESSES else {"boxoffice-config"}
+                assert source["configMapRef"]["name"] in allowed, name
     # What the components' patches add (the certificate files, Istio's settings).
     for path in patch_files():
         for patch in documents(path):
@@ -197,6 +209,32 @@ def test_env_var_names_are_ones_the_code_reads() -> None:
     dockerfile_env = set(re.findall(r"\b(BOXOFFICE_[A-Z0-9_]+)=", (ROOT / "Dockerfile").read_text()))
     unknown |= dockerfile_env - read
     assert unknown == set()
+
+
+def test_the_queues_processes_get_the_waiting_rooms_settings_and_no_one_else() -> None:
+    readers = {
+        name
+        for name, spec in pod_specs()
+        for container in _containers(spec)
+        for source in container.get("envFrom", [])
+        if source["configMapRef"]["name"] == QUEUE_CONFIG
+    }
+    assert readers == QUEUE_PROCESSES
+    data = config_map_data(QUEUE_CONFIG)
+    assert {
+        "BOXOFFICE_QUEUE_PRESENCE_REPORT_SECONDS",
+        "BOXOFFICE_QUEUE_BOOKING_SLOW_P99_MS",
+        "BOXOFFICE_QUEUE_BOOKING_ERROR_RATIO",
+        "BOXOFFICE_QUEUE_BOOKING_HEALTH_MAX_AGE_SECONDS",
+        "BOXOFFICE_QUEUE_NO_SHOW_WINDOW_SECONDS",
+    } <= set(data)
+    assert set(data) <= env_names_read()
+    # The values are ones the queue takes (a bad one would stop it at start).
+    settings = QueueSettings.from_env(Env({**config_map_data(), **data}))
+    # A fan on a stream is reported several times within the default presence grace.
+    assert settings.presence_report_seconds * 3 <= queue_model.DEFAULT_PRESENCE_GRACE_MS / 1000
+    # Booking publishes its health every few seconds; it must count for longer than that.
+    assert settings.booking_health_max_age_seconds > 5
 
 
 def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> None:
@@ -333,6 +371,10 @@ def test_dashboard_parses_and_queries_metrics_the_code_exports() -> None:
         "boxoffice_payment_state_entered_total",
         "boxoffice_outbox_lag_seconds",
         "boxoffice_leader_is_leader",
+        "boxoffice_queue_admission_rate_target",
+        "boxoffice_queue_admission_rate_reason",
+        "boxoffice_queue_dropped_total",
+        "boxoffice_queue_no_shows_total",
     } <= used
     assert any("grpc_code" in q and "grpc_server_handled_total" in q for q in queries)
     assert {"0.50", "0.90", "0.99"} <= set(re.findall(r"histogram_quantile\((0\.\d+)", " ".join(queries)))
@@ -383,6 +425,38 @@ def test_object_names_are_unique_per_kind() -> None:
         key = (obj["kind"], obj["metadata"]["name"])
         assert key not in seen, key
         seen.add(key)
+
+
+def test_the_target_rate_panel_names_its_reason_from_the_leading_admitter_only() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    (panel,) = [
+        p
+        for p in dashboard["panels"]
+        if any("boxoffice_queue_admission_rate_target" in t["expr"] for t in p.get("targets", []))
+    ]
+    (target,) = [t for t in panel["targets"] if "boxoffice_queue_admission_rate_target" in t["expr"]]
+    # One series per event and reason: the reason gauge's 1, carrying the
+    # target's value, from the admitter that leads (a former leader's
+    # gauges keep their last values).
+    assert "by (event_id, reason)" in target["expr"] and "group_right" in target["expr"]
+    assert "boxoffice_queue_admission_rate_reason" in target["expr"] and "== 1" in target["expr"]
+    assert "boxoffice_queue_admitter_leading" in target["expr"]
+    assert "{{reason}}" in target["legendFormat"] and "{{event_id}}" in target["legendFormat"]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "ops"
+
+
+def test_panels_do_not_overlap() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    taken: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        box = panel["gridPos"]
+        assert box["x"] + box["w"] <= 24, panel["title"]
+        for x in range(box["x"], box["x"] + box["w"]):
+            for y in range(box["y"], box["y"] + box["h"]):
+                assert (x, y) not in taken, (panel["title"], taken.get((x, y)))
+                taken[x, y] = panel["title"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
 
 
 def test_each_axis_of_a_panel_has_one_unit() -> None:
