@@ -226,7 +226,7 @@ def _challenge(env: Env) -> ChallengeConfig:
         if not part:
             continue
         event, sep, bits = part.partition(":")
-        if not sep or not event.isdigit() or not bits.isdigit() or not 0 <= int(bits) <= 32:
+        if not sep or not _ascii_digits(event) or not _ascii_digits(bits) or not 0 <= int(bits) <= 32:
             raise ConfigError(f"BOXOFFICE_EDGE_POW_BITS_BY_EVENT: {part!r} is not event_id:bits (bits 0 to 32)")
         by_event.append((int(event), int(bits)))
     url = env.raw("BOXOFFICE_EDGE_CHALLENGE_URL")
@@ -242,3 +242,7 @@ def _challenge(env: Env) -> ChallengeConfig:
         url=url,
         secret=secret,
     )
+
+
+def _ascii_digits(text: str) -> bool:
+    return bool(text) and text.isascii() and text.isdigit()

@@ -102,8 +102,8 @@ def retry_after_seconds(err: BoxofficeError) -> int:
         value = err.metadata.get(key)
         if value:
             try:
-                return max(1, math.ceil(float(value)))
-            except ValueError:
+                return max(1, min(3600, math.ceil(float(value))))
+            except (ValueError, OverflowError):
                 break
     return DEFAULT_RETRY_AFTER_SECONDS
 

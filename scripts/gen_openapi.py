@@ -896,7 +896,29 @@ def _rpc_operation(
             "fan's state, place or the room's state changes, with an `id:` that Last-Event-ID resumes from; comment "
             "lines are heartbeats; `event: final` ends the stream once the fan is admitted or leaves the queue "
             "another way; `event: reconnect` ends it when the edge drains (reconnect, another replica answers).",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "description": "One event of the stream (its fields as an SSE parser reads them).",
+                        "properties": {
+                            "event": {"enum": ["position", "final", "reconnect", "error"]},
+                            "id": {"type": "string"},
+                            "retry": {"type": "integer"},
+                            "data": {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": {
+                                    "oneOf": [
+                                        schemas.message_ref(method.output_type, request=False),
+                                        _ref("schemas", "Error"),
+                                    ]
+                                },
+                            },
+                        },
+                    }
+                }
+            },
         }
     else:
         ok = {"description": "OK.", "content": _json_content(schemas.message_ref(method.output_type, request=False))}
