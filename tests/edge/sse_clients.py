@@ -1,7 +1,7 @@
 """Many Server-Sent Event clients in one process, for tests that need more
 connections than one process may hold beside the server: each client sends
 ``GET path`` with its own cookie and counts as connected once its first
-``event: position`` arrived. Prints ``ready <n> failed <m>`` once every
+``event: position`` arrived (retrying a failed attempt, as a browser does). Prints ``ready <n> failed <m>`` once every
 client connected or failed, then holds the connections until stdin closes.
 
 Usage: python -m tests.edge.sse_clients HOST PORT PATH COOKIES_FILE
@@ -15,7 +15,7 @@ import resource
 import sys
 
 
-async def _client(host: str, port: int, path: str, cookie: str) -> tuple[bool, asyncio.StreamWriter | None]:
+async def _connect(host: str, port: int, path: str, cookie: str) -> tuple[bool, asyncio.StreamWriter | None]:
     try:
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(
@@ -33,6 +33,21 @@ async def _client(host: str, port: int, path: str, cookie: str) -> tuple[bool, a
                 return True, writer
     except OSError:
         return False, None
+
+
+async def _client(host: str, port: int, path: str, cookie: str) -> tuple[bool, asyncio.StreamWriter | None]:
+    """Connects as EventSource does: a refused or failed attempt (a server
+    busy answering 10,000 others says 503 with Retry-After) is retried after
+    a pause, a few times."""
+    for attempt in range(_ATTEMPTS):
+        connected, writer = await _connect(host, port, path, cookie)
+        if connected:
+            return True, writer
+        await asyncio.sleep(0.5 * (attempt + 1))
+    return False, None
+
+
+_ATTEMPTS = 5
 
 
 async def main(cookies: list[str]) -> None:
