@@ -213,11 +213,14 @@ class Pages:
         return self._serve(ctx, found, ASSET_CACHE)
 
     def _serve(self, ctx: Ctx, built: Built, cache_control: str) -> Response:
-        headers = {**secure_headers(), "cache-control": cache_control, "etag": built.etag, "vary": "Accept-Encoding"}
-        if built.etag in [tag.strip() for tag in ctx.request.headers.get("if-none-match", "").split(",")]:
+        zipped = _accepts_gzip(ctx)
+        # Each encoding is its own representation, with its own tag.
+        etag = built.etag[:-1] + '-gz"' if zipped else built.etag
+        headers = {**secure_headers(), "cache-control": cache_control, "etag": etag, "vary": "Accept-Encoding"}
+        if etag in [tag.strip() for tag in ctx.request.headers.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers=headers)
         body = built.body
-        if _accepts_gzip(ctx):
+        if zipped:
             body = built.gzipped
             headers["content-encoding"] = "gzip"
         if ctx.request.method == "HEAD":

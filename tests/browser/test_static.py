@@ -67,8 +67,12 @@ async def test_assets_are_hashed_immutable_and_gzipped(mesh: Mesh) -> None:
             zipped = await client.get(f"/assets/{name}", headers={"accept-encoding": "gzip"})
             assert zipped.headers["content-encoding"] == "gzip"
             assert zipped.content == plain.content  # httpx decodes it
-            again = await client.get(f"/assets/{name}", headers={"if-none-match": plain.headers["etag"]})
-            assert again.status_code == 304
+            assert zipped.headers["etag"] != plain.headers["etag"]
+            for reply, encoding in ((plain, "identity"), (zipped, "gzip")):
+                again = await client.get(
+                    f"/assets/{name}", headers={"if-none-match": reply.headers["etag"], "accept-encoding": encoding}
+                )
+                assert again.status_code == 304
         missing = await client.get("/assets/app.000000000000.js")
         assert missing.status_code == 404
 
