@@ -265,6 +265,20 @@ function enterWaiting(position) {
   });
   state.waiting = waiting;
   waiting.start();
+  // The event's counters (public and cached by the CDN) tell when it sells out.
+  clearInterval(state.eventRefresh);
+  state.eventRefresh = setInterval(async () => {
+    if (state.view !== 'waiting') {
+      clearInterval(state.eventRefresh);
+      return;
+    }
+    try {
+      state.event = (await api.event(state.eventId)).event;
+      renderWaiting();
+    } catch {
+      // The next refresh will do.
+    }
+  }, 30000);
 }
 
 function renderWaiting() {

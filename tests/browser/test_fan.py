@@ -7,7 +7,7 @@ origin but the edge's."""
 from __future__ import annotations
 
 import zxingcpp
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Page, expect
 
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
@@ -155,5 +155,43 @@ async def test_a_seat_taken_between_render_and_click_shows_as_taken(browser: Bro
     await expect(page.locator("#map-focus")).to_contain_text("Row K, seat 3: taken")
     await check_axe(page, "seat taken")
     await shoot(page, "seat-taken-en")
+    assert fan.foreign() == []
+    await fan.context.close()
+
+
+async def tab_to(page: Page, selector: str) -> None:
+    """Presses Tab until ``selector`` has the focus (as a keyboard user would)."""
+    for _ in range(40):
+        if await page.evaluate("s => document.activeElement && document.activeElement.matches(s)", selector):
+            return
+        await page.keyboard.press("Tab")
+    raise AssertionError(f"{selector} cannot be reached with Tab")
+
+
+async def test_the_whole_flow_by_keyboard(browser: Browser, mesh: Mesh) -> None:
+    event_id = await mesh.event(seats=10, max_active=5)
+    fan = await new_fan(browser, mesh.url)
+    page = fan.page
+    await page.goto(f"{mesh.url}/e/{event_id}")
+    await view(page, "event")
+    await tab_to(page, "#sign-in-name")
+    await page.keyboard.type("kim")
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#join")).to_be_visible()
+    await tab_to(page, "#join")
+    await page.keyboard.press("Enter")
+    await view(page, "shop")
+    await expect(page.locator("#map")).to_be_visible()
+    await tab_to(page, "#map")
+    await page.keyboard.press("ArrowRight")
+    await page.keyboard.press("Space")
+    await tab_to(page, "#hold-picked")
+    await page.keyboard.press("Enter")
+    await view(page, "hold")
+    await expect(page.locator("#hold-seats")).to_contain_text("row K, seat 2")
+    await tab_to(page, "#pay")
+    await page.keyboard.press("Enter")
+    await view(page, "tickets", timeout_ms=60_000)
+    await expect(page.locator(".ticket")).to_have_count(1)
     assert fan.foreign() == []
     await fan.context.close()
