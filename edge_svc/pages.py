@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
+from types import MappingProxyType
 
 from starlette.responses import Response
 
@@ -56,13 +57,15 @@ CSP = "; ".join(
 PAGE_MAX_AGE_SECONDS = 60
 ASSET_CACHE = "public, max-age=31536000, immutable"
 
-_TYPES = {
-    "js": "text/javascript; charset=utf-8",
-    "css": "text/css; charset=utf-8",
-    "json": "application/json",
-    "svg": "image/svg+xml",
-    "html": "text/html; charset=utf-8",
-}
+_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "js": "text/javascript; charset=utf-8",
+        "css": "text/css; charset=utf-8",
+        "json": "application/json",
+        "svg": "image/svg+xml",
+        "html": "text/html; charset=utf-8",
+    }
+)
 _IMPORT = re.compile(r"""(['"])\./([A-Za-z0-9_-]+\.js)\1""")
 _PLACEHOLDER = re.compile(r"\{\{([a-z_.-]+)\}\}")
 # Message catalogs: one file per language, in web/messages/.
