@@ -49,6 +49,7 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_QUEUE}EndShoppingSession": {EDGE},
         f"{_QUEUE}WatchAdmissionProgress": {EDGE},
         f"{_QUEUE}RecordPresence": {EDGE},
+        f"{_QUEUE}GetPreQueueProof": {EDGE, OPERATOR},
         # Waiting-room administration: operators only.
         f"{_QUEUE}CreateEventQueue": {OPERATOR},
         f"{_QUEUE}UpdateEventQueue": {OPERATOR},

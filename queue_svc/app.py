@@ -6,14 +6,13 @@ runs the leader-elected admitter.
 Each part is built once, when first asked for, so a test or a benchmark
 takes the parts it needs (the store, the handler, an admitter) from it and
 replaces what it must through the constructor's overrides: settings, a
-leadership, the pre-queue's random scores. The clock is the Runtime's
-(``Runtime.from_env(clock=...)``).
+leadership. The clock is the Runtime's (``Runtime.from_env(clock=...)``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from boxoffice import audit
 from boxoffice.db import Migration, load_migrations
@@ -24,11 +23,11 @@ from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
 from boxoffice.sessions import EndedSessions
 from queue_svc import model
-from queue_svc.adapters import PgWaitingRoomRepository, RedisBookingHealth, RedisQueueStore
+from queue_svc.adapters import PgDrawRepository, PgWaitingRoomRepository, RedisBookingHealth, RedisQueueStore
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
-from queue_svc.handler import QueueHandler, uniform_pre_queue_score
-from queue_svc.jobs import Admitter, ProgressHub
+from queue_svc.handler import QueueHandler
+from queue_svc.jobs import Admitter, DrawRecorder, ProgressHub
 from queue_svc.metrics import AdmitterMetrics, ServerMetrics
 from queue_svc.ports import Leadership
 
@@ -58,12 +57,10 @@ class QueueApp:
         *,
         settings: QueueSettings | None = None,
         leadership: Leadership | None = None,
-        random_score: Callable[[], int] = uniform_pre_queue_score,
     ) -> None:
         self.rt = rt
         self.settings = settings or QueueSettings.from_env(rt.env)
         self._leadership = leadership
-        self._random_score = random_score
 
     # -- stores ---------------------------------------------------------------
 
@@ -81,6 +78,12 @@ class QueueApp:
         # Inside an audited admin action its transactions join the action's,
         # so a change commits with its audit row (boxoffice.db.joining).
         return PgWaitingRoomRepository(self.rt.pool())
+
+    @functools.cached_property
+    def draws(self) -> PgDrawRepository:
+        """The pre-queue draws (on the joinable pool too: a room's draw is
+        made in the transaction that creates the room)."""
+        return PgDrawRepository(self.rt.pool())
 
     # -- the server role ------------------------------------------------------
 
@@ -110,7 +113,7 @@ class QueueApp:
             clock=self.rt.clock,
             settings=self.settings,
             metrics=self.server_metrics,
-            random_score=self._random_score,
+            draws=self.draws,
             sessions=EndedSessions(self.rt.redis()),
         )
 
@@ -155,6 +158,17 @@ class QueueApp:
         )
 
     @functools.cached_property
+    def draw_recorder(self) -> DrawRecorder:
+        """Copies the pre-queue placements to Postgres and seals each
+        pre-queue at opening."""
+        return DrawRecorder(
+            store=self.store,
+            draws=self.draws,
+            clock=self.rt.clock,
+            interval_seconds=self.settings.draw_record_seconds,
+        )
+
+    @functools.cached_property
     def booking_health(self) -> RedisBookingHealth:
         """What booking publishes about its holds, for the adaptive rate."""
         return RedisBookingHealth(self.rt.redis(), max_age_ms=int(self.settings.booking_health_max_age_seconds * 1000))
@@ -167,7 +181,7 @@ class QueueApp:
         if role == "server":
             return [self.batcher, self.hub, self.server]
         if role == "admitter":
-            return [self.batcher, Loop("admitter", self.admitter.run)]
+            return [self.batcher, Loop("admitter", self.admitter.run), Loop("draw-recorder", self.draw_recorder.run)]
         raise ValueError(f"queue has no role {role!r}")
 
 
@@ -193,6 +207,7 @@ async def seed_demo(rt: Runtime) -> list[str]:
         stored = await queue.rooms.create(config)
     except AlreadyExists:
         return []
+    await queue.draws.get_or_create(DEMO_EVENT_ID)
     await queue.store.put_config(stored)
     return [
         f"event {DEMO_EVENT_ID} waiting room open: {stored.admission_rate_per_second} admissions/s, "

@@ -34,6 +34,9 @@ class QueueSettings:
     booking_error_ratio: float = 0.05
     booking_health_max_age_seconds: float = 15.0
     no_show_window_seconds: float = 120.0
+    # How often the draw recorder copies pre-queue placements to Postgres
+    # (and, at opening, seals the pre-queue and reveals its seed).
+    draw_record_seconds: float = 1.0
 
     @classmethod
     def from_env(cls, env: Env) -> QueueSettings:
@@ -66,4 +69,5 @@ class QueueSettings:
             no_show_window_seconds=env.number(
                 "BOXOFFICE_QUEUE_NO_SHOW_WINDOW_SECONDS", 120.0, minimum=1.0, maximum=3600.0
             ),
+            draw_record_seconds=env.number("BOXOFFICE_QUEUE_DRAW_RECORD_SECONDS", 1.0, minimum=0.05, maximum=60.0),
         )

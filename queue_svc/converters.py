@@ -4,18 +4,21 @@ Bad input raises ``boxoffice.validate``'s INVALID_ARGUMENT errors."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from boxoffice import validate
+from boxoffice import draw, validate
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc import model
-from queue_svc.model import Position, Progress, WaitingRoomConfig
+from queue_svc.model import Position, PreQueueProof, Progress, ProofCursor, WaitingRoomConfig
 
 MAX_RATE_PER_SECOND = 100_000
 
@@ -251,3 +254,69 @@ def parse_room_settings(message: apb.WaitingRoom) -> RoomSettings:
         admission_rate_min_per_second=low,
         admission_rate_max_per_second=high,
     )
+
+
+# GetPreQueueProof's pages: participants per page by default and at most.
+PROOF_PAGE_SIZE = 1000
+MAX_PROOF_PAGE_SIZE = 10_000
+_MAX_PAGE_TOKEN_LENGTH = 512
+
+
+def parse_proof_page_size(value: int) -> int:
+    if value == 0:
+        return PROOF_PAGE_SIZE
+    return validate.int_range("page_size", value, minimum=1, maximum=MAX_PROOF_PAGE_SIZE)
+
+
+def proof_page_token(event_id: int, cursor: ProofCursor) -> str:
+    """An opaque token for the page after ``cursor`` of the event's proof."""
+    body = {"e": event_id, "r": cursor.rank, "s": cursor.score, "p": cursor.pseudonym}
+    return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def parse_proof_page_token(event_id: int, token: str) -> ProofCursor | None:
+    """The cursor of a token from :func:`proof_page_token` for this event
+    (None for the first page); INVALID_FIELD for anything else."""
+    if not token:
+        return None
+    bad = validate.invalid("page_token", "is not a token from this event's listing")
+    if len(token) > _MAX_PAGE_TOKEN_LENGTH:
+        raise bad
+    try:
+        body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        cursor = ProofCursor(rank=body["r"], score=body["s"], pseudonym=body["p"])
+        same = body["e"] == event_id
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise bad from None
+    well_formed = (
+        type(cursor.rank) is int
+        and type(cursor.score) is int
+        and isinstance(cursor.pseudonym, str)
+        and cursor.rank >= 1
+        and 0 <= cursor.score < draw.SCORE_LIMIT
+        and draw.is_pseudonym(cursor.pseudonym)
+    )
+    if not same or not well_formed:
+        raise bad
+    return cursor
+
+
+def proof_pb(proof: PreQueueProof) -> pb.GetPreQueueProofResponse:
+    message = pb.GetPreQueueProofResponse(
+        event_id=proof.event_id,
+        algorithm=proof.algorithm,
+        commitment=proof.commitment,
+        revealed=proof.seed is not None,
+    )
+    message.committed_at.FromMilliseconds(proof.committed_at_ms)
+    message.opens_at.FromMilliseconds(proof.opens_at_ms)
+    if proof.seed is not None:
+        message.seed = proof.seed.hex()
+        message.revealed_at.FromMilliseconds(proof.revealed_at_ms)
+        message.participant_count = proof.participant_count
+        message.participants.extend(
+            pb.PreQueueParticipant(rank=p.rank, pseudonym=p.pseudonym, score=p.score) for p in proof.participants
+        )
+        if proof.next_page is not None:
+            message.next_page_token = proof_page_token(proof.event_id, proof.next_page)
+    return message

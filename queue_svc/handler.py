@@ -4,10 +4,12 @@ come in through ``ports``; every error raised is built by ``errors``."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
+from typing import Final
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
@@ -19,12 +21,15 @@ from queue_svc.config import QueueSettings
 from queue_svc.jobs.progress import EventFeed, ProgressHub
 from queue_svc.metrics import ServerMetrics
 from queue_svc.model import (
-    PRE_QUEUE_BAND,
     AdmissionState,
+    DrawSecrets,
     Place,
     Position,
+    PreQueueProof,
     Progress,
+    ProofCursor,
     QueueState,
+    RankedEntry,
     WaitingRoomConfig,
     WatchBase,
     admission_state,
@@ -32,7 +37,15 @@ from queue_svc.model import (
     measured_rate,
     passed,
 )
-from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus, QueueStore, WaitingRoomRepository
+from queue_svc.ports import (
+    DrawRepository,
+    FanOp,
+    JoinLimits,
+    JoinReply,
+    JoinStatus,
+    QueueStore,
+    WaitingRoomRepository,
+)
 
 _log = logging.getLogger("queue_svc.handler")
 
@@ -41,9 +54,63 @@ _UNKNOWN_EVENT_SECONDS = 2.0
 _UNKNOWN_EVENTS_KEPT = 10_000
 
 
-def uniform_pre_queue_score() -> int:
-    """A uniformly random score of the pre-queue band (from the OS's CSPRNG)."""
-    return secrets.randbelow(PRE_QUEUE_BAND)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Joined:
+    """A join's answer: the fan's place, whether this call queued them, and
+    their pseudonym in the event's pre-queue draw (the same on every join)."""
+
+    position: Position
+    newly_joined: bool
+    pseudonym: str
+
+
+# A load of draw secrets that failed: whoever waited for it loads again.
+_RETRY: Final = object()
+
+
+class DrawSecretsCache:
+    """Each event's draw secrets, read from Postgres once per process (they
+    never change) and by one caller at a time: the others wait for its
+    answer instead of each asking Postgres (a crowd's first joins arrive
+    together)."""
+
+    def __init__(self, draws: DrawRepository, *, most: int = 10_000) -> None:
+        self._draws = draws
+        self._most = most
+        self._known: dict[int, DrawSecrets] = {}
+        self._loading: dict[int, asyncio.Future[object]] = {}
+
+    async def get(self, event_id: int) -> DrawSecrets | None:
+        """The event's secrets (its draw made if it has none), or None
+        when the event has no waiting room."""
+        while True:
+            known = self._known.get(event_id)
+            if known is not None:
+                return known
+            pending = self._loading.get(event_id)
+            if pending is None:
+                return await self._load(event_id)
+            result = await asyncio.shield(pending)
+            if result is not _RETRY:
+                assert result is None or isinstance(result, DrawSecrets)
+                return result
+
+    async def _load(self, event_id: int) -> DrawSecrets | None:
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._loading[event_id] = future
+        found: DrawSecrets | None = None
+        result: object = _RETRY
+        try:
+            record = await self._draws.get_or_create(event_id)
+            found = result = None if record is None else record.secrets
+        finally:
+            del self._loading[event_id]
+            future.set_result(result)
+        if found is not None:
+            if len(self._known) >= self._most:
+                self._known.clear()
+            self._known[event_id] = found
+        return found
 
 
 class QueueHandler:
@@ -59,7 +126,7 @@ class QueueHandler:
         clock: Clock,
         settings: QueueSettings,
         metrics: ServerMetrics,
-        random_score: Callable[[], int] = uniform_pre_queue_score,
+        draws: DrawRepository,
         sessions: EndedSessions | None = None,
     ) -> None:
         self._store = store
@@ -69,7 +136,9 @@ class QueueHandler:
         self._clock = clock
         self._settings = settings
         self._metrics = metrics
-        self._random_score = random_score
+        # The pre-queue's draws: their secrets score and name the fans.
+        self._draws = draws
+        self._secrets = DrawSecretsCache(draws)
         # Where ended sessions are recorded, so that booking refuses their tokens.
         self._sessions = sessions
         # Events found to have no waiting room, until when (monotonic).
@@ -115,11 +184,48 @@ class QueueHandler:
 
     # -- fans ---------------------------------------------------------------
 
-    async def join(self, event_id: int, customer_id: str, client_id: str) -> tuple[Position, bool]:
-        """The fan's place, queued now (True) or already (False)."""
-        reply = await self._join_once(event_id, customer_id, client_id)
+    async def _draw_secrets(self, event_id: int) -> DrawSecrets:
+        """The event's draw secrets; NOT_FOUND for an event without a
+        waiting room (not asked again for a few seconds)."""
+        now = time.monotonic()
+        if self._unknown.get(event_id, 0.0) > now:
+            raise errors.unknown_event(event_id)
+        found = await self._secrets.get(event_id)
+        if found is None:
+            if len(self._unknown) >= _UNKNOWN_EVENTS_KEPT:
+                self._unknown.clear()
+            self._unknown[event_id] = now + _UNKNOWN_EVENT_SECONDS
+            raise errors.unknown_event(event_id)
+        return found
+
+    async def _draw_if_possible(self, event_id: int) -> DrawSecrets | None:
+        """The event's draw secrets, or None when they cannot be read now
+        (the event has no waiting room, or Postgres is unreachable): a join
+        after opening needs none."""
+        try:
+            return await self._draw_secrets(event_id)
+        except BoxofficeError as err:
+            if err.reason != "EVENT_NOT_FOUND":
+                _log.warning("draw not read", extra={"event_id": event_id, "reason": err.reason})
+            return None
+
+    async def join(self, event_id: int, customer_id: str, client_id: str) -> Joined:
+        """The fan's place, queued now or already. Before opening the place
+        is the fan's score in the event's draw, a function of the secret
+        seed and the fan's pseudonym: joining again, even after leaving,
+        lands on the same place. The draw's secrets are read once per
+        process; a join after opening succeeds without them (its answer
+        then lacks the pseudonym), one before opening needs them."""
+        draw = await self._draw_if_possible(event_id)
+        pseudonym = "" if draw is None else draw.pseudonym(customer_id)
+        score = -1 if draw is None else draw.score(pseudonym)
+        reply = await self._join_once(event_id, customer_id, client_id, pseudonym, score)
         if reply.status is JoinStatus.UNKNOWN_EVENT and await self._mirror(event_id):
-            reply = await self._join_once(event_id, customer_id, client_id)
+            reply = await self._join_once(event_id, customer_id, client_id, pseudonym, score)
+        if reply.status is JoinStatus.NEEDS_DRAW:
+            draw = await self._draw_secrets(event_id)  # NOT_FOUND, UNAVAILABLE
+            pseudonym = draw.pseudonym(customer_id)
+            reply = await self._join_once(event_id, customer_id, client_id, pseudonym, draw.score(pseudonym))
         status = reply.status
         if status is JoinStatus.WAITING or status is JoinStatus.ADMITTED:
             now = self._now_ms()
@@ -128,23 +234,26 @@ class QueueHandler:
                 # Newly joined and admitted: the safety net let them in at once.
                 (self._join_safety_net if reply.newly_joined else self._join_admitted).inc()
                 position = Position.past_the_queue(event_id, customer_id, QueueState.ADMITTED, admission)
-                return position, reply.newly_joined
+                return Joined(position, reply.newly_joined, pseudonym)
             (self._joined if reply.newly_joined else self._rejoined).inc()
             rate = measured_rate(reply.rate_at_last_tick, reply.last_tick_ms, now)
             position = Position.waiting(
                 event_id, customer_id, score=reply.score, ahead=reply.ahead, rate_per_second=rate, admission=admission
             )
-            return position, reply.newly_joined
+            return Joined(position, reply.newly_joined, pseudonym)
         raise self._join_refused(event_id, reply)
 
-    async def _join_once(self, event_id: int, customer_id: str, client_id: str) -> JoinReply:
+    async def _join_once(
+        self, event_id: int, customer_id: str, client_id: str, pseudonym: str, score: int
+    ) -> JoinReply:
         return await self._store.join(
             event_id,
             customer_id,
             client_id,
             now_ms=self._now_ms(),
-            random_score=self._random_score(),
+            random_score=score,
             limits=self._limits,
+            pseudonym=pseudonym,
         )
 
     def _join_refused(self, event_id: int, reply: JoinReply) -> BoxofficeError:
@@ -293,7 +402,10 @@ class QueueHandler:
             self._hub.leave(feed)
 
     async def create_waiting_room(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
+        """Store the room and make its draw (the seed is committed from
+        now on, before anyone can join)."""
         stored = await self._rooms.create(config)
+        await self._draws.get_or_create(stored.event_id)
         self._unknown.pop(stored.event_id, None)
         await self._mirror_quietly(stored)
         return stored
@@ -313,6 +425,44 @@ class QueueHandler:
         stored = await self._rooms.set_paused(event_id, paused)
         await self._mirror_quietly(stored)
         return stored
+
+    # -- the pre-queue's draw -----------------------------------------------
+
+    async def pre_queue_proof(self, event_id: int, *, page_size: int, after: ProofCursor | None) -> PreQueueProof:
+        """The public proof of the event's pre-queue shuffle: the commitment
+        always; once the draw recorder sealed the pre-queue (at opening),
+        the seed and one page of the participants in the draw's order."""
+        config = await self._rooms.get(event_id)
+        record = None if config is None else await self._draws.get_or_create(event_id)
+        if config is None or record is None:
+            raise errors.unknown_event(event_id)
+        draw = record.secrets
+        proof = PreQueueProof(
+            event_id=event_id,
+            algorithm=draw.algorithm,
+            commitment=draw.commitment,
+            committed_at_ms=record.committed_at_ms,
+            opens_at_ms=config.opens_at_ms,
+        )
+        if record.sealed_at_ms is None:
+            return proof
+        entries = await self._draws.entries(
+            event_id, after=None if after is None else (after.score, after.pseudonym), limit=page_size + 1
+        )
+        first = 1 if after is None else after.rank + 1
+        page = tuple(RankedEntry(first + i, e.pseudonym, e.score) for i, e in enumerate(entries[:page_size]))
+        next_page = None
+        if len(entries) > page_size and page:
+            last = page[-1]
+            next_page = ProofCursor(last.rank, last.score, last.pseudonym)
+        return dataclasses.replace(
+            proof,
+            seed=draw.seed,
+            revealed_at_ms=record.sealed_at_ms,
+            participant_count=record.participant_count,
+            participants=page,
+            next_page=next_page,
+        )
 
 
 class PositionWatch:

@@ -8,7 +8,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from boxoffice import places
+from boxoffice import draw, places
 
 # Scores, the pre-queue band and the polling hints are shared with the edge,
 # which estimates places the same way (boxoffice.places).
@@ -290,3 +290,97 @@ class TickResult:
     # deadline (no-shows), and admissions claimed.
     no_shows_total: int = 0
     claimed_total: int = 0
+
+
+# The pre-queue's draw: scores of the pre-queue band are the draw's scores.
+assert draw.SCORE_LIMIT == PRE_QUEUE_BAND
+
+
+@dataclass(frozen=True, slots=True)
+class DrawSecrets:
+    """The secrets of one event's pre-queue draw (see :mod:`boxoffice.draw`):
+    the seed, revealed once the pre-queue is sealed, and the pseudonym key,
+    never revealed."""
+
+    event_id: int
+    algorithm: str
+    seed: bytes
+    pseudonym_key: bytes
+
+    @property
+    def commitment(self) -> str:
+        return draw.commitment(self.seed)
+
+    def pseudonym(self, customer_id: str) -> str:
+        """The customer's public pseudonym in this draw."""
+        return draw.pseudonym(self.pseudonym_key, self.event_id, customer_id)
+
+    def score(self, pseudonym: str) -> int:
+        """The pre-queue score of the fan with this pseudonym."""
+        return draw.score(self.seed, self.event_id, pseudonym, algorithm=self.algorithm)
+
+    def __repr__(self) -> str:  # never the secrets, in a log or a traceback
+        return f"DrawSecrets(event_id={self.event_id}, algorithm={self.algorithm!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class DrawRecord:
+    """One event's pre-queue draw as stored: its secrets, when it was
+    committed, how many placements are copied from Redis, and when it was
+    sealed (None: still open to placements, the seed still secret)."""
+
+    secrets: DrawSecrets
+    committed_at_ms: int
+    recorded: int
+    sealed_at_ms: int | None
+    participant_count: int
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_at_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class UnsealedDraw:
+    """A draw the recorder still copies into Postgres, with its room's
+    opening (when it is sealed)."""
+
+    event_id: int
+    opens_at_ms: int
+    recorded: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankedEntry:
+    """One line of a published draw: rank (from 1), pseudonym, score."""
+
+    rank: int
+    pseudonym: str
+    score: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProofCursor:
+    """Where a page of a published draw ends: its last line."""
+
+    rank: int
+    score: int
+    pseudonym: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreQueueProof:
+    """What GetPreQueueProof answers: the commitment always; the seed and
+    one page of participants once the draw is sealed."""
+
+    event_id: int
+    algorithm: str
+    commitment: str
+    committed_at_ms: int
+    opens_at_ms: int
+    # Set once revealed (sealed), with the participants.
+    seed: bytes | None = None
+    revealed_at_ms: int = 0
+    participant_count: int = 0
+    participants: tuple[RankedEntry, ...] = ()
+    next_page: ProofCursor | None = None

@@ -11,7 +11,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from queue_svc.model import Place, Progress, RateReason, TickResult, WaitingRoomConfig
+from boxoffice.draw import Entry
+from queue_svc.model import (
+    DrawRecord,
+    Place,
+    Progress,
+    RateReason,
+    TickResult,
+    UnsealedDraw,
+    WaitingRoomConfig,
+)
 from queue_svc.rate import BookingHealth
 
 
@@ -25,6 +34,10 @@ class JoinStatus(enum.Enum):
     NOT_OPEN = "not_open"
     ACCOUNT_LIMITED = "account_limited"
     CLIENT_LIMITED = "client_limited"
+    # The fan would be placed in the pre-queue, and the join came without
+    # the draw's score (nothing changed but the limits' count): join again
+    # with it.
+    NEEDS_DRAW = "needs_draw"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +53,17 @@ class JoinReply:
     admitted_total: int = 0
     rate_at_last_tick: float = 0.0
     last_tick_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PreQueueLog:
+    """A slice of an event's log of pre-queue placements (Redis), and the
+    log's state: its length and whether the pre-queue is sealed (no
+    placement can be added any more)."""
+
+    length: int
+    sealed: bool
+    entries: list[Entry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +89,27 @@ class QueueStore(Protocol):
     progress, and the mirror of each event's configuration."""
 
     async def join(
-        self, event_id: int, customer_id: str, client_id: str, *, now_ms: int, random_score: int, limits: JoinLimits
+        self,
+        event_id: int,
+        customer_id: str,
+        client_id: str,
+        *,
+        now_ms: int,
+        random_score: int,
+        limits: JoinLimits,
+        pseudonym: str = "",
     ) -> JoinReply:
-        """Queue a fan (or return their place) in one round trip."""
+        """Queue a fan (or return their place) in one round trip. A fan
+        placed in the pre-queue gets ``random_score`` (the draw's score of
+        their ``pseudonym``); a pseudonym given is appended to the event's
+        log of pre-queue placements with it. A negative ``random_score``
+        says the caller has no score: a fan who would be placed in the
+        pre-queue is not, and the answer is NEEDS_DRAW."""
+
+    async def pre_queue_log(self, event_id: int, *, start: int, count: int, seal: bool) -> PreQueueLog | None:
+        """Up to ``count`` placements of the event's pre-queue log from
+        ``start`` (0 first); ``seal`` first closes the pre-queue for good
+        (later joins go to the back). None for an unknown event."""
 
     async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
         """Read or change one fan's place; None for an unknown event."""
@@ -116,6 +158,30 @@ class WaitingRoomRepository(Protocol):
 
     async def list_all(self) -> list[WaitingRoomConfig]:
         """Every configuration."""
+
+
+class DrawRepository(Protocol):
+    """Where the events' pre-queue draws live durably: their secrets, the
+    placements copied from Redis, and whether they are sealed."""
+
+    async def get_or_create(self, event_id: int) -> DrawRecord | None:
+        """The event's draw, made now (a new secret seed) if it has none;
+        None when the event has no waiting room."""
+
+    async def record(self, event_id: int, start: int, entries: Sequence[Entry]) -> None:
+        """Store the log's placements ``start`` .. ``start + len(entries)``
+        (each pseudonym once) and count them as copied."""
+
+    async def seal(self, event_id: int, length: int) -> bool:
+        """Seal the draw, provided the first ``length`` placements of the
+        log are copied; whether it is sealed now."""
+
+    async def unsealed(self) -> list[UnsealedDraw]:
+        """The draws not sealed yet."""
+
+    async def entries(self, event_id: int, *, after: tuple[int, str] | None, limit: int) -> list[Entry]:
+        """Up to ``limit`` placements in the draw's order, after the one
+        with (score, pseudonym) ``after``."""
 
 
 class Leadership(Protocol):

@@ -22,8 +22,11 @@ from queue_svc.converters import (
     parse_end_reason,
     parse_event_id,
     parse_presence_ids,
+    parse_proof_page_size,
+    parse_proof_page_token,
     position_pb,
     progress_pb,
+    proof_pb,
 )
 from queue_svc.handler import QueueHandler
 from queue_svc.model import Position
@@ -55,8 +58,10 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         event_id = parse_event_id(request.event_id)
         customer_id = _customer(request.customer_id)
         client_id = parse_client_id(request.client_id)
-        position, newly = await self._handler.join(event_id, customer_id, client_id)
-        return pb.JoinQueueResponse(position=position_pb(position), newly_joined=newly)
+        joined = await self._handler.join(event_id, customer_id, client_id)
+        return pb.JoinQueueResponse(
+            position=position_pb(joined.position), newly_joined=joined.newly_joined, pseudonym=joined.pseudonym
+        )
 
     async def GetQueuePosition(
         self, request: pb.GetQueuePositionRequest, context: Context
@@ -134,3 +139,11 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
     async def GetQueueStats(self, request: pb.GetQueueStatsRequest, context: Context) -> pb.GetQueueStatsResponse:
         progress = await self._handler.stats(parse_event_id(request.event_id))
         return pb.GetQueueStatsResponse(progress=progress_pb(progress), joined_total=progress.joined_total)
+
+    async def GetPreQueueProof(
+        self, request: pb.GetPreQueueProofRequest, context: Context
+    ) -> pb.GetPreQueueProofResponse:
+        event_id = parse_event_id(request.event_id)
+        page_size = parse_proof_page_size(request.page_size)
+        after = parse_proof_page_token(event_id, request.page_token)
+        return proof_pb(await self._handler.pre_queue_proof(event_id, page_size=page_size, after=after))

@@ -19,6 +19,9 @@ Per event, under the hash tag ``{ev:<id>}``:
   rate, the admitter's target rate and its reason, claimed and no-show totals
 - ``seq``  the arrival sequence after opening
 - ``rl:<window>`` hash: join counters of one rate-limit window
+- ``preq`` list: the log of pre-queue placements ("<pseudonym> <score>"),
+  which the draw recorder copies to Postgres (``prog`` field ``sealed``:
+  the recorder closed the pre-queue)
 
 A waiting fan costs a member of each of two sorted sets and nothing else. Every change is
 one Lua script (the package's ``lua/*.lua``), keys through KEYS and the clock
@@ -31,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from boxoffice.draw import Entry
 from boxoffice.redis import Arg, ScriptBatcher, event_key, load_script
 from queue_svc.model import (
     PRE_QUEUE_BAND,
@@ -42,7 +46,7 @@ from queue_svc.model import (
     TickResult,
     WaitingRoomConfig,
 )
-from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus
+from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus, PreQueueLog
 
 # Expirations (and drops) an admit tick processes per sorted set at most
 # (bounds the time one tick holds Redis; the rest go in the next tick).
@@ -62,6 +66,7 @@ _JOIN_CODES = {
     -2: JoinStatus.NOT_OPEN,
     -3: JoinStatus.ACCOUNT_LIMITED,
     -4: JoinStatus.CLIENT_LIMITED,
+    -6: JoinStatus.NEEDS_DRAW,
 }
 
 
@@ -79,6 +84,7 @@ class EventKeys:
     shadow: str
     shadow_queue: str
     sequence: str
+    pre_queue_log: str
     # The keys the join, fan, admit and progress scripts take first, in this order.
     common: tuple[str, str, str, str, str, str, str, str, str]
 
@@ -98,6 +104,7 @@ class EventKeys:
             shadow=shadow,
             shadow_queue=shadow_queue,
             sequence=event_key(event_id, "seq"),
+            pre_queue_log=event_key(event_id, "preq"),
             common=(config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue),
         )
 
@@ -134,6 +141,7 @@ class RedisQueueStore:
         self._config_put = load_script("queue_svc", "config_put")
         self._presence = load_script("queue_svc", "presence")
         self._flag = load_script("queue_svc", "flag")
+        self._pre_queue = load_script("queue_svc", "prequeue")
         self._keys: dict[int, EventKeys] = {}
 
     def keys(self, event_id: int) -> EventKeys:
@@ -145,7 +153,15 @@ class RedisQueueStore:
         return keys
 
     async def join(
-        self, event_id: int, customer_id: str, client_id: str, *, now_ms: int, random_score: int, limits: JoinLimits
+        self,
+        event_id: int,
+        customer_id: str,
+        client_id: str,
+        *,
+        now_ms: int,
+        random_score: int,
+        limits: JoinLimits,
+        pseudonym: str = "",
     ) -> JoinReply:
         keys = self.keys(event_id)
         window = now_ms // limits.window_ms
@@ -158,8 +174,11 @@ class RedisQueueStore:
             limits.per_client,
             limits.window_ms,
             PRE_QUEUE_BAND,
+            pseudonym,
         ]
-        reply = await self._batcher.call(self._join, (*keys.common, keys.sequence, keys.limits(window)), args)
+        reply = await self._batcher.call(
+            self._join, (*keys.common, keys.sequence, keys.limits(window), keys.pre_queue_log), args
+        )
         status = _JOIN_CODES[int(reply[0])]
         if status is JoinStatus.UNKNOWN_EVENT:
             return JoinReply(status)
@@ -267,6 +286,19 @@ class RedisQueueStore:
             target_rate_per_second=_float(reply[11]),
             rate_reason=_reason(reply[12]),
         )
+
+    async def pre_queue_log(self, event_id: int, *, start: int, count: int, seal: bool) -> PreQueueLog | None:
+        keys = self.keys(event_id)
+        reply = await self._batcher.call(
+            self._pre_queue, (keys.config, keys.progress, keys.pre_queue_log), (start, count, int(seal))
+        )
+        if int(reply[0]) != 1:
+            return None
+        entries = []
+        for raw in reply[3:]:
+            pseudonym, score = (raw.decode() if isinstance(raw, bytes) else str(raw)).split(" ")
+            entries.append(Entry(pseudonym, int(score)))
+        return PreQueueLog(length=int(reply[1]), sealed=bool(int(reply[2])), entries=entries)
 
     async def put_config(self, config: WaitingRoomConfig) -> bool:
         args: list[Arg] = [

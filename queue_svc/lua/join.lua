@@ -19,16 +19,26 @@
 -- reached waits in the shadow queue: their join answers that place as a
 -- normal wait, and the safety net never admits a flagged fan.
 --
+-- Pre-queue placements are the draw's (boxoffice.draw): the caller gives
+-- the fan's pseudonym and its score; a placement appends "<pseudonym>
+-- <score>" to the event's log of placements, which the draw recorder copies
+-- to Postgres. Once the recorder sealed the pre-queue (progress field
+-- `sealed`, at opening) nobody is placed in it again, even if the opening
+-- moves later: the seed is public from then on.
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
 --       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
---       10 sequence, 11 this window's join counters
--- ARGV: 1 customer, 2 now (ms), 3 random pre-queue score, 4 client ('' = none),
+--       10 sequence, 11 this window's join counters, 12 pre-queue log
+-- ARGV: 1 customer, 2 now (ms), 3 pre-queue score (negative: none; a fan
+--       who would be placed in the pre-queue is not, code -6), 4 client ('' = none),
 --       5 joins per account per window, 6 joins per client per window
---       (0 = no limit), 7 window (ms), 8 pre-queue band
+--       (0 = no limit), 7 window (ms), 8 pre-queue band, 9 pseudonym
+--       ('' = none: the placement is not logged)
 -- Reply: {code, score, ahead, newly_joined, opens_at, paused, admitted_total,
 --         rate (string), last_tick}
 --   code 1 waiting, 2 admitted; -1 unknown event, -2 not open yet,
---   -3 account over its limit, -4 client over its limit
+--   -3 account over its limit, -4 client over its limit, -6 the pre-queue
+--   score is needed (nothing changed but the join's count in the limits)
 local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate')
 if not cfg[1] then
   return {-1}
@@ -37,7 +47,7 @@ local customer = ARGV[1]
 local now = tonumber(ARGV[2])
 local opens = tonumber(cfg[1])
 local paused = tonumber(cfg[3])
-local prog = redis.call('HMGET', KEYS[6], 'admitted', 'rate', 'last')
+local prog = redis.call('HMGET', KEYS[6], 'admitted', 'rate', 'last', 'sealed')
 local admitted_total = tonumber(prog[1] or '0')
 local rate = prog[2] or '0'
 local last_tick = tonumber(prog[3] or '0')
@@ -130,11 +140,18 @@ local function admit_at_once()
   return true
 end
 
-if now < opens and admitted_total == 0 then
-  -- Pre-queue until the opening, unless admission already began (the
-  -- opening was moved later): then arrivals go to the back like everyone else.
+if now < opens and admitted_total == 0 and not prog[4] then
+  -- Pre-queue until the opening, unless admission already began or the
+  -- pre-queue is sealed (the opening was moved later): then arrivals go to
+  -- the back like everyone else.
   score = tonumber(ARGV[3])
+  if score < 0 then
+    return {-6, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
+  end
   redis.call('HINCRBY', KEYS[6], 'pre', 1)
+  if ARGV[9] ~= '' then
+    redis.call('RPUSH', KEYS[12], ARGV[9] .. ' ' .. ARGV[3])
+  end
 elseif admit_at_once() then
   score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
   redis.call('ZADD', KEYS[3], now + tonumber(cfg[6]), customer)

@@ -1,14 +1,17 @@
 """I4: after opening, admission order is join order; before it, arrivals
-are shuffled uniformly (a statistical test with a control that fails it)."""
+are shuffled uniformly (a statistical test with a control that fails it),
+by the event's verifiable draw: the queue's order is exactly the order
+:mod:`boxoffice.draw` computes from the seed and the fans' pseudonyms."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 
 import redis.asyncio as aioredis
 
-from queue_svc.handler import uniform_pre_queue_score
+from boxoffice import draw
 from queue_svc.model import PRE_QUEUE_BAND
 from queue_svc.ports import FanOp, JoinStatus, QueueStore
 from tests.queue.harness import MINUTE_MS, NO_LIMITS, keys_of, members, new_event_id, queue_app, room_config
@@ -23,6 +26,12 @@ NOW = 1_900_000_000_000
 FANS = 5000
 BINS = 10
 CHI2_BOUND_P_1E9_DF81 = 182.0
+
+
+def uniform_pre_queue_score() -> int:
+    """A score of the pre-queue band from the OS's CSPRNG (for joins made
+    on the store directly, without a draw)."""
+    return secrets.randbelow(PRE_QUEUE_BAND)
 
 
 def independence_chi2(arrival_by_rank: list[int]) -> float:
@@ -53,11 +62,44 @@ async def _pre_queue_order(store: QueueStore, client: aioredis.Redis, scores: li
     return [int(member.removeprefix("fan")) for member in queued]
 
 
-async def test_pre_queue_shuffle_is_uniform(stores: Stores) -> None:
+async def test_pre_queue_order_is_the_seeded_draw_and_a_uniform_shuffle(stores: Stores) -> None:
+    """FANS fans join through the service's use case before opening: the
+    queue's order is the draw's order (score of each fan's pseudonym under
+    the room's seed), and it is independent of arrival order."""
     async with queue_app(stores) as queue:
-        order = await _pre_queue_order(queue.store, queue.rt.redis(), [uniform_pre_queue_score() for _ in range(FANS)])
+        event_id = new_event_id()
+        now_ms = int(queue.rt.clock.now() * 1000)
+        await queue.handler.create_waiting_room(room_config(event_id, opens_at_ms=now_ms + 10 * MINUTE_MS))
+        record = await queue.draws.get_or_create(event_id)
+        assert record is not None
+        pseudonyms: dict[str, str] = {}
+        for start in range(0, FANS, 500):
+            names = [f"fan{i}" for i in range(start, min(start + 500, FANS))]
+            joined = await asyncio.gather(*(queue.handler.join(event_id, name, "") for name in names))
+            for name, each in zip(names, joined, strict=True):
+                assert each.newly_joined and each.position.score < PRE_QUEUE_BAND
+                pseudonyms[name] = each.pseudonym
+        queued = await members(queue.rt.redis(), keys_of(event_id).queue)
+
+    # The pseudonyms are the draw's, and the order is the draw's order.
+    assert all(p == draw.pseudonym(record.secrets.pseudonym_key, event_id, n) for n, p in pseudonyms.items())
+    by_pseudonym = {p: n for n, p in pseudonyms.items()}
+    expected = [by_pseudonym[e.pseudonym] for e in draw.draw(record.secrets.seed, event_id, pseudonyms.values())]
+    assert queued == expected
+    order = [int(member.removeprefix("fan")) for member in queued]
     assert sorted(order) == list(range(FANS))
     assert independence_chi2(order) < CHI2_BOUND_P_1E9_DF81
+
+
+def test_the_draw_function_alone_is_a_uniform_shuffle() -> None:
+    """The seeded function itself, on the pseudonyms of FANS fans in
+    arrival order, for a few fresh seeds: the chi-square test passes."""
+    for _ in range(3):
+        seed, key, event_id = secrets.token_bytes(32), secrets.token_bytes(32), new_event_id()
+        arrivals = [draw.pseudonym(key, event_id, f"fan{i}") for i in range(FANS)]
+        index = {p: i for i, p in enumerate(arrivals)}
+        order = [index[e.pseudonym] for e in draw.draw(seed, event_id, arrivals)]
+        assert independence_chi2(order) < CHI2_BOUND_P_1E9_DF81
 
 
 async def test_control_a_biased_pre_queue_fails_the_shuffle_test(stores: Stores) -> None:

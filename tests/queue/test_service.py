@@ -10,7 +10,7 @@ import pytest
 
 from boxoffice.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc.model import WaitingRoomConfig
+from queue_svc.model import DrawRecord, WaitingRoomConfig
 from tests.queue.harness import keys_of, new_event_id, queue_service, rpc_error
 from tests.support import ManualClock, Stores
 
@@ -175,7 +175,16 @@ async def test_calls_for_an_unknown_event_do_not_each_query_postgres(stores: Sto
             queries += 1
             return await get(event_id)
 
+        draws = q.app.draws  # the handler's draws (a join reads the event's draw first)
+        get_draw = draws.get_or_create
+
+        async def counting_get_draw(event_id: int) -> DrawRecord | None:
+            nonlocal queries
+            queries += 1
+            return await get_draw(event_id)
+
         rooms.get = counting_get  # type: ignore[method-assign]
+        draws.get_or_create = counting_get_draw  # type: ignore[method-assign]
         for _ in range(20):
             err = await rpc_error(q.stub.JoinQueue(pb.JoinQueueRequest(event_id=missing, customer_id="ann")))
             assert isinstance(err, NotFound)

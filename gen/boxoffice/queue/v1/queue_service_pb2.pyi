@@ -44,8 +44,9 @@ class _QueueStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_QueueState
     QUEUE_STATE_DROPPED: _QueueState.ValueType  # 7
     """The customer was waiting but was not seen for the waiting room's
     presence grace (see RecordPresence), and dropped out of the queue.
-    Joining again queues them at the back (before opening: at a new random
-    place of the pre-queue).
+    Joining again queues them at the back (before opening: at their same
+    place of the pre-queue, which their pseudonym and the event's seed fix;
+    see GetPreQueueProof).
     """
 
 class QueueState(_QueueState, metaclass=_QueueStateEnumTypeWrapper):
@@ -68,8 +69,9 @@ QUEUE_STATE_NOT_IN_QUEUE: QueueState.ValueType  # 6
 QUEUE_STATE_DROPPED: QueueState.ValueType  # 7
 """The customer was waiting but was not seen for the waiting room's
 presence grace (see RecordPresence), and dropped out of the queue.
-Joining again queues them at the back (before opening: at a new random
-place of the pre-queue).
+Joining again queues them at the back (before opening: at their same
+place of the pre-queue, which their pseudonym and the event's seed fix;
+see GetPreQueueProof).
 """
 Global___QueueState: _TypeAlias = QueueState  # noqa: Y015
 
@@ -192,7 +194,9 @@ class EventQueueConfig(_message.Message):
     """Whether admission is paused."""
     @_builtins.property
     def opens_at(self) -> _timestamp_pb2.Timestamp:
-        """When the on-sale opens; required. Arrivals before it are shuffled uniformly."""
+        """When the on-sale opens; required. Arrivals before it are shuffled
+        uniformly, by a draw anyone can verify (GetPreQueueProof).
+        """
 
     @_builtins.property
     def pre_queue_window(self) -> _duration_pb2.Duration:
@@ -348,10 +352,19 @@ class JoinQueueResponse(_message.Message):
 
     POSITION_FIELD_NUMBER: _builtins.int
     NEWLY_JOINED_FIELD_NUMBER: _builtins.int
+    PSEUDONYM_FIELD_NUMBER: _builtins.int
     newly_joined: _builtins.bool
     """Whether this call queued the customer (false when they already were).
     An admitted customer's position carries no token: GetQueuePosition or
     WatchQueuePosition hands it out.
+    """
+    pseudonym: _builtins.str
+    """The customer's public pseudonym in this event's pre-queue draw: 32
+    lowercase hex digits, the same on every join, from which nobody can tell
+    the account. A fan who joined before opening finds it, with their score,
+    in GetPreQueueProof's participants once the seed is revealed. Always set
+    on a join before opening; after it, empty if the service could not read
+    the event's draw at the time (a join after opening does not need it).
     """
     @_builtins.property
     def position(self) -> Global___QueuePosition:
@@ -362,10 +375,11 @@ class JoinQueueResponse(_message.Message):
         *,
         position: Global___QueuePosition | None = ...,
         newly_joined: _builtins.bool = ...,
+        pseudonym: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["newly_joined", b"newly_joined", "position", b"position"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["newly_joined", b"newly_joined", "position", b"position", "pseudonym", b"pseudonym"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1058,3 +1072,152 @@ class GetQueueStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetQueueStatsResponse: _TypeAlias = GetQueueStatsResponse  # noqa: Y015
+
+@_typing.final
+class GetPreQueueProofRequest(_message.Message):
+    """GetPreQueueProofRequest asks for the proof of an event's pre-queue shuffle."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    page_size: _builtins.int
+    """Participants per page, 1 to 10,000; 0 means 1,000."""
+    page_token: _builtins.str
+    """Token from a previous response's next_page_token; empty for the first
+    page.
+    """
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPreQueueProofRequest: _TypeAlias = GetPreQueueProofRequest  # noqa: Y015
+
+@_typing.final
+class PreQueueParticipant(_message.Message):
+    """PreQueueParticipant is one fan placed in the pre-queue, as published."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    PSEUDONYM_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    """The fan's place in the shuffle's order, from 1."""
+    pseudonym: _builtins.str
+    """The fan's pseudonym (JoinQueueResponse.pseudonym): 32 lowercase hex
+    digits.
+    """
+    score: _builtins.int
+    """The fan's queue score, in [0, 2^50): the first 50 bits (big-endian) of
+    HMAC-SHA256 keyed with the seed over "<algorithm>|<event_id>|<pseudonym>".
+    """
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        pseudonym: _builtins.str = ...,
+        score: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pseudonym", b"pseudonym", "rank", b"rank", "score", b"score"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreQueueParticipant: _TypeAlias = PreQueueParticipant  # noqa: Y015
+
+@_typing.final
+class GetPreQueueProofResponse(_message.Message):
+    """GetPreQueueProofResponse is the proof of an event's pre-queue shuffle (one
+    page of it). The shuffle's order is ascending score, then ascending
+    pseudonym; it is the order in which the pre-queue is admitted (two fans
+    with equal scores, about one pair in 2,000 among a million fans, are
+    admitted next to each other, in either order).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    COMMITMENT_FIELD_NUMBER: _builtins.int
+    COMMITTED_AT_FIELD_NUMBER: _builtins.int
+    OPENS_AT_FIELD_NUMBER: _builtins.int
+    REVEALED_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    REVEALED_AT_FIELD_NUMBER: _builtins.int
+    PARTICIPANT_COUNT_FIELD_NUMBER: _builtins.int
+    PARTICIPANTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event."""
+    algorithm: _builtins.str
+    """The algorithm that turns the seed and a pseudonym into a score, by name
+    and version ("boxoffice-prequeue-v1"; see boxoffice/draw.py).
+    """
+    commitment: _builtins.str
+    """The SHA-256 of the seed, 64 lowercase hex digits; answered from the
+    waiting room's creation on, and never different.
+    """
+    revealed: _builtins.bool
+    """Whether the pre-queue is sealed and the seed revealed. Until then seed
+    is empty and participants lists nobody.
+    """
+    seed: _builtins.str
+    """The seed, 64 lowercase hex digits (32 bytes); set once revealed."""
+    participant_count: _builtins.int
+    """How many fans were placed in the pre-queue, in all pages; set once
+    revealed.
+    """
+    next_page_token: _builtins.str
+    """Token for the next page; empty on the last page."""
+    @_builtins.property
+    def committed_at(self) -> _timestamp_pb2.Timestamp:
+        """When the seed was drawn and committed to."""
+
+    @_builtins.property
+    def opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the on-sale opens (opened): the pre-queue is sealed then."""
+
+    @_builtins.property
+    def revealed_at(self) -> _timestamp_pb2.Timestamp:
+        """When the pre-queue was sealed; set once revealed."""
+
+    @_builtins.property
+    def participants(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreQueueParticipant]:
+        """This page's participants, in the shuffle's order."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        algorithm: _builtins.str = ...,
+        commitment: _builtins.str = ...,
+        committed_at: _timestamp_pb2.Timestamp | None = ...,
+        opens_at: _timestamp_pb2.Timestamp | None = ...,
+        revealed: _builtins.bool = ...,
+        seed: _builtins.str = ...,
+        revealed_at: _timestamp_pb2.Timestamp | None = ...,
+        participant_count: _builtins.int = ...,
+        participants: _abc.Iterable[Global___PreQueueParticipant] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["committed_at", b"committed_at", "opens_at", b"opens_at", "revealed_at", b"revealed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "commitment", b"commitment", "committed_at", b"committed_at", "event_id", b"event_id", "next_page_token", b"next_page_token", "opens_at", b"opens_at", "participant_count", b"participant_count", "participants", b"participants", "revealed", b"revealed", "revealed_at", b"revealed_at", "seed", b"seed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPreQueueProofResponse: _TypeAlias = GetPreQueueProofResponse  # noqa: Y015

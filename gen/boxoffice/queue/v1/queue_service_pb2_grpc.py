@@ -102,6 +102,11 @@ class QueueServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetQueueStatsRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetQueueStatsResponse.FromString,
                 _registered_method=True)
+        self.GetPreQueueProof = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueService/GetPreQueueProof',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -167,8 +172,9 @@ class QueueServiceServicer:
 
     def LeaveQueue(self, request, context):
         """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-        that join; joining again queues the customer at the back. A customer who
-        is not waiting keeps their state, which the answer carries.
+        that join; joining again queues the customer at the back (before opening:
+        at their same place of the pre-queue, see GetPreQueueProof). A customer
+        who is not waiting keeps their state, which the answer carries.
         Over HTTP it also ends the shopping session of a fan who was admitted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -234,6 +240,26 @@ class QueueServiceServicer:
 
     def GetQueueStats(self, request, context):
         """GetQueueStats returns live figures of an event's waiting room.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPreQueueProof(self, request, context):
+        """GetPreQueueProof answers the public proof of an event's pre-queue
+        shuffle, from which anyone can check that the order of the fans who
+        joined before opening was fixed before the first of them arrived and
+        favours nobody (`boxoffice verify-draw` checks it from this document
+        alone). Each fan's pre-queue score is a function of a secret seed and
+        the fan's public pseudonym (JoinQueueResponse.pseudonym); the seed is
+        drawn when the waiting room is created and its SHA-256 (the commitment)
+        is answered from then on. Once the pre-queue is sealed at opening (no
+        one is placed in it after that, even if the opening moves later) the
+        answer also carries the seed and every fan placed in the pre-queue,
+        with their score, in the order of the shuffle, in pages.
+        Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
+        INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
+        page_token that is not from this event's listing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -306,6 +332,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.GetQueueStats,
                     request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetQueueStatsRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetQueueStatsResponse.SerializeToString,
+            ),
+            'GetPreQueueProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPreQueueProof,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -662,6 +693,33 @@ class QueueService:
             '/boxoffice.queue.v1.QueueService/GetQueueStats',
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetQueueStatsRequest.SerializeToString,
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetQueueStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPreQueueProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueService/GetPreQueueProof',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofResponse.FromString,
             options,
             channel_credentials,
             insecure,

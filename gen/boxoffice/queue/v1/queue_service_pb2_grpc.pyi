@@ -83,8 +83,9 @@ class QueueServiceStub:
     """
     LeaveQueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.LeaveQueueRequest, _queue_service_pb2.LeaveQueueResponse]
     """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-    that join; joining again queues the customer at the back. A customer who
-    is not waiting keeps their state, which the answer carries.
+    that join; joining again queues the customer at the back (before opening:
+    at their same place of the pre-queue, see GetPreQueueProof). A customer
+    who is not waiting keeps their state, which the answer carries.
     Over HTTP it also ends the shopping session of a fan who was admitted.
     """
     EndShoppingSession: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.EndShoppingSessionRequest, _queue_service_pb2.EndShoppingSessionResponse]
@@ -126,6 +127,22 @@ class QueueServiceStub:
     @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
     def GetQueueStats(self) -> _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueueStatsRequest, _queue_service_pb2.GetQueueStatsResponse]:
         """GetQueueStats returns live figures of an event's waiting room."""
+    GetPreQueueProof: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetPreQueueProofRequest, _queue_service_pb2.GetPreQueueProofResponse]
+    """GetPreQueueProof answers the public proof of an event's pre-queue
+    shuffle, from which anyone can check that the order of the fans who
+    joined before opening was fixed before the first of them arrived and
+    favours nobody (`boxoffice verify-draw` checks it from this document
+    alone). Each fan's pre-queue score is a function of a secret seed and
+    the fan's public pseudonym (JoinQueueResponse.pseudonym); the seed is
+    drawn when the waiting room is created and its SHA-256 (the commitment)
+    is answered from then on. Once the pre-queue is sealed at opening (no
+    one is placed in it after that, even if the opening moves later) the
+    answer also carries the seed and every fan placed in the pre-queue,
+    with their score, in the order of the shuffle, in pages.
+    Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
+    INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
+    page_token that is not from this event's listing.
+    """
 
 @_typing.type_check_only
 class QueueServiceAsyncStub(QueueServiceStub):
@@ -176,8 +193,9 @@ class QueueServiceAsyncStub(QueueServiceStub):
     """
     LeaveQueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.LeaveQueueRequest, _queue_service_pb2.LeaveQueueResponse]  # type: ignore[assignment]
     """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-    that join; joining again queues the customer at the back. A customer who
-    is not waiting keeps their state, which the answer carries.
+    that join; joining again queues the customer at the back (before opening:
+    at their same place of the pre-queue, see GetPreQueueProof). A customer
+    who is not waiting keeps their state, which the answer carries.
     Over HTTP it also ends the shopping session of a fan who was admitted.
     """
     EndShoppingSession: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.EndShoppingSessionRequest, _queue_service_pb2.EndShoppingSessionResponse]  # type: ignore[assignment]
@@ -219,6 +237,22 @@ class QueueServiceAsyncStub(QueueServiceStub):
     @_deprecated("""Deprecated: use QueueAdminService, which audits every change.""")
     def GetQueueStats(self) -> _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetQueueStatsRequest, _queue_service_pb2.GetQueueStatsResponse]:  # type: ignore[override]
         """GetQueueStats returns live figures of an event's waiting room."""
+    GetPreQueueProof: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetPreQueueProofRequest, _queue_service_pb2.GetPreQueueProofResponse]  # type: ignore[assignment]
+    """GetPreQueueProof answers the public proof of an event's pre-queue
+    shuffle, from which anyone can check that the order of the fans who
+    joined before opening was fixed before the first of them arrived and
+    favours nobody (`boxoffice verify-draw` checks it from this document
+    alone). Each fan's pre-queue score is a function of a secret seed and
+    the fan's public pseudonym (JoinQueueResponse.pseudonym); the seed is
+    drawn when the waiting room is created and its SHA-256 (the commitment)
+    is answered from then on. Once the pre-queue is sealed at opening (no
+    one is placed in it after that, even if the opening moves later) the
+    answer also carries the seed and every fan placed in the pre-queue,
+    with their score, in the order of the shuffle, in pages.
+    Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
+    INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
+    page_token that is not from this event's listing.
+    """
 
 class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
     """QueueService is the virtual waiting room in front of an on-sale. Fans join an
@@ -296,8 +330,9 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_service_pb2.LeaveQueueResponse, _abc.Awaitable[_queue_service_pb2.LeaveQueueResponse]]:
         """LeaveQueue removes a waiting customer from the queue. Leaving is final for
-        that join; joining again queues the customer at the back. A customer who
-        is not waiting keeps their state, which the answer carries.
+        that join; joining again queues the customer at the back (before opening:
+        at their same place of the pre-queue, see GetPreQueueProof). A customer
+        who is not waiting keeps their state, which the answer carries.
         Over HTTP it also ends the shopping session of a fan who was admitted.
         """
 
@@ -381,5 +416,27 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_service_pb2.GetQueueStatsResponse, _abc.Awaitable[_queue_service_pb2.GetQueueStatsResponse]]:
         """GetQueueStats returns live figures of an event's waiting room."""
+
+    @_abc_1.abstractmethod
+    def GetPreQueueProof(
+        self,
+        request: _queue_service_pb2.GetPreQueueProofRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_service_pb2.GetPreQueueProofResponse, _abc.Awaitable[_queue_service_pb2.GetPreQueueProofResponse]]:
+        """GetPreQueueProof answers the public proof of an event's pre-queue
+        shuffle, from which anyone can check that the order of the fans who
+        joined before opening was fixed before the first of them arrived and
+        favours nobody (`boxoffice verify-draw` checks it from this document
+        alone). Each fan's pre-queue score is a function of a secret seed and
+        the fan's public pseudonym (JoinQueueResponse.pseudonym); the seed is
+        drawn when the waiting room is created and its SHA-256 (the commitment)
+        is answered from then on. Once the pre-queue is sealed at opening (no
+        one is placed in it after that, even if the opening moves later) the
+        answer also carries the seed and every fan placed in the pre-queue,
+        with their score, in the order of the shuffle, in pages.
+        Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
+        INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
+        page_token that is not from this event's listing.
+        """
 
 def add_QueueServiceServicer_to_server(servicer: QueueServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
