@@ -62,6 +62,12 @@ class PgDrawRepository:
         self._algorithm = algorithm
 
     async def get_or_create(self, event_id: int) -> DrawRecord | None:
+        select = f"SELECT {_COLUMNS} FROM queue_draws WHERE event_id = %s AND purpose = %s"
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(select, (event_id, self._purpose))
+            row = await cur.fetchone()
+        if row is not None:
+            return _record(row)
         seed = secrets.token_bytes(draw.SEED_BYTES)
         key = secrets.token_bytes(draw.PSEUDONYM_KEY_BYTES)
         async with db.transaction(self._pool) as conn:
@@ -74,10 +80,7 @@ class PgDrawRepository:
                 """,
                 (self._purpose, self._algorithm, seed, bytes.fromhex(draw.commitment(seed)), key, event_id),
             )
-            cur = await conn.execute(
-                f"SELECT {_COLUMNS} FROM queue_draws WHERE event_id = %s AND purpose = %s",
-                (event_id, self._purpose),
-            )
+            cur = await conn.execute(select, (event_id, self._purpose))
             row = await cur.fetchone()
         return None if row is None else _record(row)
 

@@ -17,8 +17,16 @@ from boxoffice import draw
 from boxoffice.errors import InvalidArgument, NotFound
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc.jobs import DrawRecorder
-from queue_svc.model import PRE_QUEUE_BAND
-from tests.queue.harness import MINUTE_MS, QueueUnderTest, new_event_id, queue_service, room_config, rpc_error
+from queue_svc.model import PRE_QUEUE_BAND, DrawRecord
+from tests.queue.harness import (
+    MINUTE_MS,
+    QueueUnderTest,
+    build_app,
+    new_event_id,
+    queue_service,
+    room_config,
+    rpc_error,
+)
 from tests.support import ManualClock, Stores
 
 
@@ -207,3 +215,36 @@ async def test_a_room_made_without_a_draw_gets_one_when_first_needed(stores: Sto
         assert record is not None
         assert reply.position.score == record.secrets.score(reply.pseudonym) < PRE_QUEUE_BAND
         assert (await _proof(q, event_id)).commitment == record.secrets.commitment
+
+
+async def test_a_crowd_of_first_joins_reads_the_draw_once(stores: Stores) -> None:
+    """Fifty fans join a room at once on a process that never read its
+    draw: Postgres is asked once, and every fan gets their draw's place."""
+    clock = ManualClock()
+    event_id = new_event_id()
+    async with queue_service(stores, clock=clock) as q:
+        config = await q.app.rooms.create(room_config(event_id, opens_at_ms=_ms(clock) + MINUTE_MS))
+        await q.app.store.put_config(config)
+        draws = q.app.draws
+        reads = 0
+        get_or_create = draws.get_or_create
+
+        async def counting(event_id: int) -> DrawRecord | None:
+            nonlocal reads
+            reads += 1
+            return await get_or_create(event_id)
+
+        draws.get_or_create = counting  # type: ignore[method-assign]
+        replies = await asyncio.gather(*(_join(q, event_id, f"fan-{i}") for i in range(50)))
+        assert reads == 1
+        record = await get_or_create(event_id)
+        assert record is not None
+        assert all(r.position.score == record.secrets.score(r.pseudonym) for r in replies)
+
+
+def test_the_admitter_role_runs_the_draw_recorder(stores: Stores) -> None:
+    """Every admitter process (leader or standby) records and seals the
+    draws; the server role does not."""
+    queue = build_app(stores)
+    assert "draw-recorder" in [c.name for c in queue.components("admitter")]
+    assert "draw-recorder" not in [c.name for c in queue.components("server")]
