@@ -189,7 +189,9 @@ export class Waiting {
     }
     let ahead = base.ahead - Math.max(0, admittedTotal - base.admittedTotal);
     if (base.score < PRE_QUEUE_BAND) ahead += Math.round(Math.max(0, preQueue - base.preQueue) * (base.score / PRE_QUEUE_BAND));
-    ahead = Math.max(0, Math.min(ahead, Number(progress.queueLength || 1) - 1));
+    // Not capped by the queue's length: a cached progress document may be
+    // older than the fan's own reading, and the estimate errs on the long side.
+    ahead = Math.max(0, ahead);
     const rate = Number(progress.admissionRatePerSecond || 0);
     this.onPosition({
       state: WAITING,
