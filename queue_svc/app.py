@@ -28,7 +28,7 @@ from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdmi
 from queue_svc.config import QueueSettings
 from queue_svc.handler import QueueHandler
 from queue_svc.jobs import Admitter, DrawRecorder, ProgressHub
-from queue_svc.metrics import AdmitterMetrics, ServerMetrics
+from queue_svc.metrics import AdmitterMetrics, DrawMetrics, ServerMetrics
 from queue_svc.ports import Leadership
 
 COMPONENT = "queue"
@@ -166,6 +166,7 @@ class QueueApp:
             draws=self.draws,
             clock=self.rt.clock,
             interval_seconds=self.settings.draw_record_seconds,
+            metrics=DrawMetrics.create(self.rt.registry),
         )
 
     @functools.cached_property

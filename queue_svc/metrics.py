@@ -128,3 +128,34 @@ class AdmitterMetrics:
                 registry=registry,
             ),
         )
+
+
+@dataclass(frozen=True)
+class DrawMetrics:
+    """What the draw recorder does: placements copied to Postgres, draws
+    sealed (their seed revealed), passes that failed."""
+
+    recorded: Counter
+    sealed: Counter
+    failures: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> DrawMetrics:
+        return cls(
+            recorded=Counter(
+                "boxoffice_queue_draw_placements_recorded",
+                "Pre-queue placements this process copied from the Redis log to Postgres (a copy another"
+                " process made too counts in both).",
+                registry=registry,
+            ),
+            sealed=Counter(
+                "boxoffice_queue_draws_sealed",
+                "Pre-queue draws this process sealed at opening (their seed and participants public from then on).",
+                registry=registry,
+            ),
+            failures=Counter(
+                "boxoffice_queue_draw_record_failures",
+                "Draws the recorder could not copy or seal in a pass (tried again at the next).",
+                registry=registry,
+            ),
+        )

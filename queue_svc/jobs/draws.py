@@ -23,6 +23,7 @@ import logging
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
+from queue_svc.metrics import DrawMetrics
 from queue_svc.model import UnsealedDraw
 from queue_svc.ports import DrawRepository, QueueStore
 
@@ -42,9 +43,11 @@ class DrawRecorder:
         draws: DrawRepository,
         clock: Clock,
         interval_seconds: float,
+        metrics: DrawMetrics,
         batch: int = BATCH,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._draws = draws
         self._clock = clock
         self._interval = interval_seconds
@@ -74,6 +77,7 @@ class DrawRecorder:
                         sealed.append(draw.event_id)
                 self._failing.discard(draw.event_id)
             except BoxofficeError as err:
+                self._metrics.failures.inc()
                 if draw.event_id not in self._failing:
                     _log.warning("cannot record a draw", extra={"event_id": draw.event_id, "reason": err.reason})
                     self._failing.add(draw.event_id)
@@ -91,6 +95,7 @@ class DrawRecorder:
             if log is None:  # not mirrored to Redis (yet): the admitter mirrors it
                 return False
             await self._draws.record(event_id, start, log.entries)
+            self._metrics.recorded.inc(len(log.entries))
             start += len(log.entries)
             if start >= log.length or not log.entries:
                 break
@@ -103,5 +108,6 @@ class DrawRecorder:
         # Sealed only if the whole final log is recorded (the repository checks).
         sealed = await self._draws.seal(event_id, log.length)
         if sealed:
+            self._metrics.sealed.inc()
             _log.info("pre-queue sealed", extra={"event_id": event_id, "placements": log.length})
         return sealed

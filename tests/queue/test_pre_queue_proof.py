@@ -12,11 +12,13 @@ import hashlib
 from typing import Any
 
 from google.protobuf import json_format
+from prometheus_client import CollectorRegistry
 
 from boxoffice import draw
 from boxoffice.errors import InvalidArgument, NotFound
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from queue_svc.jobs import DrawRecorder
+from queue_svc.metrics import DrawMetrics
 from queue_svc.model import PRE_QUEUE_BAND, DrawRecord
 from tests.queue.harness import (
     MINUTE_MS,
@@ -102,6 +104,9 @@ async def test_the_seed_is_committed_at_creation_and_revealed_with_every_partici
         late = await _join(q, event_id, "late")
         assert late.position.score >= PRE_QUEUE_BAND
         assert event_id in await recorder.pass_once()
+        registry = q.rt.registry
+        assert (registry.get_sample_value("boxoffice_queue_draws_sealed_total") or 0) >= 1
+        assert (registry.get_sample_value("boxoffice_queue_draw_placements_recorded_total") or 0) >= 8
 
         pages = await _all_pages(q, event_id, page_size=3)
         assert [len(page.participants) for page in pages] == [3, 3, 1]
@@ -171,7 +176,14 @@ async def test_recorders_copy_the_log_in_batches_at_once_and_each_placement_once
     async with queue_service(stores, clock=clock) as q:
         await q.create_event(event_id, opens_at_ms=_ms(clock) + MINUTE_MS)
         recorders = [
-            DrawRecorder(store=q.app.store, draws=q.app.draws, clock=clock, interval_seconds=0.05, batch=4)
+            DrawRecorder(
+                store=q.app.store,
+                draws=q.app.draws,
+                clock=clock,
+                interval_seconds=0.05,
+                metrics=DrawMetrics.create(CollectorRegistry()),
+                batch=4,
+            )
             for _ in range(2)
         ]
         pseudonyms: set[str] = set()
