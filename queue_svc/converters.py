@@ -292,7 +292,7 @@ def parse_proof_page_token(event_id: int, token: str) -> ProofCursor | None:
         type(cursor.rank) is int
         and type(cursor.score) is int
         and isinstance(cursor.pseudonym, str)
-        and cursor.rank >= 1
+        and 1 <= cursor.rank < 2**62
         and 0 <= cursor.score < draw.SCORE_LIMIT
         and draw.is_pseudonym(cursor.pseudonym)
     )

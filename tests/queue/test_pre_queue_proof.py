@@ -8,7 +8,9 @@ the seed and every participant in the draw's order, in pages."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import json
 from typing import Any
 
 from google.protobuf import json_format
@@ -30,6 +32,11 @@ from tests.queue.harness import (
     rpc_error,
 )
 from tests.support import ManualClock, Stores
+
+
+def _token(body: dict[str, Any]) -> str:
+    """A page token of the service's form with the given content."""
+    return base64.urlsafe_b64encode(json.dumps(body).encode()).decode().rstrip("=")
 
 
 def _ms(clock: ManualClock) -> int:
@@ -155,6 +162,9 @@ async def test_page_sizes_and_tokens_are_checked_and_unknown_events_are_not_foun
             ({"page_size": 10_001}, "page_size"),
             ({"page_token": "not-a-token"}, "page_token"),
             ({"page_token": token[:-2]}, "page_token"),
+            ({"page_token": _token({"e": event_id, "r": 2**63, "s": 1, "p": "0" * 32})}, "page_token"),
+            ({"page_token": _token({"e": event_id, "r": 1, "s": 2**50, "p": "0" * 32})}, "page_token"),
+            ({"page_token": _token({"e": event_id, "r": 1, "s": 1, "p": "A" * 32})}, "page_token"),
         ):
             err = await rpc_error(q.stub.GetPreQueueProof(pb.GetPreQueueProofRequest(event_id=event_id, **fields)))
             assert isinstance(err, InvalidArgument) and err.reason == "INVALID_FIELD", fields
