@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from nothing: a virtualenv with the pinned tools, the
 # contract checks (buf lint, format, breaking; gen/ drift), ruff, mypy --strict,
-# then pytest against real Postgres and Redis (embedded unless
+# the browser tests' Chromium and npm tools when missing, then pytest against
+# real Postgres and Redis (embedded unless
 # BOXOFFICE_TEST_DATABASE_URL / BOXOFFICE_TEST_REDIS_URL are set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,8 @@ if ! { .venv/bin/python -m pip install --quiet --upgrade pip && .venv/bin/python
 fi
 rm -f "$pip_log"
 export PATH="$PWD/.venv/bin:$PATH"
+# The browser tests' Chromium and npm tools, installed only when missing.
+scripts/browser_deps.sh
 
 echo "== contracts"
 scripts/check_contracts.sh
