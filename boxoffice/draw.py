@@ -66,6 +66,14 @@ What a verifier checks (``boxoffice_cli.verify_draw``): the seed hashes to
 the commitment; every listed score is :func:`score` of its pseudonym; the
 list is in :func:`order_key` order with ranks 1, 2, ...; no pseudonym is
 listed twice.
+
+What it does not prove: that the list holds every fan (each fan checks
+their own line, with the pseudonym they were given when they joined), and
+that the seed was not chosen, before the commitment, to favour an account
+known in advance (the operator holds the pseudonym key and could draw seeds
+until one suits). Ruling out the latter needs randomness nobody knows when
+committing, such as a public randomness beacon's round after the opening,
+mixed into the seed: a later algorithm version.
 """
 
 from __future__ import annotations
