@@ -36,7 +36,10 @@ class _Server(uvicorn.Server):
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket; ConfigError (one line) when it cannot be had."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP by name: asyncio sets TCP_NODELAY on accepted connections
+    # only for sockets of that protocol; without it every response waits for
+    # the client's delayed ACK (about 40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -89,6 +92,18 @@ class EdgeServer:
     @property
     def url(self) -> str:
         return f"http://{self.address}"
+
+    def accepted_nodelay(self) -> list[bool]:
+        """Whether each open connection sends without waiting (TCP_NODELAY)."""
+        if self._server is None:
+            return []
+        flags: list[bool] = []
+        for connection in list(self._server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            sock = None if transport is None else transport.get_extra_info("socket")
+            if sock is not None:
+                flags.append(bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)))
+        return flags
 
     async def start(self) -> None:
         self._socket = bind(self._host, self._port)

@@ -171,3 +171,19 @@ async def test_progress_document_is_public_cacheable_with_an_etag(stack: EdgeSta
             assert again.content == b""
         unknown = await anyone.get("/v1/events/999999999999/queue/progress")
         assert unknown.status_code == 404 and unknown.json()["error"]["details"][0]["reason"] == "EVENT_NOT_FOUND"
+
+
+async def test_answers_are_not_held_back_by_delayed_acks(stack: EdgeStack) -> None:
+    """Accepted connections have TCP_NODELAY (asyncio sets it only for a
+    listening socket made with IPPROTO_TCP); read back from the edge's own
+    transport."""
+    server = stack.edge.server
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        flags = server.accepted_nodelay()
+        assert flags and all(flags), flags
+    finally:
+        writer.close()
