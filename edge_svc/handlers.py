@@ -9,6 +9,7 @@ proto3 JSON of the RPC's response.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ from boxoffice.errors import (
     Unauthenticated,
 )
 from edge_svc import errors
-from edge_svc.cache import PublicCache
+from edge_svc.cache import PublicCache, etag_of
 from edge_svc.challenge import PROOF_HEADER, Attempt, HumanCheck, ProofOfWork, proof_required
 from edge_svc.config import EdgeConfig
 from edge_svc.http import PRIVATE, Cookie, Ctx, Handler, json_response, read_body
@@ -148,6 +149,8 @@ class Handlers:
         self._ip_limit = Limit(config.ip_rate_per_second, config.ip_burst)
         self._account_limit = Limit(config.account_rate_per_second, config.account_burst)
         self._positions = PositionStream(deps, self._claim)
+        # The progress document of each event: (its snapshot, body, ETag).
+        self._progress_documents: dict[int, tuple[queue_pb.AdmissionProgress, bytes, str]] = {}
 
     def table(self, others: Mapping[str, Handler] | None = None) -> Mapping[str, Handler]:
         """Every route's handler, by route name: ``others`` (the pages), else
@@ -159,8 +162,28 @@ class Handlers:
 
     async def _fan(self, ctx: Ctx) -> Session:
         """The signed-in fan (route table: FAN and SHOPPER routes), after the
-        CSRF check for cookies and the per-IP and per-account limits."""
-        await self._limit(ctx, "ip", ctx.client_ip, self._ip_limit)
+        CSRF check for cookies and the per-IP and per-account limits (both
+        checked at once, in one pipeline to Redis; a caller who is not
+        signed in meets the per-IP limit before the refusal)."""
+        try:
+            session = await self._identify(ctx)
+        except BoxofficeError:
+            await self._limit(ctx, "ip", ctx.client_ip, self._ip_limit)
+            raise
+        ctx.customer_id = session.customer_id
+        limits = await asyncio.gather(
+            self._limit(ctx, "ip", ctx.client_ip, self._ip_limit),
+            self._limit(ctx, "account", session.customer_id, self._account_limit),
+            return_exceptions=True,
+        )
+        for outcome in limits:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if session.via == "cookie" and ctx.request.method in _MUTATING:
+            self._same_site(ctx)
+        return session
+
+    async def _identify(self, ctx: Ctx) -> Session:
         headers = ctx.request.headers
         authorization = headers.get("authorization")
         if authorization is not None:
@@ -181,10 +204,6 @@ class Handlers:
             if not cookie:
                 raise errors.not_signed_in()
             session = self._d.sessions.verify(cookie)
-            if ctx.request.method in _MUTATING:
-                self._same_site(ctx)
-        ctx.customer_id = session.customer_id
-        await self._limit(ctx, "account", session.customer_id, self._account_limit)
         return session
 
     def _same_site(self, ctx: Ctx) -> None:
@@ -282,9 +301,15 @@ class Handlers:
     async def _get_admission_progress(self, ctx: Ctx) -> Response:
         event_id = event_id_of(ctx)
         snapshot = await self._d.hub.latest(event_id, wait_seconds=_FIRST_SNAPSHOT_SECONDS)
-        body = to_json(queue_pb.WatchAdmissionProgressResponse(progress=snapshot))
-        max_age = self._d.config.progress_max_age_seconds
-        return self._d.events.fresh(ctx, body, max_age)
+        # One body and ETag per snapshot, however many fans poll it.
+        cached = self._progress_documents.get(event_id)
+        if cached is None or cached[0] is not snapshot:
+            body = to_json(queue_pb.WatchAdmissionProgressResponse(progress=snapshot))
+            cached = (snapshot, body, etag_of(body))
+            self._progress_documents[event_id] = cached
+            while len(self._progress_documents) > 10_000:
+                self._progress_documents.pop(next(iter(self._progress_documents)))
+        return PublicCache.respond(ctx, cached[1], cached[2], self._d.config.progress_max_age_seconds)
 
     # -- the waiting room ------------------------------------------------
 

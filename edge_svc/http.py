@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -124,6 +124,9 @@ class EdgeApp:
             else:
                 self._paths.append((pattern, {route.method: (route, handler)}))
         self._log_limit = _LogLimiter(50)
+        # Metric children, resolved once per label set (the hot path).
+        self._durations: dict[tuple[str, str], Any] = {}
+        self._counts: dict[tuple[str, str, int], Any] = {}
 
     def _match(self, method: str, path: str) -> tuple[Route, Handler, dict[str, str]]:
         for pattern, methods in self._paths:
@@ -151,13 +154,15 @@ class EdgeApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                metrics.duration.labels(method, route_label).observe(time.perf_counter() - started)
+                self._duration(method, route_label).observe(time.perf_counter() - started)
             await send(message)
 
         metrics.in_flight.inc()
         request = Request(scope, receive)
-        request_id = _request_id(request)
-        traceparent, trace_id = _trace(request)
+        # One read of the OS's randomness for the request id and trace ids.
+        fresh = os.urandom(40).hex()
+        request_id = _request_id(request, fresh[:32])
+        traceparent, trace_id = _trace(request, fresh[32:64], fresh[64:])
         ctx: Ctx | None = None
         try:
             try:
@@ -176,15 +181,7 @@ class EdgeApp:
                 with deadline.scope(self._timeout(request)):
                     response = await handler(ctx)
                 for cookie in ctx.cookies_out:
-                    response.set_cookie(
-                        cookie.name,
-                        cookie.value,
-                        max_age=cookie.max_age,
-                        path=cookie.path,
-                        secure=self._config.secure_cookies,
-                        httponly=cookie.http_only,
-                        samesite="lax",
-                    )
+                    response.headers.append("set-cookie", self._set_cookie(cookie))
             except BoxofficeError as err:
                 response = self._error(err, ctx, request_id, method, scope["path"])
             except Exception:
@@ -196,7 +193,37 @@ class EdgeApp:
             await response(scope, receive, sending)
         finally:
             metrics.in_flight.dec()
-            metrics.requests.labels(method, route_label, str(status)).inc()
+            self._requests(method, route_label, status).inc()
+
+    def _duration(self, method: str, route: str) -> Any:
+        key = (method, route)
+        child = self._durations.get(key)
+        if child is None:
+            child = self._durations[key] = self._metrics.duration.labels(method, route)
+        return child
+
+    def _requests(self, method: str, route: str, status: int) -> Any:
+        key = (method, route, status)
+        child = self._counts.get(key)
+        if child is None:
+            if len(self._counts) > 10_000:  # methods and statuses are the client's to choose
+                self._counts.clear()
+            child = self._counts[key] = self._metrics.requests.labels(method, route, str(status))
+        return child
+
+    def _set_cookie(self, cookie: Cookie) -> str:
+        """A Set-Cookie header. Names and values are the edge's own (base64url
+        and dots), so no quoting is needed."""
+        parts = [f"{cookie.name}={cookie.value}", f"Path={cookie.path}", "SameSite=lax"]
+        if cookie.max_age is not None:
+            parts.append(f"Max-Age={cookie.max_age}")
+            if cookie.max_age <= 0:
+                parts.append("Expires=Thu, 01 Jan 1970 00:00:00 GMT")
+        if cookie.http_only:
+            parts.append("HttpOnly")
+        if self._config.secure_cookies:
+            parts.append("Secure")
+        return "; ".join(parts)
 
     def _timeout(self, request: Request) -> float:
         limit = self._config.request_timeout_seconds
@@ -237,14 +264,14 @@ class EdgeApp:
         return response
 
 
-def _request_id(request: Request) -> str:
+def _request_id(request: Request, fresh: str) -> str:
     given = request.headers.get("x-request-id")
     if given is not None and _REQUEST_ID.match(given):
         return given
-    return secrets.token_hex(16)
+    return fresh
 
 
-def _trace(request: Request) -> tuple[str, str]:
+def _trace(request: Request, fresh_trace: str, fresh_span: str) -> tuple[str, str]:
     """The traceparent to pass on (the caller's trace, a new span of ours)
     and the trace id for logs; a new trace when the caller sent none."""
     given = request.headers.get("traceparent", "")
@@ -261,8 +288,8 @@ def _trace(request: Request) -> tuple[str, str]:
         # Passed on as version 00, whose only flag is "sampled".
         trace_id, flags = found.group(2), f"{int(found.group(4), 16) & 1:02x}"
     else:
-        trace_id, flags = secrets.token_hex(16), "01"
-    return f"00-{trace_id}-{secrets.token_hex(8)}-{flags}", trace_id
+        trace_id, flags = fresh_trace, "01"
+    return f"00-{trace_id}-{fresh_span}-{flags}", trace_id
 
 
 def _peer(scope: Scope) -> str:
