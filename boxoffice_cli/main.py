@@ -253,6 +253,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from boxoffice_cli import admin
 
         return admin.main(words[1:], os.environ if environ is None else environ)
+    if words[:1] == ["verify-draw"]:
+        # Anyone's command: checks a published pre-queue shuffle from public data.
+        from boxoffice_cli import verify_draw
+
+        return verify_draw.main(words[1:])
     modules = service_modules()
     table = commands(modules)
     parser = argparse.ArgumentParser(prog="boxoffice", description=__doc__)
@@ -260,6 +265,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)")
     sub.add_parser("migrate", help="apply schema migrations and exit")
     sub.add_parser("admin", help="operate events and waiting rooms over the admin API (boxoffice admin --help)")
+    sub.add_parser("verify-draw", help="check an event's published pre-queue shuffle from public data alone")
     for command, (module, role) in sorted(table.items()):
         sub.add_parser(command, help=f"run {module.COMPONENT} {role}")
     args = parser.parse_args(words)

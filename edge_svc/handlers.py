@@ -311,6 +311,26 @@ class Handlers:
                 self._progress_documents.pop(next(iter(self._progress_documents)))
         return PublicCache.respond(ctx, cached[1], cached[2], self._d.config.progress_max_age_seconds)
 
+    async def _get_pre_queue_proof(self, ctx: Ctx) -> Response:
+        event_id = event_id_of(ctx)
+        query = ctx.request.query_params
+        unknown = set(query) - {"pageSize", "pageToken"}
+        if unknown:
+            raise _unknown_query(unknown)
+        page_size = _int_query(query.get("pageSize"), "pageSize", maximum=10_000)
+        page_token = query.get("pageToken", "")
+
+        async def load() -> bytes:
+            reply = await self._d.mesh.call(
+                QUEUE,
+                "GetPreQueueProof",
+                queue_pb.GetPreQueueProofRequest(event_id=event_id, page_size=page_size, page_token=page_token),
+                _ctx_call(ctx, None),
+            )
+            return to_json(reply)
+
+        return await self._d.events.answer(ctx, ("proof", event_id, page_size, page_token), load)
+
     # -- the waiting room ------------------------------------------------
 
     async def _get_queue_challenge(self, ctx: Ctx) -> Response:
@@ -610,12 +630,12 @@ def _unknown_query(names: set[str]) -> InvalidArgument:
     )
 
 
-def _int_query(value: str | None, name: str) -> int:
+def _int_query(value: str | None, name: str, *, maximum: int = 1000) -> int:
     if value is None or value == "":
         return 0
     if not _DIGITS.fullmatch(value) or len(value) > 9:
         raise InvalidArgument(f"{name} must be a whole number", reason="INVALID_FIELD", metadata={"field": name})
-    return validate.int_range(name, int(value), minimum=0, maximum=1000)
+    return validate.int_range(name, int(value), minimum=0, maximum=maximum)
 
 
 def _snake(name: str) -> str:

@@ -180,6 +180,17 @@ ROUTES: tuple[Route, ...] = (
         ("event_id",),
     ),
     Route(
+        "GetPreQueueProof",
+        "GET",
+        "/v1/events/{event_id}/queue/proof",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        f"{_QUEUE}GetPreQueueProof",
+        "The pre-queue shuffle's proof: the seed's commitment, and once open the seed and every participant in order.",
+        ("event_id",),
+    ),
+    Route(
         "LeaveQueue",
         "POST",
         "/v1/events/{event_id}/queue:leave",

@@ -179,6 +179,7 @@ MATRIX: dict[str, Case] = {
     "GetQueuePosition": Case(params=_event),
     "WatchQueuePosition": Case(params=_event),
     "GetAdmissionProgress": Case(params=_event),
+    "GetPreQueueProof": Case(params=_event),
     "LeaveQueue": Case(params=_event, body=lambda w: {}, owner="leaver", unchanged=_still_queued),
     "GetSeatMap": Case(params=_event),
     "HoldSeats": Case(params=_event, body=lambda w: {"bestAvailable": {"sectionId": "A", "quantity": 1}}),

@@ -260,6 +260,7 @@ class QueueServiceServicer:
         Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
         INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
         page_token that is not from this event's listing.
+        Over HTTP it is a public, cacheable document anyone may read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -142,6 +142,7 @@ class QueueServiceStub:
     Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
     INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
     page_token that is not from this event's listing.
+    Over HTTP it is a public, cacheable document anyone may read.
     """
 
 @_typing.type_check_only
@@ -252,6 +253,7 @@ class QueueServiceAsyncStub(QueueServiceStub):
     Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
     INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
     page_token that is not from this event's listing.
+    Over HTTP it is a public, cacheable document anyone may read.
     """
 
 class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -437,6 +439,7 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: NOT_FOUND (EVENT_NOT_FOUND) for an event without a waiting room;
         INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
         page_token that is not from this event's listing.
+        Over HTTP it is a public, cacheable document anyone may read.
         """
 
 def add_QueueServiceServicer_to_server(servicer: QueueServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
