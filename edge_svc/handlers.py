@@ -365,7 +365,7 @@ class Handlers:
                 progress = await self._d.hub.latest(event_id, wait_seconds=0.5)
             except BoxofficeError:
                 progress = None
-            self._remember(ctx, place_from(position, progress))
+            self._remember(ctx, place_from(position, progress, now_ms=int(self._d.clock.now() * 1000)))
         return json_response(to_json(reply))
 
     async def _human(self, ctx: Ctx, event_id: int, session: Session) -> None:
@@ -449,7 +449,7 @@ class Handlers:
                 progress = await self._d.hub.latest(event_id, wait_seconds=0.5)
             except BoxofficeError:
                 progress = None
-            self._remember(ctx, place_from(position, progress))
+            self._remember(ctx, place_from(position, progress, now_ms=int(self._d.clock.now() * 1000)))
         else:
             self._d.book.forget(event_id, customer)
         return position

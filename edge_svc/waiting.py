@@ -26,6 +26,9 @@ from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 
+# How far apart the waiting room's clock and the edge's may be.
+_SNAPSHOT_SKEW_MS = 1000
+
 WAITING = queue_pb.QUEUE_STATE_WAITING
 ADMITTED = queue_pb.QUEUE_STATE_ADMITTED
 FINAL_STATES = frozenset(
@@ -47,6 +50,9 @@ class Place:
     event_id: int
     customer_id: str
     base: places.PlaceBase
+    # When the exact reading was made (the edge's clock, ms): a progress
+    # snapshot from before about then may not count the fan yet.
+    read_at_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +68,15 @@ class PlaceBook:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._places: OrderedDict[tuple[int, str], places.PlaceBase] = OrderedDict()
+        self._places: OrderedDict[tuple[int, str], Place] = OrderedDict()
         self._admissions: OrderedDict[tuple[int, str], Admission] = OrderedDict()
 
     def get(self, event_id: int, customer_id: str) -> Place | None:
-        base = self._places.get((event_id, customer_id))
-        return None if base is None else Place(event_id, customer_id, base)
+        return self._places.get((event_id, customer_id))
 
     def put(self, place: Place) -> None:
         key = (place.event_id, place.customer_id)
-        self._places[key] = place.base
+        self._places[key] = place
         self._places.move_to_end(key)
         while len(self._places) > self._capacity:
             self._places.popitem(last=False)
@@ -115,7 +120,15 @@ class PlaceCookies:
         base = place.base
         payload = _b64(
             json.dumps(
-                [place.event_id, place.customer_id, base.score, base.ahead, base.admitted_total, base.pre_queue_joined],
+                [
+                    place.event_id,
+                    place.customer_id,
+                    base.score,
+                    base.ahead,
+                    base.admitted_total,
+                    base.pre_queue_joined,
+                    place.read_at_ms,
+                ],
                 separators=(",", ":"),
             ).encode()
         )
@@ -131,20 +144,20 @@ class PlaceCookies:
         if key is None or not hmac.compare_digest(_sign(key, f"p1.{parts[1]}.{parts[2]}").encode(), parts[3].encode()):
             return None
         try:
-            event, customer, score, ahead, admitted_total, pre_queue_joined = json.loads(_unb64(parts[2]))
+            event, customer, score, ahead, admitted_total, pre_queue_joined, read_at_ms = json.loads(_unb64(parts[2]))
             base = places.PlaceBase(int(score), int(ahead), int(admitted_total), int(pre_queue_joined))
         except (ValueError, TypeError):
             return None
         if event != event_id or customer != customer_id:
             return None
-        return Place(event_id, customer_id, base)
+        return Place(event_id, customer_id, base, int(read_at_ms))
 
 
 def _sign(key: bytes, signing_input: str) -> str:
     return _b64(hmac.new(key, signing_input.encode(), hashlib.sha256).digest())
 
 
-def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionProgress | None) -> Place:
+def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionProgress | None, *, now_ms: int) -> Place:
     """A waiting fan's place as a join or a position read answered it, with
     the event's progress as the edge saw it then."""
     return Place(
@@ -156,6 +169,7 @@ def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionPro
             admitted_total=0 if progress is None else progress.admitted_total,
             pre_queue_joined=0 if progress is None else progress.pre_queue_joined,
         ),
+        now_ms,
     )
 
 
@@ -173,11 +187,16 @@ def estimate(place: Place, progress: queue_pb.AdmissionProgress) -> queue_pb.Que
         admitted_through_score=progress.admitted_through_score,
     ):
         return None
+    queue_length = progress.queue_length
+    if progress.observed_at.ToMilliseconds() < place.read_at_ms + _SNAPSHOT_SKEW_MS:
+        # A snapshot from before (or about when) the place was read may not
+        # count the fan yet: it cannot bound the fans ahead.
+        queue_length = max(queue_length, place.base.ahead + 1)
     ahead = places.estimate_ahead(
         place.base,
         admitted_total=progress.admitted_total,
         pre_queue_joined=progress.pre_queue_joined,
-        queue_length=progress.queue_length,
+        queue_length=queue_length,
     )
     eta = places.eta_seconds(ahead, progress.admission_rate_per_second)
     position = queue_pb.QueuePosition(

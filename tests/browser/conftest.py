@@ -1,5 +1,7 @@
-"""Fixtures of the browser tests: one headless Chromium for the session and
-one mesh with its edge, shared by every browser test."""
+"""Fixtures of the browser tests: one headless Chromium and one mesh with its
+edge, shared by every browser test and stopped when the browser tests end
+(the mesh's background roles -- admitter, relay, reconciler -- work on the
+suite's shared database and Redis, so they must not outlive this package)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from tests.browser.harness import CHROMIUM_FLAGS, Mesh, chromium_path, mesh_with
 from tests.support import Stores
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def browser() -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
         chromium = await playwright.chromium.launch(
@@ -24,7 +26,7 @@ async def browser() -> AsyncIterator[Browser]:
             await chromium.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
     async with mesh_with_edge(stores, prefix="browser") as mesh:
         yield mesh
