@@ -100,7 +100,12 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         signer=rt.token_signer,
         clock=rt.clock,
         gate=gate,
-        seat_maps=SeatMapCache(store, rt.clock, max_age_seconds=config.seat_map_max_age_seconds),
+        seat_maps=SeatMapCache(
+            store,
+            rt.clock,
+            max_age_seconds=config.seat_map_max_age_seconds,
+            load_seconds=rt.server.default_deadline_seconds,
+        ),
         metrics=metrics,
         config=config,
         sessions=sessions,

@@ -13,7 +13,8 @@ import pytest
 from booking_svc.adapters.postgres import retry_deadlock_once
 from booking_svc.model import Hold, HoldState, Money, RefundPolicy, SeatMap, SeatRef
 from booking_svc.seatmap import SeatMapCache
-from boxoffice.errors import Unavailable
+from boxoffice import deadline
+from boxoffice.errors import DeadlineExceeded, Unavailable
 from tests.support import ManualClock
 
 
@@ -103,3 +104,38 @@ async def test_concurrent_seat_map_misses_share_one_read() -> None:
     assert store.reads == 1 and len({id(m) for m in maps}) == 1
     await cache.get(5)
     assert store.reads == 1
+
+
+class _BudgetStore(_CountingStore):
+    """Records the deadline the shared read runs under."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budgets: list[float] = []
+
+    async def seat_map(self, event_id: int, now: datetime) -> SeatMap:
+        self.budgets.append(deadline.remaining())
+        return await super().seat_map(event_id, now)
+
+
+async def test_a_short_deadline_never_fails_the_others_sharing_a_seat_map_read() -> None:
+    """The defect: the shared read ran on the first caller's context, so a
+    caller with a 3 ms deadline failed concurrent callers with seconds left."""
+    store = _BudgetStore()
+    cache = SeatMapCache(store, ManualClock(), max_age_seconds=60, load_seconds=5.0)  # type: ignore[arg-type]
+
+    async def asking(seconds: float) -> SeatMap:
+        with deadline.scope(seconds):
+            return await cache.get(9)
+
+    hurried = asyncio.ensure_future(asking(0.003))
+    patient = [asyncio.ensure_future(asking(2.0)) for _ in range(3)]
+    with pytest.raises(DeadlineExceeded):
+        # (bounded, so that a cache that waits past the deadline fails here
+        # instead of hanging)
+        await asyncio.wait_for(hurried, 10)
+    store.release.set()
+    maps = await asyncio.gather(*patient)
+    assert len({id(m) for m in maps}) == 1 and store.reads == 1
+    # The read had its own budget, not the 3 ms of the caller who started it.
+    assert store.budgets[0] > 4.0
