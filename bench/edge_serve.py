@@ -261,19 +261,8 @@ async def _bare(upstream: str) -> None:
     if channel is not None:
         echo = channel.unary_unary("/bench.Echo/Echo", request_serializer=_identity, response_deserializer=_identity)
     sock = edge_server.bind("127.0.0.1", 0)
-    # uvicorn's settings as edge_svc/server.py sets them.
-    config = uvicorn.Config(
-        BareApp(echo, FanOut()),
-        http="httptools",
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        date_header=True,
-        timeout_keep_alive=75,
-        timeout_graceful_shutdown=1,
-        backlog=4096,
-    )
+    # uvicorn's settings as the edge sets them.
+    config = edge_server.uvicorn_config(BareApp(echo, FanOut()), grace_seconds=1)
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

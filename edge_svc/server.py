@@ -17,6 +17,7 @@ import socket
 from collections.abc import Generator
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from boxoffice.config import ConfigError
 from edge_svc.http import EdgeApp
@@ -31,6 +32,22 @@ class _Server(uvicorn.Server):
     def capture_signals(self) -> Generator[None, None, None]:
         # The process's lifecycle owns SIGTERM and SIGINT.
         yield
+
+
+def uvicorn_config(app: ASGIApp, *, grace_seconds: float) -> uvicorn.Config:
+    """How the edge runs uvicorn (the benchmarks' bare servers run the same)."""
+    return uvicorn.Config(
+        app,
+        http="httptools",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        date_header=True,
+        timeout_keep_alive=75,
+        timeout_graceful_shutdown=max(1, int(grace_seconds)),
+        backlog=4096,
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -107,19 +124,7 @@ class EdgeServer:
 
     async def start(self) -> None:
         self._socket = bind(self._host, self._port)
-        config = uvicorn.Config(
-            self._app,
-            http="httptools",
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            date_header=True,
-            timeout_keep_alive=75,
-            timeout_graceful_shutdown=max(1, int(self._grace_seconds)),
-            backlog=4096,
-        )
-        self._server = _Server(config)
+        self._server = _Server(uvicorn_config(self._app, grace_seconds=self._grace_seconds))
         self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]), name="edge-http")
         while not self._server.started:
             if self._task.done():
