@@ -359,13 +359,8 @@ class Handlers:
         request.event_id = event_id
         request.client_id = ctx.client_ip
         reply = await self._d.mesh.call(QUEUE, "JoinQueue", request, _ctx_call(ctx, session.customer_id))
-        position = reply.position
-        if position.state == WAITING:
-            try:
-                progress = await self._d.hub.latest(event_id, wait_seconds=0.5)
-            except BoxofficeError:
-                progress = None
-            self._remember(ctx, place_from(position, progress, now_ms=int(self._d.clock.now() * 1000)))
+        if reply.position.state == WAITING:
+            await self._remember_waiting(ctx, reply.position)
         return json_response(to_json(reply))
 
     async def _human(self, ctx: Ctx, event_id: int, session: Session) -> None:
@@ -379,7 +374,14 @@ class Handlers:
             raise proof_required(check.kind)
         await check.verify(Attempt(event_id, session.customer_id, ctx.client_ip, proof))
 
-    def _remember(self, ctx: Ctx, place: Any) -> None:
+    async def _remember_waiting(self, ctx: Ctx, position: queue_pb.QueuePosition) -> None:
+        """Keeps a waiting fan's exact place (in memory and in their cookie),
+        with the event's progress as the edge sees it now."""
+        try:
+            progress = await self._d.hub.latest(position.event_id, wait_seconds=0.5)
+        except BoxofficeError:
+            progress = None
+        place = place_from(position, progress, now_ms=int(self._d.clock.now() * 1000))
         self._d.book.put(place)
         ctx.cookies_out.append(Cookie(PLACE_COOKIE, self._d.place_cookies.encode(place), self._d.sessions.ttl_seconds))
 
@@ -398,10 +400,7 @@ class Handlers:
         if position.access_token:
             remaining = max(1, position.access_token_expires_at.seconds - int(self._d.clock.now()))
             ctx.cookies_out.append(Cookie(ACCESS_COOKIE, position.access_token, remaining))
-            if session.via == "cookie":
-                position = position_copy(position)
-                position.access_token = ""
-        return to_json(queue_pb.GetQueuePositionResponse(position=position))
+        return to_json(queue_pb.GetQueuePositionResponse(position=shown_to(session, position)))
 
     async def position(self, ctx: Ctx, event_id: int, session: Session) -> queue_pb.QueuePosition:
         """The fan's position, from the progress when the edge knows their
@@ -445,11 +444,7 @@ class Handlers:
                 event_id, customer, Admission(position.access_token, position.access_token_expires_at)
             )
         elif position.state == WAITING:
-            try:
-                progress = await self._d.hub.latest(event_id, wait_seconds=0.5)
-            except BoxofficeError:
-                progress = None
-            self._remember(ctx, place_from(position, progress, now_ms=int(self._d.clock.now() * 1000)))
+            await self._remember_waiting(ctx, position)
         else:
             self._d.book.forget(event_id, customer)
         return position
@@ -601,10 +596,16 @@ class Handlers:
         return self._d.events.fresh(ctx, self._d.openapi, 300)
 
 
-def position_copy(position: queue_pb.QueuePosition) -> queue_pb.QueuePosition:
-    copy = queue_pb.QueuePosition()
-    copy.CopyFrom(position)
-    return copy
+def shown_to(session: Session, position: queue_pb.QueuePosition) -> queue_pb.QueuePosition:
+    """The position as the fan sees it: a browser (a cookie session) gets
+    the access token only as an HttpOnly cookie, never in a body its scripts
+    can read; an app gets it in the body."""
+    if session.via != "cookie" or not position.access_token:
+        return position
+    shown = queue_pb.QueuePosition()
+    shown.CopyFrom(position)
+    shown.access_token = ""
+    return shown
 
 
 def _admitted(event_id: int, customer: str, admission: Admission) -> queue_pb.QueuePosition:

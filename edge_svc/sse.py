@@ -72,13 +72,9 @@ class PositionStream:
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
     def _format(self, ctx: Ctx, session: Session, name: str, position: queue_pb.QueuePosition) -> str:
-        from edge_svc.handlers import to_json
+        from edge_svc.handlers import shown_to, to_json
 
-        if session.via == "cookie" and position.access_token:
-            shown = queue_pb.QueuePosition()
-            shown.CopyFrom(position)
-            shown.access_token = ""
-            position = shown
+        position = shown_to(session, position)
         data = to_json(queue_pb.GetQueuePositionResponse(position=position)).decode()
         return f"id: {event_id_of_position(position)}\nevent: {name}\ndata: {data}\n\n"
 
