@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -38,3 +39,32 @@ def configure(level: str = "info") -> None:
     root.setLevel(level.upper())
     # Warnings (an unpublished error reason, say) become log lines too.
     logging.captureWarnings(True)
+
+
+class LogBudget:
+    """At most ``per_second`` lines a second of one kind: under a flood the
+    rest are counted, and the next line logged says how many were left out
+    (:meth:`left_out`)."""
+
+    def __init__(self, per_second: int, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._per_second = per_second
+        self._monotonic = monotonic
+        self._window = -1
+        self._count = 0
+        self._left_out = 0
+
+    def allow(self) -> bool:
+        now = int(self._monotonic())
+        if now != self._window:
+            self._window, self._count = now, 0
+        self._count += 1
+        if self._count > self._per_second:
+            self._left_out += 1
+            return False
+        return True
+
+    def left_out(self) -> dict[str, int]:
+        """``{"not_logged_since": n}`` for the lines left out since the last
+        one logged (empty when none), to add to the line's fields."""
+        left_out, self._left_out = self._left_out, 0
+        return {"not_logged_since": left_out} if left_out else {}

@@ -45,6 +45,7 @@ from boxoffice.errors import (
     published_reasons,
     to_status,
 )
+from boxoffice.logs import LogBudget
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.tls import CallerResolver
 from boxoffice.wire import StreamBudget
@@ -280,11 +281,7 @@ class FailedCalls:
     second: under a flood the next line says how many were left out."""
 
     def __init__(self, per_second: int = 20, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._per_second = per_second
-        self._monotonic = monotonic
-        self._window = -1
-        self._count = 0
-        self._dropped = 0
+        self._budget = LogBudget(per_second, monotonic)
 
     def record(
         self,
@@ -293,19 +290,13 @@ class FailedCalls:
         reason: str,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> None:
-        now = int(self._monotonic())
-        if now != self._window:
-            self._window, self._count = now, 0
-        self._count += 1
-        if self._count > self._per_second:
-            self._dropped += 1
+        if not self._budget.allow():
             return
         request_id = None
         for key, value in tuple(context.invocation_metadata() or ()):
             if key == "x-request-id":
                 request_id = value if isinstance(value, str) else value.decode(errors="replace")
                 break
-        dropped, self._dropped = self._dropped, 0
         _log.log(
             logging.WARNING if code in _SERVER_SIDE else logging.INFO,
             "call failed",
@@ -315,7 +306,7 @@ class FailedCalls:
                 "code": code.name,
                 "reason": reason,
                 "request_id": request_id,
-                **({"not_logged_since": dropped} if dropped else {}),
+                **self._budget.left_out(),
             },
         )
 

@@ -24,6 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError, Internal, InvalidArgument, NotFound
+from boxoffice.logs import LogBudget
 from edge_svc import errors
 from edge_svc.config import EdgeConfig, Network
 from edge_svc.metrics import EdgeMetrics
@@ -78,28 +79,6 @@ def _compile(template: str) -> re.Pattern[str]:
     return re.compile("^" + pattern + re.escape(template[last:]) + "$")
 
 
-class _LogLimiter:
-    """At most ``per_second`` lines a second (plus a note of how many were dropped)."""
-
-    def __init__(self, per_second: int) -> None:
-        self._per_second = per_second
-        self._window = 0
-        self._count = 0
-        self.dropped = 0
-
-    def allow(self) -> bool:
-        now = int(time.monotonic())
-        if now != self._window:
-            if self.dropped:
-                _log.warning("request log lines dropped", extra={"dropped": self.dropped})
-            self._window, self._count, self.dropped = now, 0, 0
-        self._count += 1
-        if self._count > self._per_second:
-            self.dropped += 1
-            return False
-        return True
-
-
 class EdgeApp:
     """The ASGI application: every route of :data:`edge_svc.routes.ROUTES`."""
 
@@ -123,7 +102,7 @@ class EdgeApp:
                     break
             else:
                 self._paths.append((pattern, {route.method: (route, handler)}))
-        self._log_limit = _LogLimiter(50)
+        self._log_budget = LogBudget(50)
         # Metric children, resolved once per label set (the hot path).
         self._durations: dict[tuple[str, str], Any] = {}
         self._counts: dict[tuple[str, str, int], Any] = {}
@@ -244,7 +223,7 @@ class EdgeApp:
 
     def _error(self, err: BoxofficeError, ctx: Ctx | None, request_id: str, method: str, path: str) -> Response:
         status, body, headers = errors.render(err)
-        if status >= 500 or (status not in (401, 404) and self._log_limit.allow()):
+        if status >= 500 or (status not in (401, 404) and self._log_budget.allow()):
             _log.log(
                 logging.ERROR if status >= 500 else logging.INFO,
                 "request failed",
@@ -257,6 +236,7 @@ class EdgeApp:
                     "code": err.code.name,
                     "reason": err.reason,
                     "customer_id": None if ctx is None else ctx.customer_id,
+                    **self._log_budget.left_out(),
                 },
             )
         response = Response(body, status_code=status, media_type="application/json", headers=headers)
