@@ -273,6 +273,22 @@ def _store_url(env: Env, name: str, schemes: tuple[str, ...]) -> str | None:
     return value
 
 
+def key_ring(name: str, text: str, *, active_kid: str | None = None, active_variable: str = "") -> KeyRing:
+    """Signing keys, one ``kid:secret`` per comma or line, as secret ``name``
+    holds them: every key verifies; ``active_kid`` (named by
+    ``active_variable``), else the first listed, signs."""
+    from boxoffice.tokens import KeyRing
+
+    entries = (entry.strip() for entry in text.replace("\n", ",").split(","))
+    keys = Env({name: ",".join(entry for entry in entries if entry)}).keys(name)
+    if not keys:
+        raise ConfigError(f"{name} lists no key")
+    kid = active_kid or next(iter(keys))
+    if kid not in keys:
+        raise ConfigError(f"{active_variable}={kid!r} is not in {name}")
+    return KeyRing(keys, kid)
+
+
 if TYPE_CHECKING:
     from boxoffice.clock import Clock
     from boxoffice.secrets import SecretSource
@@ -306,21 +322,13 @@ class TokenConfig:
     @classmethod
     def from_env(cls, env: Env) -> TokenConfig:
         from boxoffice import secrets
-        from boxoffice.tokens import KeyRing
 
         # The keys, one `kid:secret` per comma or line.
         name = secrets.TOKEN_KEYS
         active = env.raw("BOXOFFICE_TOKEN_ACTIVE_KID")
 
         def ring(text: str) -> KeyRing:
-            entries = (entry.strip() for entry in text.replace("\n", ",").split(","))
-            keys = Env({name: ",".join(entry for entry in entries if entry)}).keys(name)
-            if not keys:
-                raise ConfigError(f"{name} lists no key")
-            kid = active or next(iter(keys))
-            if kid not in keys:
-                raise ConfigError(f"BOXOFFICE_TOKEN_ACTIVE_KID={kid!r} is not in {name}")
-            return KeyRing(keys, kid)
+            return key_ring(name, text, active_kid=active, active_variable="BOXOFFICE_TOKEN_ACTIVE_KID")
 
         # Unset: the development key, so that `boxoffice up` on a laptop needs
         # no setup; a process off the embedded stores refuses it

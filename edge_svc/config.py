@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from boxoffice import secrets
-from boxoffice.config import ConfigError, Env
+from boxoffice.config import ConfigError, Env, key_ring
 from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
 
@@ -146,11 +146,7 @@ def _is_loopback(host: str) -> bool:
 
 def _session_keys(env: Env) -> SecretSource[KeyRing]:
     def ring(text: str) -> KeyRing:
-        entries = (entry.strip() for entry in text.replace("\n", ",").split(","))
-        keys = Env({SESSION_KEYS: ",".join(entry for entry in entries if entry)}).keys(SESSION_KEYS)
-        if not keys:
-            raise ConfigError(f"{SESSION_KEYS} lists no key")
-        return KeyRing(keys, next(iter(keys)))
+        return key_ring(SESSION_KEYS, text)
 
     return secrets.read_secret(env, SESSION_KEYS, ring, default=f"{DEV_SESSION_KID}:{secrets.DEV_EDGE_SESSION_KEY}")
 
