@@ -21,9 +21,7 @@ Two kinds, behind one :class:`HumanCheck` protocol:
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
-import hmac
 import json
 import secrets
 import urllib.parse
@@ -38,18 +36,10 @@ from boxoffice.clock import Clock
 from boxoffice.errors import PermissionDenied
 from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
+from edge_svc.sealed import Sealer, Unsealed
 
 PROOF_HEADER = "boxoffice-proof"
-_VERSION = "v1"
 _MAX_PROOF = 1024
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def _invalid(check: str) -> PermissionDenied:
@@ -144,7 +134,7 @@ class ProofOfWork:
         by_event: dict[int, int] | None = None,
         ttl_seconds: int = 300,
     ) -> None:
-        self._keys = keys
+        self._sealer = Sealer(keys, "v1")
         self._used = used
         self._clock = clock
         self._default_bits = difficulty_bits
@@ -158,36 +148,20 @@ class ProofOfWork:
         return self.difficulty(event_id) > 0
 
     def issue(self, event_id: int, customer_id: str) -> Challenge:
-        ring = self._keys.get()
         bits = self.difficulty(event_id)
         expires = int(self._clock.now()) + self._ttl
-        payload = _b64(
-            json.dumps(
-                {"e": event_id, "c": customer_id, "d": bits, "i": secrets.token_hex(12), "x": expires},
-                separators=(",", ":"),
-            ).encode()
-        )
-        signing_input = f"{_VERSION}.{ring.active_kid}.{payload}"
-        mac = _b64(hmac.new(ring.keys[ring.active_kid], signing_input.encode(), hashlib.sha256).digest())
-        return Challenge(f"{signing_input}.{mac}", bits, expires)
+        body = {"e": event_id, "c": customer_id, "d": bits, "i": secrets.token_hex(12), "x": expires}
+        return Challenge(self._sealer.seal(body), bits, expires)
 
     async def verify(self, attempt: Attempt) -> None:
         proof = attempt.proof
         if len(proof) > _MAX_PROOF:
             raise _invalid("format")
         challenge, sep, nonce = proof.rpartition(":")
-        parts = challenge.split(".")
-        if not sep or not nonce or len(nonce) > 64 or len(parts) != 4 or parts[0] != _VERSION:
+        if not sep or not nonce or len(nonce) > 64:
             raise _invalid("format")
-        _, kid, payload, mac = parts
-        key = self._keys.get().keys.get(kid)
-        if key is None:
-            raise _invalid("signature")
-        expected = _b64(hmac.new(key, f"{_VERSION}.{kid}.{payload}".encode(), hashlib.sha256).digest())
-        if not hmac.compare_digest(expected.encode(), mac.encode()):
-            raise _invalid("signature")
         try:
-            body = json.loads(_unb64(payload))
+            body = self._sealer.open(challenge)
             event_id, customer, bits, proof_id, expires = (
                 int(body["e"]),
                 str(body["c"]),
@@ -195,6 +169,9 @@ class ProofOfWork:
                 str(body["i"]),
                 int(body["x"]),
             )
+        except Unsealed as err:
+            # A retired key reads as a bad signature: challenges live minutes.
+            raise _invalid("format" if err.check == "format" else "signature") from None
         except (ValueError, KeyError, TypeError):
             raise _invalid("format") from None
         if event_id != attempt.event_id or customer != attempt.customer_id:

@@ -18,9 +18,6 @@ expiry and not-before are checked with a small leeway.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import math
@@ -42,10 +39,10 @@ from boxoffice.errors import Unauthenticated
 from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
 from edge_svc.config import OidcConfig
+from edge_svc.sealed import Sealer, Unsealed, unb64
 
 _log = logging.getLogger("boxoffice.edge.identity")
 
-_VERSION = "v1"
 _MAX_COOKIE = 1024
 _MAX_JWT = 8192
 # The longest a customer id (a development name or a token subject) may be:
@@ -56,14 +53,6 @@ MAX_CUSTOMER_ID = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A JWKS is fetched again for an unknown key id at most this often.
 _REFETCH_SECONDS = 30.0
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,42 +73,35 @@ class SessionCookies:
     """Signs and verifies session cookies with the edge's key ring."""
 
     def __init__(self, keys: SecretSource[KeyRing], clock: Clock, *, ttl_seconds: int) -> None:
-        self._keys = keys
+        self._sealer = Sealer(keys, "v1")
         self._clock = clock
         self.ttl_seconds = ttl_seconds
 
     def issue(self, customer_id: str) -> tuple[str, Session]:
-        ring = self._keys.get()
         now = int(self._clock.now())
         session = Session(customer_id, now + self.ttl_seconds, "cookie")
-        payload = _b64(json.dumps({"c": customer_id, "iat": now, "exp": session.expires_at}).encode())
-        signing_input = f"{_VERSION}.{ring.active_kid}.{payload}"
-        return f"{signing_input}.{self._sign(ring.keys[ring.active_kid], signing_input)}", session
+        return self._sealer.seal({"c": customer_id, "iat": now, "exp": session.expires_at}), session
 
     def verify(self, cookie: str) -> Session:
         if len(cookie) > _MAX_COOKIE:
             raise _session_invalid("the session cookie is too long")
-        parts = cookie.split(".")
-        if len(parts) != 4 or parts[0] != _VERSION:
-            raise _session_invalid("the session cookie is malformed")
-        _, kid, payload, signature = parts
-        key = self._keys.get().keys.get(kid)
-        if key is None:
-            raise _session_invalid("the session cookie is signed with a retired key; sign in again")
-        if not hmac.compare_digest(self._sign(key, f"{_VERSION}.{kid}.{payload}").encode(), signature.encode()):
-            raise _session_invalid("the session cookie does not verify")
         try:
-            body = json.loads(_unb64(payload))
+            body = self._sealer.open(cookie)
             customer_id, expires_at = str(body["c"]), int(body["exp"])
+        except Unsealed as err:
+            raise _session_invalid(_UNSEALED[err.check]) from None
         except (ValueError, KeyError, TypeError):
             raise _session_invalid("the session cookie is malformed") from None
         if expires_at < self._clock.now():
             raise _session_invalid("the session has expired; sign in again")
         return Session(customer_id, expires_at, "cookie")
 
-    @staticmethod
-    def _sign(key: bytes, signing_input: str) -> str:
-        return _b64(hmac.new(key, signing_input.encode(), hashlib.sha256).digest())
+
+_UNSEALED = {
+    "format": "the session cookie is malformed",
+    "key": "the session cookie is signed with a retired key; sign in again",
+    "signature": "the session cookie does not verify",
+}
 
 
 def _bearer_invalid(check: str, message: str) -> Unauthenticated:
@@ -147,12 +129,12 @@ def parse_jwks(text: str) -> dict[str, tuple[str, PublicKey]]:
         try:
             if entry.get("kty") == "RSA":
                 numbers = rsa.RSAPublicNumbers(
-                    int.from_bytes(_unb64(entry["e"]), "big"), int.from_bytes(_unb64(entry["n"]), "big")
+                    int.from_bytes(unb64(entry["e"]), "big"), int.from_bytes(unb64(entry["n"]), "big")
                 )
                 keys[kid] = ("RS256", numbers.public_key())
             elif entry.get("kty") == "EC" and entry.get("crv") == "P-256":
                 point = ec.EllipticCurvePublicNumbers(
-                    int.from_bytes(_unb64(entry["x"]), "big"), int.from_bytes(_unb64(entry["y"]), "big"), ec.SECP256R1()
+                    int.from_bytes(unb64(entry["x"]), "big"), int.from_bytes(unb64(entry["y"]), "big"), ec.SECP256R1()
                 )
                 keys[kid] = ("ES256", point.public_key())
         except (KeyError, ValueError, TypeError):
@@ -237,9 +219,9 @@ class OidcVerifier:
         if len(parts) != 3:
             raise _bearer_invalid("format", "the bearer token is not a JWT")
         try:
-            header = json.loads(_unb64(parts[0]))
-            claims = json.loads(_unb64(parts[1]))
-            signature = _unb64(parts[2])
+            header = json.loads(unb64(parts[0]))
+            claims = json.loads(unb64(parts[1]))
+            signature = unb64(parts[2])
             if not isinstance(header, dict) or not isinstance(claims, dict):
                 raise TypeError("not objects")
         except (ValueError, TypeError):
