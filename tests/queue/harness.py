@@ -229,23 +229,44 @@ class Race:
                 await self.store.fan(self.event_id, member, now_ms=now_ms, op=op)
             await asyncio.sleep(0.001)
 
+    async def drained(self, max_active: int) -> bool:
+        """Waits until nobody is queued and a slot is free (the admitters
+        emptied the queue and churn freed a slot); False if the race ended
+        first."""
+        keys = keys_of(self.event_id)
+        while not self.done.is_set():
+            if await self.client.zcard(keys.queue) == 0 and await active_count(self.client, self.event_id) < max_active:
+                return True
+            await asyncio.sleep(0)
+        return False
+
     async def run(
         self,
         admitters: list[Callable[[], Awaitable[int]]],
         ticks: int,
         *,
         alongside: Awaitable[None] | None = None,
+        until: Callable[[], bool] | None = None,
+        most_ticks: int = 0,
     ) -> int:
         """Each admitter ticks ``ticks`` times (while ``alongside`` runs,
-        awaited too); the fans admitted in all."""
+        awaited too), and then on until ``until()`` holds, ``most_ticks``
+        in all at most; the fans admitted in all."""
         background = [asyncio.create_task(self.monitor()), asyncio.create_task(self.churn())]
         if alongside is not None:
             background.append(asyncio.ensure_future(alongside))
         admitted = 0
 
+        def going(done: int) -> bool:
+            if done < ticks:
+                return True
+            return until is not None and done < most_ticks and not until()
+
         async def drive(tick: Callable[[], Awaitable[int]]) -> None:
             nonlocal admitted
-            for _ in range(ticks):
+            done = 0
+            while going(done):
+                done += 1
                 self.clock.advance(0.02)
                 admitted += await tick()
                 self.most_seen = max(self.most_seen, await active_count(self.client, self.event_id))

@@ -128,10 +128,12 @@ async def test_over_grpc_the_join_answers_admitted_and_the_token_follows(stores:
 
 async def test_concurrent_joins_and_two_admitters_never_exceed_max_active(stores: Stores) -> None:
     """Waves of simultaneous joins (through two processes' stores) land in
-    a room that the two racing admitters keep draining, so the queue is
-    often empty and joins are admitted by the safety net while admitters
-    pop; fans claim and end sessions meanwhile. The monitor never sees more
-    than max_active shoppers."""
+    a room that the two racing admitters keep draining; every other wave
+    waits until the queue is empty and a slot is free, so it meets the
+    safety net while admitters pop and the other waves queue behind it;
+    fans claim and end sessions meanwhile. The race goes on (bounded) until
+    both ways in were taken, slots were refilled many times and the room
+    was full. The monitor never sees more than max_active shoppers."""
     clock = ManualClock()
     event_id = new_event_id()
     first, second = (build_app(stores, clock=clock) for _ in range(2))
@@ -148,12 +150,15 @@ async def test_concurrent_joins_and_two_admitters_never_exceed_max_active(stores
         )
         await first.store.put_config(config)
         at_once = 0
+        admitted = 0
         race = Race(second.rt.redis(), first.store, event_id, clock)
 
         async def joins() -> None:
             nonlocal at_once
             wave = 0
             while not race.done.is_set():
+                if wave % 2 == 1 and not await race.drained(MAX_ACTIVE):
+                    return
                 now_ms = int(clock.now() * 1000)
                 replies = await asyncio.gather(
                     *(
@@ -168,12 +173,23 @@ async def test_concurrent_joins_and_two_admitters_never_exceed_max_active(stores
                 await asyncio.sleep(0.002)
 
         async def tick_with(index: int) -> int:
+            nonlocal admitted
             result = await (first, second)[index].admitter.tick_event(event_id, epoch=1)
             assert result is not None and not result.stale_epoch
             assert result.active_shoppers <= MAX_ACTIVE
+            admitted += result.admitted
             return result.admitted
 
-        admitted = await race.run([lambda: tick_with(0), lambda: tick_with(1)], ticks=300, alongside=joins())
+        def seen_enough() -> bool:
+            return at_once > 0 and admitted > 0 and admitted + at_once > 3 * MAX_ACTIVE and race.most_seen >= MAX_ACTIVE
+
+        await race.run(
+            [lambda: tick_with(0), lambda: tick_with(1)],
+            ticks=300,
+            alongside=joins(),
+            until=seen_enough,
+            most_ticks=20_000,
+        )
         queued = await members(second.rt.redis(), keys_of(event_id).queue)
     assert at_once > 0 and admitted > 0  # both ways in were taken
     assert admitted + at_once > 3 * MAX_ACTIVE  # slots were freed and refilled many times
