@@ -13,18 +13,21 @@ as long as its deadline allows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError, SlotNotCoveredError
 
 from boxoffice import deadline
 from boxoffice.errors import DeadlineExceeded, Internal, Unavailable
+from boxoffice.redis._client import RedisClient, slot_of
 from boxoffice.redis._pipe import Arg, PipeClosed, PipelinedConnection, ReplyError, encode_args
 from boxoffice.redis._scripts import Script
 
@@ -79,15 +82,47 @@ def _pipe_for(client: aioredis.Redis, timeout_seconds: float) -> PipelinedConnec
     )
 
 
+def _node_pipe(cluster: RedisCluster, node: ClusterNode, timeout_seconds: float) -> PipelinedConnection | None:
+    """A pipelining connection to one cluster node, with the cluster
+    client's credentials (None over TLS: redis-py routes those)."""
+    kwargs = cluster.connection_kwargs
+    if kwargs.get("connection_class", Connection) is not Connection:
+        return None
+    return PipelinedConnection(
+        host=node.host,
+        port=int(node.port),
+        username=kwargs.get("username"),
+        password=kwargs.get("password"),
+        timeout_seconds=float(kwargs.get("socket_timeout") or timeout_seconds),
+    )
+
+
+# Error replies of a cluster node that mean "not here (now)": the slot map
+# changed (a failover, a resharding) or the cluster is electing.
+_REROUTE = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
+
+# The slot map is re-read at most this often after a node failed or
+# redirected a call.
+_REFRESH_SECONDS = 0.5
+
+
 class ScriptBatcher:
     """Runs scripts for concurrent callers in shared pipelines.
+
+    On a Redis Cluster each primary has its own lane (a pipelined
+    connection, its batch being gathered, its pipelines in flight): a call
+    goes to the lane of the primary that holds its keys' slot (one event's
+    keys share one slot), so a pipeline never mixes nodes, and a node that
+    is down or failing over fails and delays only its own events' calls.
+    A redirected call (MOVED, ASK) is sent again through redis-py's cluster
+    client, which follows the redirection, and the slot map is re-read.
 
     A component: ``stop`` waits for the pipelines in flight.
     """
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: RedisClient,
         *,
         max_batch: int = 1000,
         max_in_flight: int = 1,
@@ -97,19 +132,22 @@ class ScriptBatcher:
     ) -> None:
         self.name = name
         self._client = client
-        self._pipe = _pipe_for(client, timeout_seconds)
+        self._cluster = client if isinstance(client, RedisCluster) else None
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
         self._linger = linger_seconds
-        self._pending: list[_Call] = []
+        self._timeout = timeout_seconds
         self._heads: dict[tuple[str, tuple[str, ...]], bytes] = {}
-        self._in_flight = 0
-        self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # One lane without a cluster; with one, a lane per primary (by node
+        # name) and the routed lane ("") for calls whose node is not known yet.
+        self._single = None if isinstance(client, RedisCluster) else _Lane(self, _pipe_for(client, timeout_seconds))
+        self._lanes: dict[str, _Lane] = {}
+        self._refreshed_at = float("-inf")
+        self._refreshing = False
         # Pipelines sent and scripts carried, for tests and benchmarks.
         self.pipelines_sent = 0
         self.calls_sent = 0
-        self._last_flush = 0.0
 
     async def start(self) -> None:
         return None
@@ -117,8 +155,10 @@ class ScriptBatcher:
     async def stop(self, grace_seconds: float) -> None:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=max(grace_seconds, 0.1))
-        if self._pipe is not None:
-            await self._pipe.close()
+        lanes = [*self._lanes.values(), *([self._single] if self._single is not None else [])]
+        for lane in lanes:
+            if lane.pipe is not None:
+                await lane.pipe.close()
 
     async def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """The script's reply; UNAVAILABLE when Redis is unreachable,
@@ -132,14 +172,8 @@ class ScriptBatcher:
             if len(self._heads) > 10_000:
                 self._heads.clear()
             head = self._heads[known] = encode_args(["EVALSHA", script.sha, len(keys), *keys])
-        self._pending.append(_Call(script, keys, args, future, head))
-        if not self._scheduled and self._in_flight < self._max_in_flight:
-            self._scheduled = True
-            if self._linger and loop.time() - self._last_flush < _BUSY_SECONDS:
-                # Busy: wait a little so that the next pipeline carries more.
-                loop.call_later(self._linger, self._flush)
-            else:
-                loop.call_soon(self._flush)
+        lane = self._single or self._lane_for(keys)
+        lane.add(_Call(script, keys, args, future, head), loop)
         # The deadline bounds the wait (as deadline.bounded() does, with one
         # timer and no context manager: this is every request's path).
         expiry = loop.call_at(loop.time() + budget, _expire, future)
@@ -148,45 +182,133 @@ class ScriptBatcher:
         finally:
             expiry.cancel()
 
+    def _lane_for(self, keys: Sequence[str]) -> _Lane:
+        cluster = self._cluster
+        assert cluster is not None
+        name = ""
+        node: ClusterNode | None = None
+        if keys:
+            try:
+                node = cluster.nodes_manager.get_node_from_slot(slot_of(keys[0]))
+                name = node.name
+            except (SlotNotCoveredError, KeyError, IndexError, TypeError):
+                self.refresh_soon()  # not connected yet, or a slot uncovered
+        lane = self._lanes.get(name)
+        if lane is None:
+            pipe = None if node is None else _node_pipe(cluster, node, self._timeout)
+            lane = self._lanes[name] = _Lane(self, pipe)
+        return lane
+
+    def refresh_soon(self) -> None:
+        """Re-read the cluster's slot map (at most every half second)."""
+        cluster = self._cluster
+        if cluster is None or self._refreshing:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._refreshed_at < _REFRESH_SECONDS:
+            return
+        self._refreshing = True
+        self._refreshed_at = loop.time()
+        self._spawn(self._refresh(cluster))
+
+    async def _refresh(self, cluster: RedisCluster) -> None:
+        try:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                async with asyncio.timeout(self._timeout):
+                    await cluster.nodes_manager.initialize()
+        finally:
+            self._refreshing = False
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _routed(self, calls: list[_Call]) -> list[Any]:
+        """The replies of ``calls`` through redis-py's client (which finds
+        each call's node and follows redirections), loading scripts a node
+        lacks."""
+        replies = await self._execute_routed([call.command() for call in calls])
+        missing = [call for call, reply in zip(calls, replies, strict=True) if _no_script(reply)]
+        if missing:
+            for script in {call.script.sha: call.script for call in missing}.values():
+                await self._client.script_load(script.source)
+            retried = iter(await self._execute_routed([call.command() for call in missing]))
+            replies = [next(retried) if _no_script(reply) else reply for reply in replies]
+        return replies
+
+    async def _execute_routed(self, commands: list[list[Arg]]) -> list[Any]:
+        self.pipelines_sent += 1
+        self.calls_sent += len(commands)
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = await pipe.execute(raise_on_error=False)
+        return [_reply(reply) for reply in replies]
+
+
+class _Lane:
+    """One node's batch being gathered and pipelines in flight."""
+
+    __slots__ = ("_batcher", "_in_flight", "_last_flush", "_pending", "_scheduled", "pipe")
+
+    def __init__(self, batcher: ScriptBatcher, pipe: PipelinedConnection | None) -> None:
+        self._batcher = batcher
+        self.pipe = pipe
+        self._pending: list[_Call] = []
+        self._in_flight = 0
+        self._scheduled = False
+        self._last_flush = 0.0
+
+    def add(self, call: _Call, loop: asyncio.AbstractEventLoop) -> None:
+        self._pending.append(call)
+        batcher = self._batcher
+        if not self._scheduled and self._in_flight < batcher._max_in_flight:
+            self._scheduled = True
+            if batcher._linger and loop.time() - self._last_flush < _BUSY_SECONDS:
+                # Busy: wait a little so that the next pipeline carries more.
+                loop.call_later(batcher._linger, self._flush)
+            else:
+                loop.call_soon(self._flush)
+
     def _flush(self) -> None:
         self._scheduled = False
         self._last_flush = asyncio.get_running_loop().time()
-        while self._pending and self._in_flight < self._max_in_flight:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
+        batcher = self._batcher
+        while self._pending and self._in_flight < batcher._max_in_flight:
+            batch = self._pending[: batcher._max_batch]
+            del self._pending[: batcher._max_batch]
             self._in_flight += 1
             # The common case writes at once and resolves from the reply
-            # callback; connecting, redis-py and NOSCRIPT take a task.
+            # callback; connecting, redis-py, NOSCRIPT and redirections take
+            # a task.
             replies = (
                 None
-                if self._pipe is None
-                else self._pipe.send_nowait(b"".join([call.encoded() for call in batch]), len(batch))
+                if self.pipe is None
+                else self.pipe.send_nowait(b"".join([call.encoded() for call in batch]), len(batch))
             )
             if replies is not None:
-                self.pipelines_sent += 1
-                self.calls_sent += len(batch)
+                batcher.pipelines_sent += 1
+                batcher.calls_sent += len(batch)
                 replies.add_done_callback(functools.partial(self._replied, batch))
             else:
-                task = asyncio.get_running_loop().create_task(self._send(batch))
-                self._tasks.add(task)
-                task.add_done_callback(self._sent)
+                batcher._spawn(self._send(batch)).add_done_callback(self._sent)
 
     def _replied(self, batch: list[_Call], replies: asyncio.Future[list[Any]]) -> None:
         error = replies.exception()
         if error is not None:
             for call in batch:
                 _fail(call, _unavailable(error))
-        elif any(_no_script(reply) for reply in replies.result()):
-            task = asyncio.get_running_loop().create_task(self._send(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._sent)
+            self._batcher.refresh_soon()
+        elif any(_no_script(reply) or _rerouted(reply) for reply in replies.result()):
+            self._batcher._spawn(self._retry(batch, replies.result())).add_done_callback(self._sent)
             return  # the task releases the slot
         else:
             _resolve(batch, replies.result())
         self._release()
 
     def _sent(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
         self._release()
 
     def _release(self) -> None:
@@ -198,13 +320,6 @@ class ScriptBatcher:
     async def _send(self, batch: list[_Call]) -> None:
         try:
             replies = await self._execute([call.command() for call in batch])
-            missing = [call for call, reply in zip(batch, replies, strict=True) if _no_script(reply)]
-            if missing:
-                # A restarted or failed-over Redis has lost its script cache.
-                scripts = {call.script.sha: call.script for call in missing}.values()
-                await self._execute([["SCRIPT", "LOAD", script.source] for script in scripts])
-                retried = iter(await self._execute([call.command() for call in missing]))
-                replies = [next(retried) if _no_script(reply) else reply for reply in replies]
         except asyncio.CancelledError:
             for call in batch:
                 _fail(call, Unavailable("redis call cancelled", reason="REDIS_UNAVAILABLE"))
@@ -212,19 +327,52 @@ class ScriptBatcher:
         except (PipeClosed, RedisError, OSError, TimeoutError) as err:
             for call in batch:
                 _fail(call, _unavailable(err))
+            self._batcher.refresh_soon()
+            return
+        await self._retry(batch, replies)
+
+    async def _retry(self, batch: list[_Call], replies: list[Any]) -> None:
+        """Resolve ``batch`` from ``replies``, first sending again the calls
+        that found no script (loading it) or were redirected."""
+        try:
+            missing = [call for call, reply in zip(batch, replies, strict=True) if _no_script(reply)]
+            if missing:
+                # A restarted or failed-over Redis has lost its script cache.
+                scripts = {call.script.sha: call.script for call in missing}.values()
+                await self._execute([["SCRIPT", "LOAD", script.source] for script in scripts])
+                retried = iter(await self._execute([call.command() for call in missing]))
+                replies = [next(retried) if _no_script(reply) else reply for reply in replies]
+            moved = [call for call, reply in zip(batch, replies, strict=True) if _rerouted(reply)]
+            if moved:
+                # The slot has another primary now (or is being failed over).
+                self._batcher.refresh_soon()
+                rerouted = iter(await self._batcher._routed(moved))
+                replies = [next(rerouted) if _rerouted(reply) else reply for reply in replies]
+        except asyncio.CancelledError:
+            for call in batch:
+                _fail(call, Unavailable("redis call cancelled", reason="REDIS_UNAVAILABLE"))
+            raise
+        except (PipeClosed, RedisError, OSError, TimeoutError) as err:
+            for call in batch:
+                _fail(call, _unavailable(err))
+            self._batcher.refresh_soon()
             return
         _resolve(batch, replies)
 
     async def _execute(self, commands: list[list[Arg]]) -> list[Any]:
-        self.pipelines_sent += 1
-        self.calls_sent += len(commands)
-        if self._pipe is not None:
-            return await self._pipe.execute(commands)
-        pipe = self._client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies = await pipe.execute(raise_on_error=False)
-        return [ReplyError(str(reply)) if isinstance(reply, ResponseError) else reply for reply in replies]
+        if self.pipe is None:
+            return await self._batcher._execute_routed(commands)
+        self._batcher.pipelines_sent += 1
+        self._batcher.calls_sent += len(commands)
+        return await self.pipe.execute(commands)
+
+
+def _reply(reply: Any) -> Any:
+    return ReplyError(str(reply)) if isinstance(reply, ResponseError) else reply
+
+
+def _rerouted(reply: Any) -> bool:
+    return isinstance(reply, ReplyError) and str(reply).startswith(_REROUTE)
 
 
 def _resolve(batch: list[_Call], replies: list[Any]) -> None:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
+from boxoffice.redis._client import RedisClient
 from boxoffice.redis._pipe import Arg
 
 
@@ -28,9 +28,11 @@ class Script:
     source: str
     sha: str
 
-    async def run(self, client: aioredis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    async def run(self, client: RedisClient, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run the script on ``client`` alone (EVALSHA, loading it on
-        NOSCRIPT). Callers on a hot path batch through ``ScriptBatcher``."""
+        NOSCRIPT; a cluster client sends it to the node of the keys' slot
+        and loads the script on every primary). Callers on a hot path batch
+        through ``ScriptBatcher``."""
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:

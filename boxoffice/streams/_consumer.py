@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
-import redis.asyncio as aioredis
 import redis.exceptions
 
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
+from boxoffice.redis import RedisClient
 from boxoffice.streams._metrics import ConsumerMetrics
 
 _log = logging.getLogger("boxoffice.streams")
@@ -82,7 +82,7 @@ class StreamConsumer:
     def __init__(
         self,
         *,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         stream: str,
         group: str,
         name: str,
