@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
@@ -119,9 +119,16 @@ class Runtime:
         return self._pool
 
     def redis(self) -> aioredis.Redis:
-        """The process's Redis client (checked with the infrastructure)."""
+        """The process's Redis client (checked with the infrastructure).
+
+        With ``BOXOFFICE_REDIS_CLUSTER=true`` it is a
+        ``redis.asyncio.RedisCluster`` that finds the cluster from the node
+        ``REDIS_URL`` names: it speaks the same commands (every one on one
+        slot's keys), so it is typed as the plain client; the batcher, which
+        routes pipelines itself, tells them apart."""
         if self._redis is None:
-            self._redis = create_client(self.redis_url)
+            client = create_client(self.redis_url, cluster=self.env.flag("BOXOFFICE_REDIS_CLUSTER", False))
+            self._redis = cast(aioredis.Redis, client)
             self._infrastructure.append(RedisComponent(self._redis))
         return self._redis
 
