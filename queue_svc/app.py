@@ -28,6 +28,7 @@ from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdmi
 from queue_svc.config import QueueSettings
 from queue_svc.handler import QueueHandler
 from queue_svc.jobs import Admitter, DrawRecorder, ProgressHub
+from queue_svc.jobs.lifecycle import LifecycleMetrics, LifecycleRecorder, PgLifecycleRepository
 from queue_svc.metrics import AdmitterMetrics, DrawMetrics, ServerMetrics
 from queue_svc.ports import Leadership
 
@@ -170,6 +171,18 @@ class QueueApp:
         )
 
     @functools.cached_property
+    def lifecycle_recorder(self) -> LifecycleRecorder:
+        """Copies the fans' lifecycle log to Postgres and keeps its retention."""
+        return LifecycleRecorder(
+            source=self.store,
+            repository=PgLifecycleRepository(self.rt.pool()),
+            clock=self.rt.clock,
+            interval_seconds=self.settings.lifecycle_record_seconds,
+            retention_days=self.settings.lifecycle_retention_days,
+            metrics=LifecycleMetrics.create(self.rt.registry),
+        )
+
+    @functools.cached_property
     def booking_health(self) -> RedisBookingHealth:
         """What booking publishes about its holds, for the adaptive rate."""
         return RedisBookingHealth(self.rt.redis(), max_age_ms=int(self.settings.booking_health_max_age_seconds * 1000))
@@ -182,7 +195,12 @@ class QueueApp:
         if role == "server":
             return [self.batcher, self.hub, self.server]
         if role == "admitter":
-            return [self.batcher, Loop("admitter", self.admitter.run), Loop("draw-recorder", self.draw_recorder.run)]
+            return [
+                self.batcher,
+                Loop("admitter", self.admitter.run),
+                Loop("draw-recorder", self.draw_recorder.run),
+                Loop("lifecycle-recorder", self.lifecycle_recorder.run),
+            ]
         raise ValueError(f"queue has no role {role!r}")
 
 

@@ -37,6 +37,10 @@ class QueueSettings:
     # How often the draw recorder copies pre-queue placements to Postgres
     # (and, at opening, seals the pre-queue and reveals its seed).
     draw_record_seconds: float = 1.0
+    # How often the lifecycle recorder copies the fans' lifecycle log to
+    # Postgres, and how many days of it Postgres keeps.
+    lifecycle_record_seconds: float = 1.0
+    lifecycle_retention_days: int = 90
 
     @classmethod
     def from_env(cls, env: Env) -> QueueSettings:
@@ -70,4 +74,10 @@ class QueueSettings:
                 "BOXOFFICE_QUEUE_NO_SHOW_WINDOW_SECONDS", 120.0, minimum=1.0, maximum=3600.0
             ),
             draw_record_seconds=env.number("BOXOFFICE_QUEUE_DRAW_RECORD_SECONDS", 1.0, minimum=0.05, maximum=60.0),
+            lifecycle_record_seconds=env.number(
+                "BOXOFFICE_QUEUE_LIFECYCLE_RECORD_SECONDS", 1.0, minimum=0.05, maximum=60.0
+            ),
+            lifecycle_retention_days=env.integer(
+                "BOXOFFICE_QUEUE_LIFECYCLE_RETENTION_DAYS", 90, minimum=1, maximum=3650
+            ),
         )

@@ -267,11 +267,11 @@ class QueueHandler:
         self._metrics.joins.labels(result).inc()
         return errors.join_refused(event_id, reply, window_seconds=self._settings.join_limit_window_seconds)
 
-    async def _fan(self, event_id: int, customer_id: str, op: FanOp) -> Place:
+    async def _fan(self, event_id: int, customer_id: str, op: FanOp, reason: str = "") -> Place:
         now = self._now_ms()
-        place = await self._store.fan(event_id, customer_id, now_ms=now, op=op)
+        place = await self._store.fan(event_id, customer_id, now_ms=now, op=op, reason=reason)
         if place is None and await self._mirror(event_id):
-            place = await self._store.fan(event_id, customer_id, now_ms=now, op=op)
+            place = await self._store.fan(event_id, customer_id, now_ms=now, op=op, reason=reason)
         if place is None:
             raise errors.unknown_event(event_id)
         return place
@@ -326,7 +326,7 @@ class QueueHandler:
     async def end_session(self, event_id: int, customer_id: str, reason: str) -> Position:
         """An admitted fan's session ends and frees the slot; ending an
         ended session again answers the same."""
-        place = await self._fan(event_id, customer_id, FanOp.END)
+        place = await self._fan(event_id, customer_id, FanOp.END, reason)
         if place.state is not QueueState.COMPLETED:
             raise errors.not_admitted(event_id, place.state)
         if place.changed:

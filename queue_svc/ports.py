@@ -67,6 +67,18 @@ class PreQueueLog:
 
 
 @dataclass(frozen=True, slots=True)
+class LifecycleLog:
+    """The head of an event's lifecycle log (Redis): the absolute index of
+    its first entry (``start``, the entries trimmed so far), the entries as
+    the scripts wrote them (``queue_svc.jobs.lifecycle``), and the event's
+    joins refused so far per reason."""
+
+    start: int
+    entries: list[str]
+    refusals: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class JoinLimits:
     """Joins allowed per account / per client in each window (0: none)."""
 
@@ -111,8 +123,9 @@ class QueueStore(Protocol):
         ``start`` (0 first); ``seal`` first closes the pre-queue for good
         (later joins go to the back). None for an unknown event."""
 
-    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
-        """Read or change one fan's place; None for an unknown event."""
+    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp, reason: str = "") -> Place | None:
+        """Read or change one fan's place (``reason``: why a session ends,
+        for the lifecycle log); None for an unknown event."""
 
     async def admit(
         self,

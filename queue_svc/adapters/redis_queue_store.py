@@ -22,6 +22,12 @@ Per event, under the hash tag ``{ev:<id>}``:
 - ``preq`` list: the log of pre-queue placements ("<pseudonym> <score>"),
   which the draw recorder copies to Postgres (``prog`` field ``sealed``:
   the recorder closed the pre-queue)
+- ``life`` list: the lifecycle log, one entry per change of a fan's state
+  (``queue_svc.jobs.lifecycle``), appended by the script that makes the
+  change and copied to Postgres by the lifecycle recorder
+- ``lifen`` the number of entries trimmed from the head of ``life`` (copied),
+  so that an entry's absolute index is ``lifen`` + its place in the list
+- ``refused`` hash: joins refused, per reason (the recorder copies the totals)
 
 A waiting fan costs a member of each of two sorted sets and nothing else. Every change is
 one Lua script (the package's ``lua/*.lua``), keys through KEYS and the clock
@@ -46,7 +52,7 @@ from queue_svc.model import (
     TickResult,
     WaitingRoomConfig,
 )
-from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus, PreQueueLog
+from queue_svc.ports import FanOp, JoinLimits, JoinReply, JoinStatus, LifecycleLog, PreQueueLog
 
 # Expirations (and drops) an admit tick processes per sorted set at most
 # (bounds the time one tick holds Redis; the rest go in the next tick).
@@ -85,6 +91,9 @@ class EventKeys:
     shadow_queue: str
     sequence: str
     pre_queue_log: str
+    lifecycle: str
+    lifecycle_trimmed: str
+    refusals: str
     # The keys the join, fan, admit and progress scripts take first, in this order.
     common: tuple[str, str, str, str, str, str, str, str, str]
 
@@ -105,6 +114,9 @@ class EventKeys:
             shadow_queue=shadow_queue,
             sequence=event_key(event_id, "seq"),
             pre_queue_log=event_key(event_id, "preq"),
+            lifecycle=event_key(event_id, "life"),
+            lifecycle_trimmed=event_key(event_id, "lifen"),
+            refusals=event_key(event_id, "refused"),
             common=(config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue),
         )
 
@@ -142,6 +154,7 @@ class RedisQueueStore:
         self._presence = load_script("queue_svc", "presence")
         self._flag = load_script("queue_svc", "flag")
         self._pre_queue = load_script("queue_svc", "prequeue")
+        self._lifecycle = load_script("queue_svc", "lifecycle")
         self._keys: dict[int, EventKeys] = {}
 
     def keys(self, event_id: int) -> EventKeys:
@@ -177,7 +190,9 @@ class RedisQueueStore:
             pseudonym,
         ]
         reply = await self._batcher.call(
-            self._join, (*keys.common, keys.sequence, keys.limits(window), keys.pre_queue_log), args
+            self._join,
+            (*keys.common, keys.sequence, keys.limits(window), keys.pre_queue_log, keys.lifecycle, keys.refusals),
+            args,
         )
         status = _JOIN_CODES[int(reply[0])]
         if status is JoinStatus.UNKNOWN_EVENT:
@@ -194,8 +209,11 @@ class RedisQueueStore:
             last_tick_ms=int(reply[8]),
         )
 
-    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp) -> Place | None:
-        reply = await self._batcher.call(self._fan, self.keys(event_id).common, (customer_id, now_ms, op.value))
+    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp, reason: str = "") -> Place | None:
+        keys = self.keys(event_id)
+        reply = await self._batcher.call(
+            self._fan, (*keys.common, keys.lifecycle), (customer_id, now_ms, op.value, reason)
+        )
         state = int(reply[0])
         if state < 0:
             return None
@@ -225,7 +243,8 @@ class RedisQueueStore:
         reason: RateReason = RateReason.BASE,
     ) -> TickResult | None:
         args: list[Arg] = [now_ms, epoch, MAX_EXPIRED_PER_TICK, RATE_WINDOW_MS, float(target_rate), int(reason)]
-        reply = await self._batcher.call(self._admit, self.keys(event_id).common, args)
+        keys = self.keys(event_id)
+        reply = await self._batcher.call(self._admit, (*keys.common, keys.lifecycle), args)
         code = int(reply[0])
         if code == _UNKNOWN_EVENT:
             return None
@@ -259,7 +278,7 @@ class RedisQueueStore:
         keys = self.keys(event_id)
         reply = await self._batcher.call(
             self._flag,
-            (keys.config, keys.queue, keys.shadow, keys.shadow_queue, keys.seen),
+            (keys.config, keys.queue, keys.shadow, keys.shadow_queue, keys.seen, keys.lifecycle),
             (customer_id, int(flagged), now_ms),
         )
         if not int(reply[0]):
@@ -299,6 +318,36 @@ class RedisQueueStore:
             pseudonym, score = (raw.decode() if isinstance(raw, bytes) else str(raw)).split(" ")
             entries.append(Entry(pseudonym, int(score)))
         return PreQueueLog(length=int(reply[1]), sealed=bool(int(reply[2])), entries=entries)
+
+    async def lifecycle_log(self, event_id: int, *, count: int) -> LifecycleLog | None:
+        keys = self.keys(event_id)
+        reply = await self._batcher.call(
+            self._lifecycle,
+            (keys.config, keys.lifecycle, keys.lifecycle_trimmed, keys.refusals),
+            ("read", count, 0),
+        )
+        if int(reply[0]) != 1:
+            return None
+        trimmed, length = int(reply[1]), int(reply[2])
+        raw = reply[3 : 3 + length]
+        pairs = reply[3 + length :]
+        return LifecycleLog(
+            start=trimmed,
+            entries=[item.decode() if isinstance(item, bytes) else str(item) for item in raw],
+            refusals={
+                (pairs[i].decode() if isinstance(pairs[i], bytes) else str(pairs[i])): int(pairs[i + 1])
+                for i in range(0, len(pairs), 2)
+            },
+        )
+
+    async def trim_lifecycle(self, event_id: int, *, start: int, count: int) -> bool:
+        keys = self.keys(event_id)
+        reply = await self._batcher.call(
+            self._lifecycle,
+            (keys.config, keys.lifecycle, keys.lifecycle_trimmed, keys.refusals),
+            ("trim", count, start),
+        )
+        return int(reply[0]) == 1
 
     async def put_config(self, config: WaitingRoomConfig) -> bool:
         args: list[Arg] = [

@@ -19,8 +19,12 @@
 -- for the slots they did not take, a few rounds at most: the cost is in
 -- proportion to the fans popped, never to those waiting or flagged.
 --
+-- Every fan the tick moves is appended to the event's lifecycle log (KEYS
+-- 10; see queue_svc.jobs.lifecycle): one RPUSH per chunk, the tick's time once.
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue
+--       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
+--       10 lifecycle log
 -- ARGV: 1 now (ms), 2 leader epoch, 3 most removals per set and tick,
 --       4 rate averaging window (ms), 5 target rate (per second, 0 = the
 --       configured one), 6 the target's reason (a proto enum number)
@@ -45,9 +49,12 @@ end
 
 local CHUNK = 1000
 local most = tonumber(ARGV[3])
+local stamp = '\t' .. ARGV[1] .. '\t'
 -- Removes the members of KEYS[key] scored below `upto` (at most `most`),
--- from each set of `also` too, recording `outcome` for each.
-local function remove(key, upto, also, outcome)
+-- from each set of `also` too, recording `outcome` for each and logging
+-- `kind`.
+local function remove(key, upto, also, outcome, kind)
+  local prefix = kind .. stamp
   local gone = redis.call('ZRANGEBYSCORE', KEYS[key], '-inf', upto, 'LIMIT', 0, most)
   for i = 1, #gone, CHUNK do
     local last = math.min(i + CHUNK - 1, #gone)
@@ -56,16 +63,19 @@ local function remove(key, upto, also, outcome)
       redis.call('ZREM', KEYS[other], unpack(gone, i, last))
     end
     local outcomes = {}
+    local entries = {}
     for j = i, last do
       outcomes[#outcomes + 1] = gone[j]
       outcomes[#outcomes + 1] = outcome
+      entries[#entries + 1] = prefix .. gone[j]
     end
     redis.call('HSET', KEYS[5], unpack(outcomes))
+    redis.call('RPUSH', KEYS[10], unpack(entries))
   end
   return #gone
 end
-local no_shows = remove(3, now, {}, 'E')
-local expired = no_shows + remove(4, now, {}, 'E')
+local no_shows = remove(3, now, {}, 'E', 'N')
+local expired = no_shows + remove(4, now, {}, 'E', 'X')
 local no_shows_total = tonumber(redis.call('HGET', KEYS[6], 'noshow') or '0')
 if no_shows > 0 then
   no_shows_total = redis.call('HINCRBY', KEYS[6], 'noshow', no_shows)
@@ -73,7 +83,7 @@ end
 local dropped = 0
 local grace = tonumber(cfg[6] or '0')
 if grace > 0 then
-  dropped = remove(7, '(' .. (now - grace), {2}, 'D')
+  dropped = remove(7, '(' .. (now - grace), {2}, 'D', 'D')
 end
 local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
 
@@ -102,6 +112,8 @@ else
   local n = math.min(tonumber(cfg[4]) - active, math.floor(allowance))
   local flagged = redis.call('SCARD', KEYS[8]) > 0
   local claim_by = now + tonumber(cfg[5])
+  local admit_prefix = 'A' .. stamp
+  local shadow_prefix = 'S' .. stamp
   local rounds = 0
   while n - admitted > 0 and rounds < 4 do
     rounds = rounds + 1
@@ -114,14 +126,17 @@ else
       local members = {}
       local names = {}
       local shadowed = {}
+      local entries = {}
       for j = i, math.min(i + 2 * CHUNK - 1, #popped), 2 do
         names[#names + 1] = popped[j]
         if flagged and redis.call('SISMEMBER', KEYS[8], popped[j]) == 1 then
           shadowed[#shadowed + 1] = popped[j + 1]
           shadowed[#shadowed + 1] = popped[j]
+          entries[#entries + 1] = shadow_prefix .. popped[j]
         else
           members[#members + 1] = claim_by
           members[#members + 1] = popped[j]
+          entries[#entries + 1] = admit_prefix .. popped[j] .. '\ttick'
         end
       end
       if #members > 0 then
@@ -130,6 +145,7 @@ else
       if #shadowed > 0 then
         redis.call('ZADD', KEYS[9], unpack(shadowed))
       end
+      redis.call('RPUSH', KEYS[10], unpack(entries))
       redis.call('ZREM', KEYS[7], unpack(names))
       admitted = admitted + #members / 2
     end

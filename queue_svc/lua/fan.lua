@@ -11,9 +11,14 @@
 -- A flagged fan in the shadow queue reads as waiting (the fans still
 -- queued ahead of their score ahead of them) and may leave.
 --
+-- Each change is appended to the event's lifecycle log (KEYS 10; see
+-- queue_svc.jobs.lifecycle), with the end's reason (ARGV 4) for an ended session.
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
---       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue
--- ARGV: 1 customer, 2 now (ms), 3 op
+--       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
+--       10 lifecycle log
+-- ARGV: 1 customer, 2 now (ms), 3 op, 4 why the session ends (op end;
+--       '' = not said)
 -- Reply: {state, score, ahead, expires_at, changed, opens_at, paused,
 --         token_ttl, rate (string), last_tick, admitted_total, pre_joined}
 --   state 1 waiting, 2 admitted, 3 expired, 4 left, 5 completed,
@@ -38,11 +43,20 @@ local function finish(key, outcome)
   redis.call('HSET', KEYS[5], customer, outcome)
 end
 
+local function log(kind, extra)
+  local entry = kind .. '\t' .. ARGV[2] .. '\t' .. customer
+  if extra then
+    entry = entry .. '\t' .. extra
+  end
+  redis.call('RPUSH', KEYS[10], entry)
+end
+
 local score = redis.call('ZSCORE', KEYS[2], customer)
 if score then
   if op == 'leave' then
     finish(2, 'L')
     redis.call('ZREM', KEYS[7], customer)
+    log('L')
     return reply(4, 0, 0, 0, 1)
   end
   if op ~= 'end' then
@@ -55,6 +69,7 @@ local shadowed = redis.call('ZSCORE', KEYS[9], customer)
 if shadowed then
   if op == 'leave' then
     finish(9, 'L')
+    log('L')
     return reply(4, 0, 0, 0, 1)
   end
   return reply(1, tonumber(shadowed), redis.call('ZCOUNT', KEYS[2], '-inf', '(' .. shadowed), 0, 0)
@@ -70,6 +85,9 @@ for key = 3, 4 do
       finish(key, 'E')
       if key == 3 then
         redis.call('HINCRBY', KEYS[6], 'noshow', 1)
+        log('N')
+      else
+        log('X')
       end
       return reply(3, 0, 0, 0, 0)
     end
@@ -78,10 +96,12 @@ for key = 3, 4 do
       redis.call('ZREM', KEYS[3], customer)
       redis.call('ZADD', KEYS[4], session_ends, customer)
       redis.call('HINCRBY', KEYS[6], 'claimed', 1)
+      log('C')
       return reply(2, 0, 0, session_ends, 1)
     end
     if op == 'end' then
       finish(key, 'C')
+      log('E', ARGV[4] or '')
       return reply(5, 0, 0, 0, 1)
     end
     return reply(2, 0, 0, ends, 0)

@@ -5,7 +5,10 @@
 -- Unflagging a fan whom admission already passed puts them back in the
 -- queue at their own score: at the head, admitted by the next tick.
 --
--- KEYS: 1 config, 2 queue, 3 shadow (flagged), 4 shadow queue, 5 seen
+-- A fan put back in the queue is appended to the lifecycle log (KEYS 6).
+--
+-- KEYS: 1 config, 2 queue, 3 shadow (flagged), 4 shadow queue, 5 seen,
+--       6 lifecycle log
 -- ARGV: 1 customer, 2 flagged (1/0), 3 now (ms)
 -- Reply: {exists, changed}
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -21,5 +24,6 @@ if score then
   redis.call('ZREM', KEYS[4], customer)
   redis.call('ZADD', KEYS[2], score, customer)
   redis.call('ZADD', KEYS[5], ARGV[3], customer)
+  redis.call('RPUSH', KEYS[6], 'U\t' .. ARGV[3] .. '\t' .. customer)
 end
 return {1, changed}

@@ -26,9 +26,15 @@
 -- `sealed`, at opening) nobody is placed in it again, even if the opening
 -- moves later: the seed is public from then on.
 --
+-- Each change of a fan's state is appended to the event's lifecycle log
+-- (KEYS 13, see queue_svc.jobs.lifecycle for the entries' form), which the
+-- lifecycle recorder copies to Postgres; a refused join counts in the
+-- event's refusal counters (KEYS 14, field the reason).
+--
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
 --       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
---       10 sequence, 11 this window's join counters, 12 pre-queue log
+--       10 sequence, 11 this window's join counters, 12 pre-queue log,
+--       13 lifecycle log, 14 refusal counters
 -- ARGV: 1 customer, 2 now (ms), 3 pre-queue score (negative: none; a fan
 --       who would be placed in the pre-queue is not, code -6), 4 client ('' = none),
 --       5 joins per account per window, 6 joins per client per window
@@ -71,6 +77,11 @@ if account_limit > 0 or client_limit > 0 then
     redis.call('PEXPIRE', KEYS[11], 2 * tonumber(ARGV[7]))
   end
   if over ~= 0 then
+    if over == -3 then
+      redis.call('HINCRBY', KEYS[14], 'account_limit', 1)
+    else
+      redis.call('HINCRBY', KEYS[14], 'client_limit', 1)
+    end
     return {over, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
   end
 end
@@ -97,11 +108,15 @@ for key = 3, 4 do
     redis.call('ZREM', KEYS[key], customer)
     if key == 3 then
       redis.call('HINCRBY', KEYS[6], 'noshow', 1)
+      redis.call('RPUSH', KEYS[13], 'N\t' .. ARGV[2] .. '\t' .. customer)
+    else
+      redis.call('RPUSH', KEYS[13], 'X\t' .. ARGV[2] .. '\t' .. customer)
     end
   end
 end
 
 if now < tonumber(cfg[2]) then
+  redis.call('HINCRBY', KEYS[14], 'not_open', 1)
   return {-2, 0, 0, 0, opens, paused, admitted_total, rate, last_tick}
 end
 
@@ -152,6 +167,7 @@ if now < opens and admitted_total == 0 and not prog[4] then
   if ARGV[9] ~= '' then
     redis.call('RPUSH', KEYS[12], ARGV[9] .. ' ' .. ARGV[3])
   end
+  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. ARGV[3] .. '\t1')
 elseif admit_at_once() then
   score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
   redis.call('ZADD', KEYS[3], now + tonumber(cfg[6]), customer)
@@ -160,9 +176,12 @@ elseif admit_at_once() then
   admitted_total = redis.call('HINCRBY', KEYS[6], 'admitted', 1)
   local through = tonumber(redis.call('HGET', KEYS[6], 'through') or '0')
   redis.call('HSET', KEYS[6], 'through', math.max(through, score))
+  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. string.format('%d', score) .. '\t0',
+             'A\t' .. ARGV[2] .. '\t' .. customer .. '\tnet')
   return {2, score, 0, 1, opens, paused, admitted_total, rate, last_tick}
 else
   score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
+  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. string.format('%d', score) .. '\t0')
 end
 redis.call('ZADD', KEYS[2], score, customer)
 redis.call('ZADD', KEYS[7], now, customer)

@@ -177,6 +177,8 @@ async def event_keys_dump(client: aioredis.Redis, event_id: int) -> dict[bytes, 
             dump[key] = await client.zrange(key, 0, -1, withscores=True)
         elif kind == b"hash":
             dump[key] = await client.hgetall(key)
+        elif kind == b"list":
+            dump[key] = await client.lrange(key, 0, -1)
         else:
             dump[key] = await client.get(key)
     return dump
