@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 # PyYAML (a dependency of kubernetes_asyncio) ships no type stubs.
 yaml: Any = importlib.import_module("yaml")
@@ -303,3 +306,16 @@ def monitor_jobs() -> dict[str, str]:
         assert "sourceLabels" not in job and job.get("action", "replace") == "replace"
         jobs[monitor["metadata"]["name"]] = job["replacement"]
     return jobs
+
+
+def promtool() -> str:
+    """promtool's path (Debian's prometheus package; the test command
+    installs it with scripts/ops_deps.sh). Missing, the test fails under CI
+    and is skipped elsewhere."""
+    found = shutil.which("promtool")
+    if found is None:
+        message = "promtool (Debian package prometheus) is not installed: run scripts/ops_deps.sh as root"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -332,30 +330,14 @@ def test_every_runbook_url_is_a_section_of_a_runbook_in_the_repository() -> None
     linked = 0
     for name, (_, alert) in _alerts().items():
         url = alert["annotations"].get("runbook_url")
-        if url is None:
-            continue
+        assert url is not None, name
         assert url.startswith(REPOSITORY), (name, url)
         parts = urlsplit(url)
         path = ROOT / url.removeprefix(REPOSITORY).split("#")[0]
         assert path.is_file() and path.is_relative_to(ROOT / "docs/runbooks"), (name, url)
         assert parts.fragment in _anchors(path.read_text()), (name, url)
         linked += 1
-    assert linked >= 3
-
-
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) is not installed")
-def test_promtool_accepts_the_rules_and_the_edges_alerts_fire_when_they_should(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool is not None
-    (rule,) = of_kind("PrometheusRule")
-    (tmp_path / "rules.yaml").write_text(json.dumps(rule["spec"]))  # JSON is YAML
-    cases = Path(__file__).with_name("edge_alerts.promtool.yaml")
-    shutil.copy(cases, tmp_path / cases.name)
-    for command in (["check", "rules", "rules.yaml"], ["test", "rules", cases.name]):
-        result = subprocess.run(
-            [promtool, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+    assert linked == len(_alerts()) >= 10
 
 
 def test_the_edge_exports_what_its_panels_and_alerts_read() -> None:

@@ -440,7 +440,10 @@ def test_the_target_rate_panel_names_its_reason_from_the_leading_admitter_only()
     # gauges keep their last values).
     assert "by (event_id, reason)" in target["expr"] and "group_right" in target["expr"]
     assert "boxoffice_queue_admission_rate_reason" in target["expr"] and "== 1" in target["expr"]
-    assert "boxoffice_queue_admitter_leading" in target["expr"]
+    assert (
+        'boxoffice_leader_is_leader{namespace="$namespace",job="boxoffice",pod=~"$pod",name="admitter"} == 1'
+        in target["expr"]
+    )
     assert "{{reason}}" in target["legendFormat"] and "{{event_id}}" in target["legendFormat"]
     assert panel["fieldConfig"]["defaults"]["unit"] == "ops"
 
