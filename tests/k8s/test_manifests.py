@@ -307,21 +307,63 @@ def test_stateless_services_scale_and_every_deployment_has_a_budget() -> None:
 
 def test_services_reach_the_grpc_port_of_the_servers() -> None:
     services = by_name("Service")
-    assert set(services) == {*SERVERS, EDGE}
+    assert set(services) == {*SERVERS, *(f"{name}-headless" for name in SERVERS), EDGE}
     for name in SERVERS:
-        (port,) = services[name]["spec"]["ports"]
-        assert port["targetPort"] == "grpc" and port["name"] == "grpc", name
+        for service in (services[name], services[f"{name}-headless"]):
+            (port,) = service["spec"]["ports"]
+            assert port["targetPort"] == "grpc" and port["name"] == "grpc", name
+            assert service["spec"]["selector"] == services[name]["spec"]["selector"], name
+        # One virtual IP for one-off callers; every pod's address for the mesh.
+        assert services[name]["spec"].get("clusterIP") != "None"
+        assert services[f"{name}-headless"]["spec"]["clusterIP"] == "None"
     (port,) = services[EDGE]["spec"]["ports"]
     assert port["targetPort"] == "http" and port["name"] == "http"
-    # The addresses the edge and payment dial are the servers' Services.
-    addresses = {
-        "BOXOFFICE_BOOKING_ADDR": ("boxoffice-config", "booking-svc"),
-        "BOXOFFICE_QUEUE_ADDR": ("boxoffice-edge-config", "queue-svc"),
-        "BOXOFFICE_PAYMENT_ADDR": ("boxoffice-edge-config", "payment-svc"),
-    }
-    for variable, (config, service) in addresses.items():
-        host, _, port_text = config_map_data(config)[variable].rpartition(":")
-        assert host == service and int(port_text) == services[host]["spec"]["ports"][0]["port"], variable
+
+
+def _addresses() -> dict[str, str]:
+    """Every address variable (``*_ADDR``) of every ConfigMap."""
+    found = {}
+    for config_map in of_kind("ConfigMap"):
+        for key, value in config_map.get("data", {}).items():
+            if key.endswith("_ADDR"):
+                assert key not in found, key
+                found[key] = value
+    return found
+
+
+def test_every_address_is_a_headless_service_the_clients_balance_over() -> None:
+    services = by_name("Service")
+    addresses = _addresses()
+    assert {"BOXOFFICE_BOOKING_ADDR", "BOXOFFICE_QUEUE_ADDR", "BOXOFFICE_PAYMENT_ADDR"} <= set(addresses)
+    dialled = set()
+    for variable, target in addresses.items():
+        # dns:/// names a resolver that answers every address (the clients
+        # then apply round_robin); host:port would resolve to one.
+        found = re.fullmatch(r"dns:///([a-z0-9-]+)-headless:(\d+)", target)
+        assert found is not None, (variable, target)
+        server, port = found.group(1), int(found.group(2))
+        headless = services[f"{server}-headless"]
+        assert headless["spec"]["clusterIP"] == "None"
+        assert port == headless["spec"]["ports"][0]["port"], variable
+        dialled.add(server)
+    assert dialled == set(SERVERS)
+    # The clients check the server's certificate against the name they dial.
+    certificates = {c["metadata"]["name"]: c for c in of_kind("Certificate")}
+    for server in SERVERS:
+        (certificate,) = [c for c in certificates.values() if server in c["spec"].get("dnsNames", [])]
+        names = set(certificate["spec"]["dnsNames"])
+        assert {f"{server}-headless", f"{server}-headless.boxoffice.svc"} <= names, server
+
+
+def test_deployments_an_autoscaler_manages_set_no_replicas() -> None:
+    deployments = by_name("Deployment")
+    scaled = {h["spec"]["scaleTargetRef"]["name"] for h in of_kind("HorizontalPodAutoscaler")}
+    assert scaled
+    for name in scaled:
+        # A replicas in the manifest resets the autoscaler's count at every apply.
+        assert "replicas" not in deployments[name]["spec"], name
+    for name in set(deployments) - scaled:
+        assert deployments[name]["spec"]["replicas"] >= 2, name
 
 
 def test_the_migration_job_migrates() -> None:
