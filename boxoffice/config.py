@@ -238,9 +238,34 @@ class TlsConfig:
 _TLS_FILES = ("BOXOFFICE_TLS_CA_FILE", "BOXOFFICE_TLS_CERT_FILE", "BOXOFFICE_TLS_KEY_FILE")
 
 
+# Each role's Postgres pool (min, max) when BOXOFFICE_DB_POOL_MIN / _MAX
+# are not set: one replica of every role holds at most the sum of the maxima
+# plus the admitter's leader session (31 of a default Postgres's 100), and
+# a second replica of each server role still leaves half of it free. The key
+# is ``<component>-<role>``; a process that runs every role (``boxoffice up``)
+# or none named here takes DEFAULT_POOL_BUDGET.
+POOL_BUDGETS: Mapping[str, tuple[int, int]] = {
+    "queue-server": (1, 4),
+    "queue-admitter": (1, 3),
+    "booking-server": (2, 8),
+    "booking-sweeper": (1, 2),
+    "booking-relay": (1, 2),
+    "payment-server": (2, 6),
+    "payment-issuer": (1, 4),
+}
+DEFAULT_POOL_BUDGET = (2, 20)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """Where Postgres and Redis are; None means start the embedded ones."""
+    """Where Postgres and Redis are; None means start the embedded ones.
+
+    ``database_direct_url`` (``DATABASE_DIRECT_URL``, default
+    ``DATABASE_URL``) reaches Postgres itself, or a session-mode pooler: the
+    leader election's and the migrations' session advisory locks use it,
+    since a transaction-mode PgBouncer hands a session to other clients
+    between transactions. ``db_pool_min`` / ``db_pool_max`` are this
+    process's pool, by default its role's budget (:data:`POOL_BUDGETS`)."""
 
     database_url: str | None
     redis_url: str | None
@@ -248,16 +273,40 @@ class StoreConfig:
     db_pool_min: int
     db_pool_max: int
     db_prepared_statements: bool
+    database_direct_url: str | None = None
+    # The pool's connections' application_name in pg_stat_activity.
+    db_application_name: str = "boxoffice"
+    # How often the pool's idle connections are checked.
+    db_check_seconds: float = 30.0
+
+    @property
+    def direct_url(self) -> str | None:
+        """The URL for session locks: DATABASE_DIRECT_URL, else DATABASE_URL."""
+        return self.database_direct_url or self.database_url
 
     @classmethod
-    def from_env(cls, env: Env) -> StoreConfig:
+    def from_env(cls, env: Env, *, role: str | None = None) -> StoreConfig:
+        """``role`` (``<component>-<role>``, e.g. ``booking-sweeper``) picks
+        the pool's default budget and names its connections."""
+        default_min, default_max = POOL_BUDGETS.get(role or "", DEFAULT_POOL_BUDGET)
+        pool_max = env.integer("BOXOFFICE_DB_POOL_MAX", default_max, minimum=1, maximum=500)
+        pool_min = env.integer("BOXOFFICE_DB_POOL_MIN", min(default_min, pool_max), minimum=1, maximum=500)
+        if pool_min > pool_max:
+            raise ConfigError(f"BOXOFFICE_DB_POOL_MIN={pool_min} must be <= BOXOFFICE_DB_POOL_MAX ({pool_max})")
+        database_url = _store_url(env, "DATABASE_URL", ("postgresql", "postgres"))
+        direct_url = _store_url(env, "DATABASE_DIRECT_URL", ("postgresql", "postgres"))
+        if direct_url is not None and database_url is None:
+            raise ConfigError("DATABASE_DIRECT_URL is set without DATABASE_URL (the embedded Postgres needs neither)")
         return cls(
-            database_url=_store_url(env, "DATABASE_URL", ("postgresql", "postgres")),
+            database_url=database_url,
             redis_url=_store_url(env, "REDIS_URL", ("redis", "rediss", "unix")),
             data_dir=env.string("BOXOFFICE_DATA_DIR", ".boxoffice"),
-            db_pool_min=env.integer("BOXOFFICE_DB_POOL_MIN", 2, minimum=1, maximum=500),
-            db_pool_max=env.integer("BOXOFFICE_DB_POOL_MAX", 20, minimum=1, maximum=500),
+            db_pool_min=pool_min,
+            db_pool_max=pool_max,
             db_prepared_statements=env.flag("BOXOFFICE_DB_PREPARED_STATEMENTS", True),
+            database_direct_url=direct_url,
+            db_application_name=f"boxoffice-{role}" if role else "boxoffice",
+            db_check_seconds=env.number("BOXOFFICE_DB_CHECK_SECONDS", 30.0, minimum=0.05, maximum=3600.0),
         )
 
 

@@ -51,6 +51,7 @@ from importlib.resources.abc import Traversable
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
@@ -69,7 +70,13 @@ _MIGRATION_LOCK_KEY = 0x626F78_6F6666
 
 
 def create_pool(
-    url: str, *, min_size: int, max_size: int, name: str, prepared_statements: bool = True
+    url: str,
+    *,
+    min_size: int,
+    max_size: int,
+    name: str,
+    prepared_statements: bool = True,
+    application_name: str | None = None,
 ) -> AsyncConnectionPool[AsyncConnection[TupleRow]]:
     """A pool that is opened by the owner's ``start()`` (``open=False``).
 
@@ -77,21 +84,29 @@ def create_pool(
     trip per transaction on the hot path); :class:`PoolComponent` checks the
     idle ones periodically instead, and a connection that breaks in use is
     discarded when it returns. ``prepared_statements=False`` is for a
-    transaction-pooling PgBouncer older than 1.21.
+    transaction-pooling PgBouncer without ``max_prepared_statements`` (older
+    than 1.21, or with it off). ``application_name`` names the connections
+    in ``pg_stat_activity`` unless the URL names them itself.
     """
-    return AsyncConnectionPool(
-        url,
-        min_size=min_size,
-        max_size=max(min_size, max_size),
-        open=False,
-        name=name,
-        kwargs={"autocommit": True, "prepare_threshold": 5 if prepared_statements else None},
-    )
+    if min_size > max_size:
+        raise ValueError(f"pool {name}: min_size {min_size} is more than max_size {max_size}")
+    kwargs: dict[str, object] = {"autocommit": True, "prepare_threshold": 5 if prepared_statements else None}
+    if application_name is not None and "application_name" not in conninfo_to_dict(url):
+        kwargs["application_name"] = application_name[:63]
+    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, name=name, kwargs=kwargs)
 
 
 class PoolComponent:
     """Opens and closes a pool with the process, and checks its idle
-    connections every ``check_interval_seconds``."""
+    connections every ``check_interval_seconds``.
+
+    The check takes the idle connections one at a time, as a transaction
+    would, and runs an empty query on each: a broken one is discarded (and
+    replaced) when it returns. It does not use ``AsyncConnectionPool.check``:
+    that empties the pool while it checks and asks it to grow, so every check
+    of an idle pool opened one more connection, which stayed until the pool's
+    idle limit (10 minutes) took one back; idle roles crept up to their
+    maximum (15-17 of 20 after six minutes)."""
 
     def __init__(
         self, pool: AsyncConnectionPool[AsyncConnection[TupleRow]], *, check_interval_seconds: float = 30.0
@@ -109,9 +124,26 @@ class PoolComponent:
         while True:
             await asyncio.sleep(self._check_interval)
             try:
-                await self.pool.check()
+                await self.check_idle()
             except Exception:
                 _log.warning("idle connection check failed", exc_info=True)
+
+    async def check_idle(self) -> int:
+        """Check each connection idle now, without the pool growing; answers
+        how many were checked. A connection in use is not waited for."""
+        checked = 0
+        for _ in range(self.pool.get_stats().get("pool_available", 0)):
+            if self.pool.get_stats().get("pool_available", 0) == 0:
+                break  # the rest are in use: they are checked by their use
+            conn = await self.pool.getconn(timeout=5.0)
+            try:
+                with contextlib.suppress(psycopg.OperationalError):
+                    await conn.execute(b"")
+                checked += 1
+            finally:
+                # A broken connection is closed here and replaced by the pool.
+                await self.pool.putconn(conn)
+        return checked
 
     async def stop(self, grace_seconds: float) -> None:
         if self._checker is not None:
@@ -266,6 +298,10 @@ async def migrate(url: str, migrations: Sequence[Migration]) -> list[str]:
     not recorded yet, then repeatable ones whose checksum changed. Answers
     the files applied (``component/name``), in order."""
     applied_now: list[str] = []
+    if "application_name" not in conninfo_to_dict(url):
+        url = make_conninfo(url, application_name="boxoffice-migrate")
+    # The lock is a session's: ``url`` must reach Postgres itself (or a
+    # session-mode pooler), never a transaction-mode one.
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_KEY,))
         try:

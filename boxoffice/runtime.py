@@ -89,14 +89,18 @@ class Runtime:
         default_health_port: int | None = None,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
+        role: str | None = None,
     ) -> Runtime:
         """The one way a process, a test or a benchmark builds its Runtime:
         every setting read (and validated) from ``env``; a test passes its own
-        clock and registry."""
+        clock and registry. ``role`` (``<component>-<role>``, as
+        :data:`boxoffice.config.POOL_BUDGETS` names them) is what the process
+        runs, when it runs one role: it sets the pool's budget and the name
+        of its connections."""
         return cls(
             env=env,
             server=ServerConfig.from_env(env, default_grpc_port=default_grpc_port),
-            store=StoreConfig.from_env(env),
+            store=StoreConfig.from_env(env, role=role),
             database_url=database_url,
             redis_url=redis_url,
             clock=clock or SystemClock(),
@@ -114,9 +118,16 @@ class Runtime:
                 max_size=self.store.db_pool_max,
                 name="boxoffice",
                 prepared_statements=self.store.db_prepared_statements,
+                application_name=self.store.db_application_name,
             )
-            self._infrastructure.append(PoolComponent(self._pool))
+            self._infrastructure.append(PoolComponent(self._pool, check_interval_seconds=self.store.db_check_seconds))
         return self._pool
+
+    @property
+    def direct_database_url(self) -> str:
+        """Postgres without a transaction pooler between, for session
+        advisory locks (``DATABASE_DIRECT_URL``, else the database URL)."""
+        return self.store.database_direct_url or self.database_url
 
     def redis(self) -> aioredis.Redis:
         """The process's Redis client (checked with the infrastructure).

@@ -95,13 +95,21 @@ def _stores(store: StoreConfig, *, need_redis: bool = True, need_postgres: bool 
     return _Stores(database_url or "", redis_url or "", embedded)
 
 
-def _runtime(env: Env, default_grpc_port: int, stores: _Stores, *, default_health_port: int | None = None) -> Runtime:
+def _runtime(
+    env: Env,
+    default_grpc_port: int,
+    stores: _Stores,
+    *,
+    default_health_port: int | None = None,
+    role: str | None = None,
+) -> Runtime:
     return Runtime.from_env(
         env,
         database_url=stores.database_url,
         redis_url=stores.redis_url,
         default_grpc_port=default_grpc_port,
         default_health_port=default_health_port,
+        role=role,
     )
 
 
@@ -149,7 +157,7 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         for module in modules:
             rt.identities[module.COMPONENT] = pki[module.COMPONENT]
         tls_dir = pki[access.OPERATOR].ca.parent
-    applied = await _migrate(stores.database_url, modules)
+    applied = await _migrate(store.direct_url or stores.database_url, modules)
     components: list[Component] = []
     service_components: list[Component] = []
     for module in modules:
@@ -223,9 +231,11 @@ def _redact(url: str) -> str:
 
 async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, store: StoreConfig) -> None:
     server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
-    rt = _runtime(env, module.DEFAULT_GRPC_PORT, stores, default_health_port=HEALTH_PORT)
+    rt = _runtime(
+        env, module.DEFAULT_GRPC_PORT, stores, default_health_port=HEALTH_PORT, role=f"{module.COMPONENT}-{role}"
+    )
     if "postgres" in _stores_of(module):
-        await _migrate(stores.database_url, [module])
+        await _migrate(store.direct_url or stores.database_url, [module])
     built = await module.build(rt, role)
     if module.COMPONENT in _HTTP_COMPONENTS:
         # An HTTP process answers its probes and serves its metrics on its own port.
@@ -304,7 +314,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "up":
             asyncio.run(_up(env, modules, stores, store))
         elif args.command == "migrate":
-            applied = asyncio.run(_migrate(stores.database_url, modules))
+            applied = asyncio.run(_migrate(store.direct_url or stores.database_url, modules))
             print("\n".join(applied) if applied else "schema is up to date")
         else:
             module, role = table[args.command]

@@ -55,7 +55,7 @@ def create_leadership(rt: Runtime, name: str) -> Leadership:
         )
     else:
         lock = PostgresLock(
-            database_url=config.database_url or rt.database_url,
+            database_url=config.database_url or rt.direct_database_url,
             name=name,
             identity=config.identity,
             timings=config.timings,

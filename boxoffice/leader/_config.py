@@ -9,7 +9,7 @@
 | ``POD_NAME`` | hostname-pid | this candidate's identity |
 | ``POD_NAMESPACE`` | the service account's | namespace of the Lease (kubernetes) |
 | ``BOXOFFICE_LEADER_KUBE_API_URL`` | in-cluster | API server URL without auth, e.g. ``kubectl proxy`` (kubernetes) |
-| ``BOXOFFICE_LEADER_DATABASE_URL`` | ``DATABASE_URL`` | a direct (session-mode) Postgres URL when ``DATABASE_URL`` goes through a transaction pooler |
+| ``BOXOFFICE_LEADER_DATABASE_URL`` | ``DATABASE_DIRECT_URL``, else ``DATABASE_URL`` | a direct (session-mode) Postgres URL for the election alone |
 """
 
 from __future__ import annotations

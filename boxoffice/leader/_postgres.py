@@ -9,7 +9,8 @@ and ``tcp_user_timeout`` end it when the peer is gone. The epoch is a row of
 
 The connection must reach Postgres itself or a session-mode pooler: a
 transaction-mode pooler (PgBouncer ``pool_mode=transaction``) would hand the
-lock's session to others; set ``BOXOFFICE_LEADER_DATABASE_URL`` then.
+lock's session to others. It is ``DATABASE_DIRECT_URL`` (else ``DATABASE_URL``),
+or ``BOXOFFICE_LEADER_DATABASE_URL`` for the election alone.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from boxoffice.errors import (
     ResourceExhausted,
     error_class_for_code,
 )
+from boxoffice.money import format_minor_text
 
 # The message booking_hold_seats fails with when winners finished past
 # their callers' deadlines (their 1-based positions in DETAIL).
@@ -189,8 +190,9 @@ def _confirm_error(outcome: str, metadata: dict[str, str]) -> BoxofficeError:
             )
         case "AMOUNT_MISMATCH":
             return FailedPrecondition(
-                f"paid {metadata.get('paid_amount_minor')} {metadata.get('paid_currency')}, the hold costs "
-                f"{metadata.get('expected_amount_minor')} {metadata.get('expected_currency')}",
+                f"paid {format_minor_text(metadata.get('paid_amount_minor'), metadata.get('paid_currency'))}, "
+                "the hold costs "
+                f"{format_minor_text(metadata.get('expected_amount_minor'), metadata.get('expected_currency'))}",
                 reason="AMOUNT_MISMATCH",
                 metadata=metadata,
             )
