@@ -92,6 +92,8 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_QUEUE_ADMIN}ResumeWaitingRoom": {OPERATOR},
         f"{_QUEUE_ADMIN}GetWaitingRoomStats": {OPERATOR},
         f"{_QUEUE_ADMIN}RevokeCustomer": {OPERATOR},
+        f"{_QUEUE_ADMIN}CreateAccessCodes": {OPERATOR},
+        f"{_QUEUE_ADMIN}IssueStaffPass": {OPERATOR},
         f"{_BOOKING_ADMIN}CreateEvent": {OPERATOR},
         f"{_BOOKING_ADMIN}LoadInventory": {OPERATOR},
         f"{_BOOKING_ADMIN}GetEventStats": {OPERATOR},

@@ -149,6 +149,35 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     because the serving process is shutting down (UNAVAILABLE); open the stream
     again and another process answers. No metadata.
     """
+    ERROR_REASON_LANE_NOT_FOUND: _ErrorReason.ValueType  # 106
+    """JoinQueue, WatchAdmissionProgress, CreateAccessCodes or IssueStaffPass
+    for a lane the event's waiting room does not have, or (CreateAccessCodes,
+    IssueStaffPass) whose entry is not by code / not for staff (NOT_FOUND).
+    Metadata: `event_id`, `lane`.
+    """
+    ERROR_REASON_ACCESS_CODE_REQUIRED: _ErrorReason.ValueType  # 107
+    """JoinQueue into a lane whose entry is by access code, without one
+    (PERMISSION_DENIED). Metadata: `event_id`, `lane`.
+    """
+    ERROR_REASON_ACCESS_CODE_INVALID: _ErrorReason.ValueType  # 108
+    """The access code is not one of the lane's, or is outside its validity
+    window (PERMISSION_DENIED); nothing is used up. Metadata: `event_id`,
+    `lane`.
+    """
+    ERROR_REASON_ACCESS_CODE_USED: _ErrorReason.ValueType  # 109
+    """The access code is already bound to as many other accounts as it
+    allows (PERMISSION_DENIED). Metadata: `event_id`, `lane`, `max_uses`.
+    """
+    ERROR_REASON_STAFF_PASS_INVALID: _ErrorReason.ValueType  # 110
+    """The staff pass is forged, expired, or for another event
+    (PERMISSION_DENIED). Metadata: `event_id`, `check` (signature, expiry,
+    event or form).
+    """
+    ERROR_REASON_LANE_CHANGED: _ErrorReason.ValueType  # 111
+    """The fan's lane changed again and again while the call followed it (a
+    race of joins into different lanes) (ABORTED); call again. Metadata:
+    `event_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason QueueService can answer, as
@@ -290,5 +319,34 @@ ERROR_REASON_DRAINING: ErrorReason.ValueType  # 105
 """A WatchQueuePosition or WatchAdmissionProgress stream ended, or was refused,
 because the serving process is shutting down (UNAVAILABLE); open the stream
 again and another process answers. No metadata.
+"""
+ERROR_REASON_LANE_NOT_FOUND: ErrorReason.ValueType  # 106
+"""JoinQueue, WatchAdmissionProgress, CreateAccessCodes or IssueStaffPass
+for a lane the event's waiting room does not have, or (CreateAccessCodes,
+IssueStaffPass) whose entry is not by code / not for staff (NOT_FOUND).
+Metadata: `event_id`, `lane`.
+"""
+ERROR_REASON_ACCESS_CODE_REQUIRED: ErrorReason.ValueType  # 107
+"""JoinQueue into a lane whose entry is by access code, without one
+(PERMISSION_DENIED). Metadata: `event_id`, `lane`.
+"""
+ERROR_REASON_ACCESS_CODE_INVALID: ErrorReason.ValueType  # 108
+"""The access code is not one of the lane's, or is outside its validity
+window (PERMISSION_DENIED); nothing is used up. Metadata: `event_id`,
+`lane`.
+"""
+ERROR_REASON_ACCESS_CODE_USED: ErrorReason.ValueType  # 109
+"""The access code is already bound to as many other accounts as it
+allows (PERMISSION_DENIED). Metadata: `event_id`, `lane`, `max_uses`.
+"""
+ERROR_REASON_STAFF_PASS_INVALID: ErrorReason.ValueType  # 110
+"""The staff pass is forged, expired, or for another event
+(PERMISSION_DENIED). Metadata: `event_id`, `check` (signature, expiry,
+event or form).
+"""
+ERROR_REASON_LANE_CHANGED: ErrorReason.ValueType  # 111
+"""The fan's lane changed again and again while the call followed it (a
+race of joins into different lanes) (ABORTED); call again. Metadata:
+`event_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

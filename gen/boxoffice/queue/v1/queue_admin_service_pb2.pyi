@@ -3,10 +3,12 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -18,6 +20,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _WaitingRoomLaneEntry:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WaitingRoomLaneEntryEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WaitingRoomLaneEntry.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WAITING_ROOM_LANE_ENTRY_UNSPECIFIED: _WaitingRoomLaneEntry.ValueType  # 0
+    """Unset: not allowed in a request."""
+    WAITING_ROOM_LANE_ENTRY_OPEN: _WaitingRoomLaneEntry.ValueType  # 1
+    """Any signed-in fan."""
+    WAITING_ROOM_LANE_ENTRY_CODE: _WaitingRoomLaneEntry.ValueType  # 2
+    """A fan with one of the lane's access codes (CreateAccessCodes)."""
+    WAITING_ROOM_LANE_ENTRY_STAFF: _WaitingRoomLaneEntry.ValueType  # 3
+    """Staff with a staff pass (IssueStaffPass); at most one such lane."""
+
+class WaitingRoomLaneEntry(_WaitingRoomLaneEntry, metaclass=_WaitingRoomLaneEntryEnumTypeWrapper):
+    """WaitingRoomLaneEntry is who may join a lane."""
+
+WAITING_ROOM_LANE_ENTRY_UNSPECIFIED: WaitingRoomLaneEntry.ValueType  # 0
+"""Unset: not allowed in a request."""
+WAITING_ROOM_LANE_ENTRY_OPEN: WaitingRoomLaneEntry.ValueType  # 1
+"""Any signed-in fan."""
+WAITING_ROOM_LANE_ENTRY_CODE: WaitingRoomLaneEntry.ValueType  # 2
+"""A fan with one of the lane's access codes (CreateAccessCodes)."""
+WAITING_ROOM_LANE_ENTRY_STAFF: WaitingRoomLaneEntry.ValueType  # 3
+"""Staff with a staff pass (IssueStaffPass); at most one such lane."""
+Global___WaitingRoomLaneEntry: _TypeAlias = WaitingRoomLaneEntry  # noqa: Y015
 
 class _WaitingRoomRateReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -186,6 +216,7 @@ class WaitingRoom(_message.Message):
     SAFETY_NET_FIELD_NUMBER: _builtins.int
     ADMISSION_RATE_MIN_PER_SECOND_FIELD_NUMBER: _builtins.int
     ADMISSION_RATE_MAX_PER_SECOND_FIELD_NUMBER: _builtins.int
+    LANES_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event this waiting room guards; positive."""
     admission_rate_per_second: _builtins.int
@@ -248,6 +279,14 @@ class WaitingRoom(_message.Message):
         24 h, 5 minutes when unset.
         """
 
+    @_builtins.property
+    def lanes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingRoomLane]:
+        """The lanes besides the general one, at most 7: each its own queue,
+        opening and pre-queue, and a share of the admission rate and of the
+        free slots, all under the one max_active_shoppers. The general lane
+        (everyone, opens_at) has what the lanes' shares leave, at least 1%.
+        """
+
     def __init__(
         self,
         *,
@@ -264,14 +303,68 @@ class WaitingRoom(_message.Message):
         safety_net: _builtins.bool = ...,
         admission_rate_min_per_second: _builtins.int = ...,
         admission_rate_max_per_second: _builtins.int = ...,
+        lanes: _abc.Iterable[Global___WaitingRoomLane] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim_grace", b"claim_grace", "opens_at", b"opens_at", "pre_queue_window", b"pre_queue_window", "presence_grace", b"presence_grace", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_rate_max_per_second", b"admission_rate_max_per_second", "admission_rate_min_per_second", b"admission_rate_min_per_second", "admission_rate_per_second", b"admission_rate_per_second", "claim_grace", b"claim_grace", "event_id", b"event_id", "max_active_shoppers", b"max_active_shoppers", "opens_at", b"opens_at", "paused", b"paused", "pre_queue_window", b"pre_queue_window", "presence_grace", b"presence_grace", "safety_net", b"safety_net", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_rate_max_per_second", b"admission_rate_max_per_second", "admission_rate_min_per_second", b"admission_rate_min_per_second", "admission_rate_per_second", b"admission_rate_per_second", "claim_grace", b"claim_grace", "event_id", b"event_id", "lanes", b"lanes", "max_active_shoppers", b"max_active_shoppers", "opens_at", b"opens_at", "paused", b"paused", "pre_queue_window", b"pre_queue_window", "presence_grace", b"presence_grace", "safety_net", b"safety_net", "session_length", b"session_length", "token_ttl", b"token_ttl"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WaitingRoom: _TypeAlias = WaitingRoom  # noqa: Y015
+
+@_typing.final
+class WaitingRoomLane(_message.Message):
+    """WaitingRoomLane is one lane of a waiting room besides the general one."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ENTRY_FIELD_NUMBER: _builtins.int
+    SHARE_PERCENT_FIELD_NUMBER: _builtins.int
+    OPENS_AT_FIELD_NUMBER: _builtins.int
+    PRE_QUEUE_WINDOW_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The lane's name: 1 to 32 of a-z, 0-9 and '-' (not first); "general" is
+    the general lane's and not allowed here.
+    """
+    entry: Global___WaitingRoomLaneEntry.ValueType
+    """Who may join the lane."""
+    share_percent: _builtins.int
+    """The lane's weight in the admission rate and the free slots: while
+    several lanes have fans waiting, each gets its share of what is
+    admitted (among the lanes that have fans waiting); 1 to 99, and the
+    lanes together at most 99.
+    """
+    @_builtins.property
+    def opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the lane opens; at or before the waiting room's opens_at (the
+        pre-queue's draw is revealed at the waiting room's opening). Unset: the
+        waiting room's.
+        """
+
+    @_builtins.property
+    def pre_queue_window(self) -> _duration_pb2.Duration:
+        """How long before its opening the lane's pre-queue accepts arrivals
+        (shuffled by the waiting room's draw); unset: the waiting room's.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        entry: Global___WaitingRoomLaneEntry.ValueType = ...,
+        share_percent: _builtins.int = ...,
+        opens_at: _timestamp_pb2.Timestamp | None = ...,
+        pre_queue_window: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["opens_at", b"opens_at", "pre_queue_window", b"pre_queue_window"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "name", b"name", "opens_at", b"opens_at", "pre_queue_window", b"pre_queue_window", "share_percent", b"share_percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitingRoomLane: _TypeAlias = WaitingRoomLane  # noqa: Y015
 
 @_typing.final
 class WaitingRoomStats(_message.Message):
@@ -742,3 +835,145 @@ class RevokeCustomerResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RevokeCustomerResponse: _TypeAlias = RevokeCustomerResponse  # noqa: Y015
+
+@_typing.final
+class CreateAccessCodesRequest(_message.Message):
+    """CreateAccessCodesRequest asks for a batch of access codes for a lane."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    MAX_USES_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    lane: _builtins.str
+    """The lane; its entry must be WAITING_ROOM_LANE_ENTRY_CODE."""
+    count: _builtins.int
+    """How many codes; 1 to 100,000."""
+    max_uses: _builtins.int
+    """How many accounts may use each code; 1 (single-use) to 1,000,000."""
+    label: _builtins.str
+    """A label for the batch (who it is for), up to 200 characters."""
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """When the codes start to work; unset: now."""
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """When the codes stop working; required, after valid_from."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        lane: _builtins.str = ...,
+        count: _builtins.int = ...,
+        max_uses: _builtins.int = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        label: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "event_id", b"event_id", "label", b"label", "lane", b"lane", "max_uses", b"max_uses", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAccessCodesRequest: _TypeAlias = CreateAccessCodesRequest  # noqa: Y015
+
+@_typing.final
+class CreateAccessCodesResponse(_message.Message):
+    """CreateAccessCodesResponse is the batch, with its codes (shown only now)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    CODES_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.int
+    """The batch's id."""
+    @_builtins.property
+    def codes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The codes: 16 characters of an alphabet without look-alikes, in four
+        groups of four joined by '-'. Matching ignores case and dashes.
+        """
+
+    def __init__(
+        self,
+        *,
+        batch_id: _builtins.int = ...,
+        codes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "codes", b"codes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAccessCodesResponse: _TypeAlias = CreateAccessCodesResponse  # noqa: Y015
+
+@_typing.final
+class IssueStaffPassRequest(_message.Message):
+    """IssueStaffPassRequest asks for a staff pass for an event."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    STAFF_NAME_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    staff_name: _builtins.str
+    """Who the pass is for (recorded in the audit log and in the pass); 1 to
+    128 characters.
+    """
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """How long the pass works; 1 minute to 7 days."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        staff_name: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ttl", b"ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id", "staff_name", b"staff_name", "ttl", b"ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssueStaffPassRequest: _TypeAlias = IssueStaffPassRequest  # noqa: Y015
+
+@_typing.final
+class IssueStaffPassResponse(_message.Message):
+    """IssueStaffPassResponse is the signed pass."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAFF_PASS_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    staff_pass: _builtins.str
+    """The pass, to put in a link or JoinQueueRequest.staff_pass."""
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """When it stops working."""
+
+    def __init__(
+        self,
+        *,
+        staff_pass: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "staff_pass", b"staff_pass"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssueStaffPassResponse: _TypeAlias = IssueStaffPassResponse  # noqa: Y015

@@ -80,6 +80,16 @@ class QueueAdminServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.RevokeCustomerRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.RevokeCustomerResponse.FromString,
                 _registered_method=True)
+        self.CreateAccessCodes = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueAdminService/CreateAccessCodes',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateAccessCodesRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateAccessCodesResponse.FromString,
+                _registered_method=True)
+        self.IssueStaffPass = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueAdminService/IssueStaffPass',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassResponse.FromString,
+                _registered_method=True)
 
 
 class QueueAdminServiceServicer:
@@ -161,6 +171,29 @@ class QueueAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAccessCodes(self, request, context):
+        """CreateAccessCodes makes a batch of access codes for one of an event's
+        lanes whose entry is WAITING_ROOM_LANE_ENTRY_CODE, and answers them
+        once: only their SHA-256 is stored. A code lets up to max_uses accounts
+        into the lane within its validity window, each account bound to it at
+        its first use (joining again with it is no new use). NOT_FOUND
+        (LANE_NOT_FOUND) when the lane does not exist or takes no codes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IssueStaffPass(self, request, context):
+        """IssueStaffPass signs a staff pass for an event's staff lane: whoever
+        holds it joins that lane (its reserved share, under the one cap on
+        active shoppers) until it expires. The pass goes in a link
+        (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
+        NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +236,16 @@ def add_QueueAdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeCustomer,
                     request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.RevokeCustomerRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.RevokeCustomerResponse.SerializeToString,
+            ),
+            'CreateAccessCodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAccessCodes,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateAccessCodesRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateAccessCodesResponse.SerializeToString,
+            ),
+            'IssueStaffPass': grpc.unary_unary_rpc_method_handler(
+                    servicer.IssueStaffPass,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -427,6 +470,60 @@ class QueueAdminService:
             '/boxoffice.queue.v1.QueueAdminService/RevokeCustomer',
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.RevokeCustomerRequest.SerializeToString,
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.RevokeCustomerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAccessCodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueAdminService/CreateAccessCodes',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateAccessCodesRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateAccessCodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IssueStaffPass(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueAdminService/IssueStaffPass',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassResponse.FromString,
             options,
             channel_credentials,
             insecure,

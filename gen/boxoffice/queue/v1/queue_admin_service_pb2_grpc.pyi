@@ -73,6 +73,21 @@ class QueueAdminServiceStub:
     flag off; a customer whom admission passed goes back to their own place,
     the head of the queue. Either answers revoked true when the flag changed.
     """
+    CreateAccessCodes: _grpc.UnaryUnaryMultiCallable[_queue_admin_service_pb2.CreateAccessCodesRequest, _queue_admin_service_pb2.CreateAccessCodesResponse]
+    """CreateAccessCodes makes a batch of access codes for one of an event's
+    lanes whose entry is WAITING_ROOM_LANE_ENTRY_CODE, and answers them
+    once: only their SHA-256 is stored. A code lets up to max_uses accounts
+    into the lane within its validity window, each account bound to it at
+    its first use (joining again with it is no new use). NOT_FOUND
+    (LANE_NOT_FOUND) when the lane does not exist or takes no codes.
+    """
+    IssueStaffPass: _grpc.UnaryUnaryMultiCallable[_queue_admin_service_pb2.IssueStaffPassRequest, _queue_admin_service_pb2.IssueStaffPassResponse]
+    """IssueStaffPass signs a staff pass for an event's staff lane: whoever
+    holds it joins that lane (its reserved share, under the one cap on
+    active shoppers) until it expires. The pass goes in a link
+    (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
+    NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
+    """
 
 @_typing.type_check_only
 class QueueAdminServiceAsyncStub(QueueAdminServiceStub):
@@ -118,6 +133,21 @@ class QueueAdminServiceAsyncStub(QueueAdminServiceStub):
     in. A customer already admitted keeps their session. UNSHADOW takes the
     flag off; a customer whom admission passed goes back to their own place,
     the head of the queue. Either answers revoked true when the flag changed.
+    """
+    CreateAccessCodes: _aio.UnaryUnaryMultiCallable[_queue_admin_service_pb2.CreateAccessCodesRequest, _queue_admin_service_pb2.CreateAccessCodesResponse]  # type: ignore[assignment]
+    """CreateAccessCodes makes a batch of access codes for one of an event's
+    lanes whose entry is WAITING_ROOM_LANE_ENTRY_CODE, and answers them
+    once: only their SHA-256 is stored. A code lets up to max_uses accounts
+    into the lane within its validity window, each account bound to it at
+    its first use (joining again with it is no new use). NOT_FOUND
+    (LANE_NOT_FOUND) when the lane does not exist or takes no codes.
+    """
+    IssueStaffPass: _aio.UnaryUnaryMultiCallable[_queue_admin_service_pb2.IssueStaffPassRequest, _queue_admin_service_pb2.IssueStaffPassResponse]  # type: ignore[assignment]
+    """IssueStaffPass signs a staff pass for an event's staff lane: whoever
+    holds it joins that lane (its reserved share, under the one cap on
+    active shoppers) until it expires. The pass goes in a link
+    (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
+    NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
     """
 
 class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -209,6 +239,33 @@ class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         in. A customer already admitted keeps their session. UNSHADOW takes the
         flag off; a customer whom admission passed goes back to their own place,
         the head of the queue. Either answers revoked true when the flag changed.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateAccessCodes(
+        self,
+        request: _queue_admin_service_pb2.CreateAccessCodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_admin_service_pb2.CreateAccessCodesResponse, _abc.Awaitable[_queue_admin_service_pb2.CreateAccessCodesResponse]]:
+        """CreateAccessCodes makes a batch of access codes for one of an event's
+        lanes whose entry is WAITING_ROOM_LANE_ENTRY_CODE, and answers them
+        once: only their SHA-256 is stored. A code lets up to max_uses accounts
+        into the lane within its validity window, each account bound to it at
+        its first use (joining again with it is no new use). NOT_FOUND
+        (LANE_NOT_FOUND) when the lane does not exist or takes no codes.
+        """
+
+    @_abc_1.abstractmethod
+    def IssueStaffPass(
+        self,
+        request: _queue_admin_service_pb2.IssueStaffPassRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_admin_service_pb2.IssueStaffPassResponse, _abc.Awaitable[_queue_admin_service_pb2.IssueStaffPassResponse]]:
+        """IssueStaffPass signs a staff pass for an event's staff lane: whoever
+        holds it joins that lane (its reserved share, under the one cap on
+        active shoppers) until it expires. The pass goes in a link
+        (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
+        NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
         """
 
 def add_QueueAdminServiceServicer_to_server(servicer: QueueAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

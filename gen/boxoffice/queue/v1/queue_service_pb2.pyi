@@ -259,6 +259,7 @@ class QueuePosition(_message.Message):
     ACCESS_TOKEN_FIELD_NUMBER: _builtins.int
     ACCESS_TOKEN_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     ADMISSION_STATE_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event whose queue this is."""
     customer_id: _builtins.str
@@ -273,6 +274,10 @@ class QueuePosition(_message.Message):
     """The signed access token; set only when state is ADMITTED."""
     admission_state: Global___AdmissionState.ValueType
     """Whether admission is running, paused or not yet open."""
+    lane: _builtins.str
+    """The lane the customer is in; empty for the general lane. Scores and
+    admitted_through_score are per lane.
+    """
     @_builtins.property
     def eta(self) -> _duration_pb2.Duration:
         """Estimated wait until admission, from the measured admission rate; unset
@@ -300,10 +305,11 @@ class QueuePosition(_message.Message):
         access_token: _builtins.str = ...,
         access_token_expires_at: _timestamp_pb2.Timestamp | None = ...,
         admission_state: Global___AdmissionState.ValueType = ...,
+        lane: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["access_token_expires_at", b"access_token_expires_at", "eta", b"eta", "poll_after", b"poll_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_token", b"access_token", "access_token_expires_at", b"access_token_expires_at", "admission_state", b"admission_state", "ahead", b"ahead", "customer_id", b"customer_id", "eta", b"eta", "event_id", b"event_id", "poll_after", b"poll_after", "score", b"score", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_token", b"access_token", "access_token_expires_at", b"access_token_expires_at", "admission_state", b"admission_state", "ahead", b"ahead", "customer_id", b"customer_id", "eta", b"eta", "event_id", b"event_id", "lane", b"lane", "poll_after", b"poll_after", "score", b"score", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -318,6 +324,9 @@ class JoinQueueRequest(_message.Message):
     EVENT_ID_FIELD_NUMBER: _builtins.int
     CUSTOMER_ID_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
+    ACCESS_CODE_FIELD_NUMBER: _builtins.int
+    STAFF_PASS_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event to queue for; positive."""
     customer_id: _builtins.str
@@ -329,16 +338,34 @@ class JoinQueueRequest(_message.Message):
     """The client the request came from (an IP address or device id), used for
     per-client rate limits; up to 128 characters, optional.
     """
+    lane: _builtins.str
+    """The lane to join (QueueAdminService's WaitingRoomLane.name); empty for
+    the general lane. A fan is in one lane of an event at a time: joining
+    while waiting or admitted in another answers that place. NOT_FOUND
+    (LANE_NOT_FOUND) for a lane the event does not have.
+    """
+    access_code: _builtins.str
+    """The access code of a lane whose entry is by code. Missing: PERMISSION_DENIED
+    ACCESS_CODE_REQUIRED; unknown, outside its window or of another lane:
+    ACCESS_CODE_INVALID; used up by other accounts: ACCESS_CODE_USED.
+    """
+    staff_pass: _builtins.str
+    """A staff pass (QueueAdminService.IssueStaffPass) for the staff lane;
+    invalid or expired: PERMISSION_DENIED STAFF_PASS_INVALID.
+    """
     def __init__(
         self,
         *,
         event_id: _builtins.int = ...,
         customer_id: _builtins.str = ...,
         client_id: _builtins.str = ...,
+        lane: _builtins.str = ...,
+        access_code: _builtins.str = ...,
+        staff_pass: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "customer_id", b"customer_id", "event_id", b"event_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_code", b"access_code", "client_id", b"client_id", "customer_id", b"customer_id", "event_id", b"event_id", "lane", b"lane", "staff_pass", b"staff_pass"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -498,16 +525,22 @@ class WatchAdmissionProgressRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_ID_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event; positive."""
+    lane: _builtins.str
+    """The lane; empty for the general lane. NOT_FOUND (LANE_NOT_FOUND) for a
+    lane the event does not have.
+    """
     def __init__(
         self,
         *,
         event_id: _builtins.int = ...,
+        lane: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id", "lane", b"lane"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -530,6 +563,7 @@ class AdmissionProgress(_message.Message):
     PRE_QUEUE_JOINED_FIELD_NUMBER: _builtins.int
     TARGET_ADMISSION_RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
     ADMISSION_RATE_REASON_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event."""
     admitted_through_score: _builtins.int
@@ -558,6 +592,10 @@ class AdmissionProgress(_message.Message):
     """
     admission_rate_reason: Global___AdmissionRateReason.ValueType
     """Why the admitter targets that rate."""
+    lane: _builtins.str
+    """The lane this progress is of; empty for the general lane. Every figure
+    but active_shoppers (the whole room's) is the lane's.
+    """
     @_builtins.property
     def observed_at(self) -> _timestamp_pb2.Timestamp:
         """When this snapshot was taken."""
@@ -576,10 +614,11 @@ class AdmissionProgress(_message.Message):
         pre_queue_joined: _builtins.int = ...,
         target_admission_rate_per_second: _builtins.float = ...,
         admission_rate_reason: Global___AdmissionRateReason.ValueType = ...,
+        lane: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_rate_reason", b"admission_rate_reason", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length", "target_admission_rate_per_second", b"target_admission_rate_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_rate_reason", b"admission_rate_reason", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "lane", b"lane", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length", "target_admission_rate_per_second", b"target_admission_rate_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
