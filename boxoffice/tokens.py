@@ -163,6 +163,36 @@ class TokenSigner:
         signing_input = f"{_VERSION}.{ring.active_kid}.{payload}"
         return f"{signing_input}.{self._sign(ring.keys[ring.active_kid], signing_input)}", claims
 
+    def seal(self, kind: str, body: Mapping[str, object]) -> str:
+        """Another signed value than an access token, with the same keys:
+        ``<kind>.<kid>.<payload>.<signature>``; ``kind`` (never ``v1``)
+        is signed too, so one kind is never taken for another."""
+        if kind == _VERSION or not kind.isalnum():
+            raise ValueError(f"kind {kind!r} must be alphanumeric and not {_VERSION!r}")
+        ring = self._ring()
+        payload = _b64(json.dumps(dict(body), separators=(",", ":"), sort_keys=True).encode())
+        signing_input = f"{kind}.{ring.active_kid}.{payload}"
+        return f"{signing_input}.{self._sign(ring.keys[ring.active_kid], signing_input)}"
+
+    def open(self, kind: str, sealed: str) -> dict[str, object] | None:
+        """The body of a genuine value that :meth:`seal` made with ``kind``
+        (any known key); None for anything else (the signature compared in
+        constant time)."""
+        parts = sealed.split(".")
+        if len(sealed) > _MAX_TOKEN_LENGTH or len(parts) != 4 or parts[0] != kind or kind == _VERSION:
+            return None
+        _, kid, payload, signature = parts
+        key = self._ring().keys.get(kid)
+        if key is None:
+            return None
+        if not hmac.compare_digest(self._sign(key, f"{kind}.{kid}.{payload}").encode(), signature.encode()):
+            return None
+        try:
+            body = json.loads(_unb64(payload))
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
     def verify(self, token: str, *, event_id: int) -> AccessClaims:
         """The claims of a genuine, unexpired token for ``event_id``.
 

@@ -26,18 +26,22 @@ from boxoffice.server import Registration
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc import errors
+from queue_svc import errors, passes
 from queue_svc.converters import (
     RoomSettings,
     config_pb,
+    lane_pb,
     parse_config,
     parse_customer_id,
     parse_event_id,
+    parse_lane_name,
     parse_room_settings,
 )
 from queue_svc.handler import QueueHandler
-from queue_svc.model import Progress, QueueState, WaitingRoomConfig
-from queue_svc.ports import FanOp, QueueStore
+from queue_svc.lanes import LaneDoor
+from queue_svc.model import LaneEntry, Progress, QueueState, WaitingRoomConfig
+from queue_svc.passes import StaffPass, StaffPasses
+from queue_svc.ports import AccessCodeRepository, CodeBatch, FanOp, QueueStore
 from queue_svc.servicer import QueueServicer
 
 ADMIN_SERVICE_NAME = apb.DESCRIPTOR.services_by_name["QueueAdminService"].full_name
@@ -61,6 +65,7 @@ def waiting_room_pb(config: WaitingRoomConfig) -> apb.WaitingRoom:
     room.safety_net = config.safety_net
     room.admission_rate_min_per_second = config.admission_rate_min_per_second
     room.admission_rate_max_per_second = config.admission_rate_max_per_second
+    room.lanes.extend(lane_pb(lane) for lane in config.lanes)
     return room
 
 
@@ -124,14 +129,92 @@ class Flagging:
         }
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class CodesMade:
+    """A batch of access codes, made and stored (only the hashes)."""
+
+    batch_id: int
+    codes: tuple[str, ...]
+
+    def json(self) -> Json:
+        # Never the codes themselves: the audit log is no place for them.
+        return {"batch_id": str(self.batch_id), "count": len(self.codes)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PassIssued:
+    """A signed staff pass."""
+
+    staff_pass: str
+    details: StaffPass
+
+    def json(self) -> Json:
+        # Never the pass itself (a bearer credential): whom and until when.
+        return {
+            "event_id": str(self.details.event_id),
+            "staff_name": self.details.staff_name,
+            "expires_at_ms": str(self.details.expires_at_ms),
+        }
+
+
+# CreateAccessCodes: codes per batch and uses per code, at most.
+MAX_CODES_PER_BATCH = 100_000
+MAX_CODE_USES = 1_000_000
+MAX_LABEL_LENGTH = 200
+# IssueStaffPass: how long a pass may work.
+STAFF_PASS_TTL_MS = (60_000, 7 * 24 * 3600 * 1000)
+
+
 class QueueAdmin:
     """The waiting-room administration, every change audited."""
 
-    def __init__(self, *, handler: QueueHandler, store: QueueStore, auditor: Auditor, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        handler: QueueHandler,
+        store: QueueStore,
+        auditor: Auditor,
+        clock: Clock,
+        door: LaneDoor,
+        codes: AccessCodeRepository,
+        staff: StaffPasses,
+    ) -> None:
         self._handler = handler
         self._store = store
         self._audit = auditor
-        self._clock = clock
+        self._clock = self.clock = clock
+        self._door = door
+        self._codes = codes
+        self._staff = staff
+
+    async def create_codes(self, method: str, request: Message, batch: CodeBatch, count: int) -> CodesMade:
+        """A batch of codes for a lane whose entry is by code."""
+
+        async def create() -> CodesMade:
+            view = await self._door.lane(batch.event_id, batch.lane)
+            if view.entry is not LaneEntry.CODE or not batch.lane:
+                raise errors.lane_not_found(batch.event_id, batch.lane)
+            codes = tuple(passes.new_code() for _ in range(count))
+            batch_id = await self._codes.create(batch, [passes.code_hash(code) for code in codes])
+            return CodesMade(batch_id, codes)
+
+        made: CodesMade = await self._audit.run(method, request, before=_nothing, action=create, after=CodesMade.json)
+        return made
+
+    async def issue_staff_pass(
+        self, method: str, request: Message, event_id: int, staff_name: str, ttl_ms: int
+    ) -> PassIssued:
+        async def issue() -> PassIssued:
+            room = await self._door.room(event_id)
+            if not any(lane.entry is LaneEntry.STAFF for lane in room.lanes):
+                raise errors.lane_not_found(event_id, "staff")
+            sealed, details = self._staff.issue(event_id, staff_name, ttl_ms)
+            return PassIssued(sealed, details)
+
+        issued: PassIssued = await self._audit.run(
+            method, request, before=_nothing, action=issue, after=PassIssued.json
+        )
+        return issued
 
     async def _room_json(self, event_id: int) -> Json | None:
         return message_json(waiting_room_pb(await self._handler.get_waiting_room(event_id)))
@@ -322,6 +405,44 @@ class QueueAdminServicer(apb_grpc.QueueAdminServiceServicer):
             state=apb.CustomerState.ValueType(done.state.value),
             revoked=done.revoked,
         )
+
+    async def CreateAccessCodes(
+        self, request: apb.CreateAccessCodesRequest, context: Context
+    ) -> apb.CreateAccessCodesResponse:
+        event_id = parse_event_id(request.event_id)
+        lane = parse_lane_name(request.lane)
+        if not lane:
+            raise validate.invalid("lane", "must name a lane whose entry is by code")
+        validate.int_range("count", request.count, minimum=1, maximum=MAX_CODES_PER_BATCH)
+        validate.int_range("max_uses", request.max_uses, minimum=1, maximum=MAX_CODE_USES)
+        if len(request.label) > MAX_LABEL_LENGTH:
+            raise validate.invalid("label", f"must be at most {MAX_LABEL_LENGTH} characters")
+        now_ms = int(self._admin.clock.now() * 1000)
+        valid_from = request.valid_from.ToMilliseconds() if request.HasField("valid_from") else now_ms
+        if not request.HasField("valid_until"):
+            raise validate.invalid("valid_until", "is required")
+        valid_until = request.valid_until.ToMilliseconds()
+        if valid_until <= valid_from:
+            raise validate.invalid("valid_until", "must be after valid_from")
+        batch = CodeBatch(event_id, lane, request.max_uses, valid_from, valid_until, request.label)
+        made = await self._admin.create_codes(self._method("CreateAccessCodes"), request, batch, request.count)
+        return apb.CreateAccessCodesResponse(batch_id=made.batch_id, codes=made.codes)
+
+    async def IssueStaffPass(self, request: apb.IssueStaffPassRequest, context: Context) -> apb.IssueStaffPassResponse:
+        event_id = parse_event_id(request.event_id)
+        name = parse_customer_id(request.staff_name)
+        low, high = STAFF_PASS_TTL_MS
+        ttl_ms = request.ttl.ToMilliseconds() if request.HasField("ttl") else 0
+        if not low <= ttl_ms <= high:
+            raise validate.invalid("ttl", "must be 1 minute to 7 days")
+        issued = await self._admin.issue_staff_pass(self._method("IssueStaffPass"), request, event_id, name, ttl_ms)
+        answer = apb.IssueStaffPassResponse(staff_pass=issued.staff_pass)
+        answer.expires_at.FromMilliseconds(issued.details.expires_at_ms)
+        return answer
+
+
+async def _nothing() -> Json | None:
+    return None
 
 
 class AuditedQueueServicer(QueueServicer):

@@ -24,12 +24,15 @@ from boxoffice.server import GrpcServer
 from boxoffice.sessions import EndedSessions
 from queue_svc import model
 from queue_svc.adapters import PgDrawRepository, PgWaitingRoomRepository, RedisBookingHealth, RedisQueueStore
+from queue_svc.adapters.pg_access_codes import PgAccessCodeRepository
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
 from queue_svc.handler import QueueHandler
 from queue_svc.jobs import Admitter, DrawRecorder, ProgressHub
 from queue_svc.jobs.lifecycle import LifecycleMetrics, LifecycleRecorder, PgLifecycleRepository
+from queue_svc.lanes import LaneDoor
 from queue_svc.metrics import AdmitterMetrics, DrawMetrics, ServerMetrics
+from queue_svc.passes import StaffPasses
 from queue_svc.ports import Leadership
 
 COMPONENT = "queue"
@@ -86,6 +89,20 @@ class QueueApp:
         made in the transaction that creates the room)."""
         return PgDrawRepository(self.rt.pool())
 
+    @functools.cached_property
+    def codes(self) -> PgAccessCodeRepository:
+        """The lanes' access codes (on the joinable pool: a batch is stored
+        in the transaction of its audit row)."""
+        return PgAccessCodeRepository(self.rt.pool())
+
+    @functools.cached_property
+    def staff_passes(self) -> StaffPasses:
+        return StaffPasses(self.rt.token_signer, self.rt.clock)
+
+    @functools.cached_property
+    def door(self) -> LaneDoor:
+        return LaneDoor(rooms=self.rooms, codes=self.codes, staff=self.staff_passes, clock=self.rt.clock)
+
     # -- the server role ------------------------------------------------------
 
     @functools.cached_property
@@ -116,6 +133,7 @@ class QueueApp:
             metrics=self.server_metrics,
             draws=self.draws,
             sessions=EndedSessions(self.rt.redis()),
+            door=self.door,
         )
 
     @functools.cached_property
@@ -132,7 +150,13 @@ class QueueApp:
     def admin(self) -> QueueAdmin:
         """The waiting rooms' administration, every change audited."""
         return QueueAdmin(
-            handler=self.handler, store=self.store, auditor=audit.Auditor(self.rt.pool()), clock=self.rt.clock
+            handler=self.handler,
+            store=self.store,
+            auditor=audit.Auditor(self.rt.pool()),
+            clock=self.rt.clock,
+            door=self.door,
+            codes=self.codes,
+            staff=self.staff_passes,
         )
 
     # -- the admitter role ----------------------------------------------------

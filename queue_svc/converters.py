@@ -17,8 +17,18 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from boxoffice import draw, validate
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
-from queue_svc import model
-from queue_svc.model import Position, PreQueueProof, Progress, ProofCursor, WaitingRoomConfig
+from queue_svc import model, passes
+from queue_svc.model import (
+    LANE_NAME_MAX,
+    Lane,
+    LaneEntry,
+    Position,
+    PreQueueProof,
+    Progress,
+    ProofCursor,
+    WaitingRoomConfig,
+    lane_problems,
+)
 
 MAX_RATE_PER_SECOND = 100_000
 
@@ -81,6 +91,7 @@ def position_pb(position: Position) -> pb.QueuePosition:
         ahead=position.ahead,
         score=position.score,
         admission_state=pb.AdmissionState.ValueType(position.admission_state.value),
+        lane=position.lane,
     )
     if position.eta_seconds is not None:
         message.eta.seconds = round(position.eta_seconds)
@@ -107,6 +118,7 @@ def progress_pb(progress: Progress) -> pb.AdmissionProgress:
         pre_queue_joined=progress.pre_queue_joined,
         target_admission_rate_per_second=round(progress.target_rate_per_second, 3),
         admission_rate_reason=pb.AdmissionRateReason.ValueType(progress.rate_reason.value),
+        lane=progress.lane,
     )
 
 
@@ -210,6 +222,7 @@ class RoomSettings:
     safety_net: bool
     admission_rate_min_per_second: int
     admission_rate_max_per_second: int
+    lanes: tuple[Lane, ...] = ()
 
     @classmethod
     def of(cls, config: WaitingRoomConfig) -> RoomSettings:
@@ -218,6 +231,7 @@ class RoomSettings:
             safety_net=config.safety_net,
             admission_rate_min_per_second=config.admission_rate_min_per_second,
             admission_rate_max_per_second=config.admission_rate_max_per_second,
+            lanes=config.lanes,
         )
 
     def applied(self, config: WaitingRoomConfig) -> WaitingRoomConfig:
@@ -231,13 +245,18 @@ class RoomSettings:
             raise validate.invalid(
                 "config.admission_rate_max_per_second", "must not be below admission_rate_per_second"
             )
-        return dataclasses.replace(
+        applied = dataclasses.replace(
             config,
             presence_grace_ms=self.presence_grace_ms,
             safety_net=self.safety_net,
             admission_rate_min_per_second=self.admission_rate_min_per_second,
             admission_rate_max_per_second=self.admission_rate_max_per_second,
+            lanes=self.lanes,
         )
+        problems = lane_problems(applied)
+        if problems:
+            raise validate.invalid("config.lanes", "; ".join(problems))
+        return applied
 
 
 def parse_room_settings(message: apb.WaitingRoom) -> RoomSettings:
@@ -253,7 +272,56 @@ def parse_room_settings(message: apb.WaitingRoom) -> RoomSettings:
         safety_net=message.safety_net,
         admission_rate_min_per_second=low,
         admission_rate_max_per_second=high,
+        lanes=tuple(_parse_lane(i, lane) for i, lane in enumerate(message.lanes)),
     )
+
+
+_LANE_ENTRIES = {
+    apb.WAITING_ROOM_LANE_ENTRY_OPEN: LaneEntry.OPEN,
+    apb.WAITING_ROOM_LANE_ENTRY_CODE: LaneEntry.CODE,
+    apb.WAITING_ROOM_LANE_ENTRY_STAFF: LaneEntry.STAFF,
+}
+
+
+def _parse_lane(index: int, message: apb.WaitingRoomLane) -> Lane:
+    field = f"config.lanes[{index}]"
+    entry = _LANE_ENTRIES.get(message.entry)
+    if entry is None:
+        raise validate.invalid(f"{field}.entry", "must be OPEN, CODE or STAFF")
+    window = 0
+    if message.HasField("pre_queue_window"):
+        window = message.pre_queue_window.ToMilliseconds()
+        if not 0 < window <= 7 * 24 * 3600 * 1000:
+            raise validate.invalid(f"{field}.pre_queue_window", "must be more than 0 and at most 7 days")
+    opens = message.opens_at.ToMilliseconds() if message.HasField("opens_at") else 0
+    if message.HasField("opens_at") and opens <= 0:
+        raise validate.invalid(f"{field}.opens_at", "must be after 1970")
+    return Lane(
+        name=message.name,
+        entry=entry,
+        share_percent=message.share_percent,
+        opens_at_ms=opens,
+        pre_queue_window_ms=window,
+    )
+
+
+def lane_pb(lane: Lane) -> apb.WaitingRoomLane:
+    entry = {v: k for k, v in _LANE_ENTRIES.items()}[lane.entry]
+    message = apb.WaitingRoomLane(name=lane.name, entry=entry, share_percent=lane.share_percent)
+    if lane.opens_at_ms:
+        message.opens_at.FromMilliseconds(lane.opens_at_ms)
+    if lane.pre_queue_window_ms:
+        message.pre_queue_window.FromMilliseconds(lane.pre_queue_window_ms)
+    return message
+
+
+def parse_lane_name(value: str, field: str = "lane") -> str:
+    """A lane named in a request: "" (or "general") for the general lane."""
+    if value in ("", "general"):
+        return ""
+    if len(value) > LANE_NAME_MAX or not value.isascii():
+        raise validate.invalid(field, f"must be a lane name of at most {LANE_NAME_MAX} characters")
+    return value
 
 
 # GetPreQueueProof's pages: participants per page by default and at most.
@@ -320,3 +388,19 @@ def proof_pb(proof: PreQueueProof) -> pb.GetPreQueueProofResponse:
         if proof.next_page is not None:
             message.next_page_token = proof_page_token(proof.event_id, proof.next_page)
     return message
+
+
+# A staff pass is a signed value of a few hundred characters.
+MAX_STAFF_PASS_LENGTH = 1024
+
+
+def parse_access_code(value: str) -> str:
+    if len(value) > passes.CODE_MAX_TYPED:
+        raise validate.invalid("access_code", f"must be at most {passes.CODE_MAX_TYPED} characters")
+    return value
+
+
+def parse_staff_pass(value: str) -> str:
+    if len(value) > MAX_STAFF_PASS_LENGTH:
+        raise validate.invalid("staff_pass", f"must be at most {MAX_STAFF_PASS_LENGTH} characters")
+    return value

@@ -6,7 +6,9 @@ waiting room); this module decides what each means to a caller: the
 metadata. Input validation errors come from ``boxoffice.validate``.
 
 Reasons raised here: ``EVENT_NOT_FOUND``, ``EVENT_QUEUE_EXISTS``,
-``QUEUE_NOT_OPEN``, ``RATE_LIMITED``, ``NOT_ADMITTED``, ``DRAINING``, each a
+``QUEUE_NOT_OPEN``, ``RATE_LIMITED``, ``NOT_ADMITTED``, ``DRAINING``,
+``LANE_NOT_FOUND``, ``ACCESS_CODE_REQUIRED``, ``ACCESS_CODE_INVALID``,
+``ACCESS_CODE_USED``, ``STAFF_PASS_INVALID``, ``LANE_CHANGED``, each a
 value of the contract's ``boxoffice.queue.v1.ErrorReason``, which documents
 its code and metadata.
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from boxoffice.errors import (
+    Aborted,
     AlreadyExists,
     BoxofficeError,
     FailedPrecondition,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     Unavailable,
 )
@@ -81,3 +85,55 @@ def not_admitted(event_id: int, state: QueueState) -> FailedPrecondition:
 def draining() -> Unavailable:
     """A stream ended (or refused) because the process is shutting down."""
     return Unavailable("the server is shutting down; watch again", reason="DRAINING")
+
+
+def lane_not_found(event_id: int, lane: str) -> NotFound:
+    """A lane the event's waiting room does not have (or not of the kind
+    asked for)."""
+    return NotFound(
+        f"event {event_id}'s waiting room has no such lane",
+        reason="LANE_NOT_FOUND",
+        metadata={"event_id": str(event_id), "lane": lane[:64]},
+    )
+
+
+def access_code_required(event_id: int, lane: str) -> PermissionDenied:
+    return PermissionDenied(
+        "this lane is entered with an access code",
+        reason="ACCESS_CODE_REQUIRED",
+        metadata={"event_id": str(event_id), "lane": lane},
+    )
+
+
+def access_code_invalid(event_id: int, lane: str) -> PermissionDenied:
+    return PermissionDenied(
+        "this access code does not open this lane now",
+        reason="ACCESS_CODE_INVALID",
+        metadata={"event_id": str(event_id), "lane": lane},
+    )
+
+
+def access_code_used(event_id: int, lane: str, max_uses: int) -> PermissionDenied:
+    return PermissionDenied(
+        "this access code is already used by other accounts",
+        reason="ACCESS_CODE_USED",
+        metadata={"event_id": str(event_id), "lane": lane, "max_uses": str(max_uses)},
+    )
+
+
+def staff_pass_invalid(event_id: int, check: str) -> PermissionDenied:
+    return PermissionDenied(
+        "the staff pass does not verify",
+        reason="STAFF_PASS_INVALID",
+        metadata={"event_id": str(event_id), "check": check},
+    )
+
+
+def lane_changed(event_id: int) -> Aborted:
+    """A fan's call that followed their lane too many times (joins into
+    different lanes racing)."""
+    return Aborted(
+        "the customer's lane changed while the call followed it; call again",
+        reason="LANE_CHANGED",
+        metadata={"event_id": str(event_id)},
+    )

@@ -19,6 +19,7 @@ from boxoffice.tokens import TokenSigner
 from queue_svc import errors
 from queue_svc.config import QueueSettings
 from queue_svc.jobs.progress import EventFeed, ProgressHub
+from queue_svc.lanes import LaneDoor
 from queue_svc.metrics import ServerMetrics
 from queue_svc.model import (
     AdmissionState,
@@ -128,6 +129,7 @@ class QueueHandler:
         metrics: ServerMetrics,
         draws: DrawRepository,
         sessions: EndedSessions | None = None,
+        door: LaneDoor | None = None,
     ) -> None:
         self._store = store
         self._rooms = rooms
@@ -141,6 +143,8 @@ class QueueHandler:
         self._secrets = DrawSecretsCache(draws)
         # Where ended sessions are recorded, so that booking refuses their tokens.
         self._sessions = sessions
+        # Who may join the lanes besides the general one (None: no lanes).
+        self._door = door
         # Events found to have no waiting room, until when (monotonic).
         self._unknown: dict[int, float] = {}
         self._limits = JoinLimits(
@@ -209,23 +213,40 @@ class QueueHandler:
                 _log.warning("draw not read", extra={"event_id": event_id, "reason": err.reason})
             return None
 
-    async def join(self, event_id: int, customer_id: str, client_id: str) -> Joined:
+    async def join(
+        self,
+        event_id: int,
+        customer_id: str,
+        client_id: str,
+        *,
+        lane: str = "",
+        access_code: str = "",
+        staff_pass: str = "",
+    ) -> Joined:
         """The fan's place, queued now or already. Before opening the place
         is the fan's score in the event's draw, a function of the secret
         seed and the fan's pseudonym: joining again, even after leaving,
         lands on the same place. The draw's secrets are read once per
         process; a join after opening succeeds without them (its answer
-        then lacks the pseudonym), one before opening needs them."""
+        then lacks the pseudonym), one before opening needs them.
+
+        A lane besides the general one is entered through its door (an
+        access code, a staff pass); a fan waiting or admitted in another
+        lane gets that place instead."""
+        if lane:
+            if self._door is None:
+                raise errors.lane_not_found(event_id, lane)
+            await self._door.enter(event_id, customer_id, lane, access_code=access_code, staff_pass=staff_pass)
         draw = await self._draw_if_possible(event_id)
         pseudonym = "" if draw is None else draw.pseudonym(customer_id)
         score = -1 if draw is None else draw.score(pseudonym)
-        reply = await self._join_once(event_id, customer_id, client_id, pseudonym, score)
+        reply = await self._join_once(event_id, customer_id, client_id, pseudonym, score, lane)
         if reply.status is JoinStatus.UNKNOWN_EVENT and await self._mirror(event_id):
-            reply = await self._join_once(event_id, customer_id, client_id, pseudonym, score)
+            reply = await self._join_once(event_id, customer_id, client_id, pseudonym, score, lane)
         if reply.status is JoinStatus.NEEDS_DRAW:
             draw = await self._draw_secrets(event_id)  # NOT_FOUND, UNAVAILABLE
             pseudonym = draw.pseudonym(customer_id)
-            reply = await self._join_once(event_id, customer_id, client_id, pseudonym, draw.score(pseudonym))
+            reply = await self._join_once(event_id, customer_id, client_id, pseudonym, draw.score(pseudonym), lane)
         status = reply.status
         if status is JoinStatus.WAITING or status is JoinStatus.ADMITTED:
             now = self._now_ms()
@@ -234,17 +255,17 @@ class QueueHandler:
                 # Newly joined and admitted: the safety net let them in at once.
                 (self._join_safety_net if reply.newly_joined else self._join_admitted).inc()
                 position = Position.past_the_queue(event_id, customer_id, QueueState.ADMITTED, admission)
-                return Joined(position, reply.newly_joined, pseudonym)
+                return Joined(_in_lane(position, reply.lane), reply.newly_joined, pseudonym)
             (self._joined if reply.newly_joined else self._rejoined).inc()
             rate = measured_rate(reply.rate_at_last_tick, reply.last_tick_ms, now)
             position = Position.waiting(
                 event_id, customer_id, score=reply.score, ahead=reply.ahead, rate_per_second=rate, admission=admission
             )
-            return Joined(position, reply.newly_joined, pseudonym)
+            return Joined(_in_lane(position, reply.lane), reply.newly_joined, pseudonym)
         raise self._join_refused(event_id, reply)
 
     async def _join_once(
-        self, event_id: int, customer_id: str, client_id: str, pseudonym: str, score: int
+        self, event_id: int, customer_id: str, client_id: str, pseudonym: str, score: int, lane: str
     ) -> JoinReply:
         return await self._store.join(
             event_id,
@@ -254,6 +275,7 @@ class QueueHandler:
             random_score=score,
             limits=self._limits,
             pseudonym=pseudonym,
+            lane=lane,
         )
 
     def _join_refused(self, event_id: int, reply: JoinReply) -> BoxofficeError:
@@ -277,6 +299,9 @@ class QueueHandler:
         return place
 
     def _position(self, event_id: int, customer_id: str, place: Place, *, with_token: bool) -> Position:
+        return _in_lane(self._lane_position(event_id, customer_id, place, with_token=with_token), place.lane)
+
+    def _lane_position(self, event_id: int, customer_id: str, place: Place, *, with_token: bool) -> Position:
         now = self._now_ms()
         admission = admission_state(now_ms=now, opens_at_ms=place.opens_at_ms, paused=place.paused)
         if place.state is QueueState.WAITING:
@@ -347,7 +372,7 @@ class QueueHandler:
             return PositionWatch(self, event_id, customer_id, first, None, None)
         base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
         # The hub reports the fans its watchers follow as present.
-        feed = self._hub.join(event_id, watcher=customer_id)
+        feed = self._hub.join(event_id, watcher=customer_id, lane=place.lane)
         self._metrics.watchers_open.labels("position").inc()
         return PositionWatch(self, event_id, customer_id, first, base, feed)
 
@@ -372,22 +397,28 @@ class QueueHandler:
 
     # -- waiting rooms ------------------------------------------------------
 
-    async def stats(self, event_id: int) -> Progress:
-        progress = await self._store.progress(event_id, now_ms=self._now_ms())
+    async def stats(self, event_id: int, lane: str = "") -> Progress:
+        """The progress of the event's lane ("" the general one);
+        LANE_NOT_FOUND for a lane the room does not have."""
+        if lane:
+            if self._door is None:
+                raise errors.lane_not_found(event_id, lane)
+            await self._door.lane(event_id, lane)
+        progress = await self._store.progress(event_id, now_ms=self._now_ms(), lane=lane)
         if progress is None and await self._mirror(event_id):
-            progress = await self._store.progress(event_id, now_ms=self._now_ms())
+            progress = await self._store.progress(event_id, now_ms=self._now_ms(), lane=lane)
         if progress is None:
             raise errors.unknown_event(event_id)
         return progress
 
-    async def watch_progress(self, event_id: int) -> AsyncIterator[Progress]:
-        """The event's progress now, then whenever it changes."""
+    async def watch_progress(self, event_id: int, lane: str = "") -> AsyncIterator[Progress]:
+        """The progress of the event's lane now, then whenever it changes."""
         with deadline.scope(self._settings.stream_call_seconds):
-            progress = await self.stats(event_id)
+            progress = await self.stats(event_id, lane)
         yield progress
         sent = _progress_key(progress)
         gauge = self._metrics.watchers_open.labels("progress")
-        feed = self._hub.join(event_id)
+        feed = self._hub.join(event_id, lane=lane)
         gauge.inc()
         try:
             latest: Progress | None = None
@@ -463,6 +494,10 @@ class QueueHandler:
             participants=page,
             next_page=next_page,
         )
+
+
+def _in_lane(position: Position, lane: str) -> Position:
+    return dataclasses.replace(position, lane=lane) if lane else position
 
 
 class PositionWatch:

@@ -56,6 +56,51 @@ class RateReason(enum.IntEnum):
     BOUNDED = 5
 
 
+class LaneEntry(enum.IntEnum):
+    """Who may join a lane; the numbers are those of the proto enum
+    WaitingRoomLaneEntry."""
+
+    # Any signed-in fan (the general lane is always open).
+    OPEN = 1
+    # A fan with one of the lane's access codes (bound to the first
+    # accounts that use it).
+    CODE = 2
+    # Staff with a signed staff pass for the event.
+    STAFF = 3
+
+
+# A lane's name: lowercase letters, digits and dashes, 1 to 32 characters;
+# "" is the general lane.
+LANE_NAME_MAX = 32
+GENERAL_LANE = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One lane of a waiting room besides the general one: its own queue,
+    opening and pre-queue, and a weight in the admission rate and the free
+    slots (``share_percent``), under the room's one cap on active shoppers."""
+
+    name: str
+    entry: LaneEntry
+    share_percent: int
+    # 0: the room's opening / pre-queue window.
+    opens_at_ms: int = 0
+    pre_queue_window_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """A lane as the store and the admitter use it (the general lane too):
+    its effective opening, pre-queue opening and weight."""
+
+    name: str
+    entry: LaneEntry
+    weight: int
+    opens_at_ms: int
+    pre_queue_opens_at_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class WaitingRoomConfig:
     """The configuration of one event's waiting room (times in ms)."""
@@ -80,10 +125,35 @@ class WaitingRoomConfig:
     # (admission_rate_per_second), i.e. never lower / never higher.
     admission_rate_min_per_second: int = 0
     admission_rate_max_per_second: int = 0
+    # The lanes besides the general one (presale, members, staff, ...).
+    lanes: tuple[Lane, ...] = ()
 
     @property
     def pre_queue_opens_at_ms(self) -> int:
         return self.opens_at_ms - self.pre_queue_window_ms
+
+    @property
+    def general_share_percent(self) -> int:
+        """The general lane's weight: what the other lanes leave."""
+        return 100 - sum(lane.share_percent for lane in self.lanes)
+
+    def lane_views(self) -> tuple[LaneView, ...]:
+        """Every lane, the general one first."""
+        general = LaneView(
+            GENERAL_LANE, LaneEntry.OPEN, self.general_share_percent, self.opens_at_ms, self.pre_queue_opens_at_ms
+        )
+        views = [general]
+        for lane in self.lanes:
+            opens = lane.opens_at_ms or self.opens_at_ms
+            window = lane.pre_queue_window_ms or self.pre_queue_window_ms
+            views.append(LaneView(lane.name, lane.entry, lane.share_percent, opens, opens - window))
+        return tuple(views)
+
+    def lane(self, name: str) -> LaneView | None:
+        for view in self.lane_views():
+            if view.name == name:
+                return view
+        return None
 
     @property
     def rate_bounds(self) -> tuple[int, int]:
@@ -101,6 +171,59 @@ DEFAULT_SESSION_LENGTH_MS = 15 * 60 * 1000
 DEFAULT_TOKEN_TTL_MS = 10 * 60 * 1000
 DEFAULT_CLAIM_GRACE_MS = 2 * 60 * 1000
 DEFAULT_PRESENCE_GRACE_MS = 5 * 60 * 1000
+
+
+def lane_problems(config: WaitingRoomConfig) -> list[str]:
+    """What is wrong with a room's lanes ([] when nothing): names, weights
+    and openings (a lane opens at or before the room: the pre-queue's draw
+    is sealed, and its seed revealed, at the room's opening)."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    staff = 0
+    for lane in config.lanes:
+        name = lane.name
+        if not (0 < len(name) <= LANE_NAME_MAX) or not all(c in _LANE_NAME_CHARS for c in name) or name[0] == "-":
+            problems.append(
+                f"lane name {name!r} must be 1 to {LANE_NAME_MAX} of a-z, 0-9 and '-', not starting with '-'"
+            )
+        elif name in seen or name == "general":
+            problems.append(f"lane name {name!r} is used twice (or is the general lane's)")
+        seen.add(name)
+        if not 1 <= lane.share_percent <= 99:
+            problems.append(f"lane {name!r}: share_percent must be 1 to 99")
+        if lane.opens_at_ms and lane.opens_at_ms > config.opens_at_ms:
+            problems.append(f"lane {name!r} opens after the waiting room (lanes open at or before it)")
+        if lane.pre_queue_window_ms < 0:
+            problems.append(f"lane {name!r}: pre_queue_window must not be negative")
+        staff += lane.entry is LaneEntry.STAFF
+    if len(config.lanes) > MAX_LANES:
+        problems.append(f"at most {MAX_LANES} lanes besides the general one")
+    if config.lanes and config.general_share_percent < 1:
+        problems.append("the lanes' shares must leave the general lane at least 1 percent")
+    if staff > 1:
+        problems.append("at most one staff lane")
+    return problems
+
+
+_LANE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+MAX_LANES = 7
+
+
+def lane_weights(views: tuple[LaneView, ...], *, now_ms: int, waiting: dict[str, int]) -> dict[str, float]:
+    """Each lane's part (0 to 1) of the admission rate and of the free
+    slots at one tick: the lanes that are open and have fans waiting share
+    in proportion to their weights; the others keep their nominal part (so
+    that an arrival there is not stranded) but take nothing from the
+    busy ones. With no busy lane, every lane its nominal part."""
+    busy = [v for v in views if now_ms >= v.opens_at_ms and waiting.get(v.name, 0) > 0]
+    total = sum(v.weight for v in views) or 1
+    if not busy:
+        return {v.name: v.weight / total for v in views}
+    busy_total = sum(v.weight for v in busy) or 1
+    parts = {v.name: v.weight / total for v in views}
+    for v in busy:
+        parts[v.name] = v.weight / busy_total
+    return parts
 
 
 def admission_state(*, now_ms: int, opens_at_ms: int, paused: bool) -> AdmissionState:
@@ -133,6 +256,8 @@ class Progress:
     # The admitter's target rate at its last tick, and why.
     target_rate_per_second: float = 0.0
     rate_reason: RateReason = RateReason.BASE
+    # The lane ("" the general one); every figure but active_shoppers is its.
+    lane: str = ""
     # Derived once here, read by every watcher of the event.
     admission_state: AdmissionState = field(init=False)
     rate_per_second: float = field(init=False)
@@ -201,6 +326,8 @@ class Place:
     last_tick_ms: int
     admitted_total: int
     pre_queue_joined: int
+    # The lane the fan is in ("" the general one).
+    lane: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +345,8 @@ class Position:
     admission_state: AdmissionState
     access_token: str = ""
     access_token_expires_at: int = 0
+    # The lane the fan is in ("" the general one).
+    lane: str = ""
 
     @classmethod
     def waiting(

@@ -53,6 +53,8 @@ class JoinReply:
     admitted_total: int = 0
     rate_at_last_tick: float = 0.0
     last_tick_ms: int = 0
+    # The lane the fan's place is in ("" the general one).
+    lane: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +112,12 @@ class QueueStore(Protocol):
         random_score: int,
         limits: JoinLimits,
         pseudonym: str = "",
+        lane: str = "",
     ) -> JoinReply:
-        """Queue a fan (or return their place) in one round trip. A fan
+        """Queue a fan in ``lane`` ("" the general one), or return their
+        place, in one round trip (more when the room has lanes and the fan
+        is bound to another: a fan waiting or admitted in one lane gets that
+        place, see ``JoinReply.lane``). A fan
         placed in the pre-queue gets ``random_score`` (the draw's score of
         their ``pseudonym``); a pseudonym given is appended to the event's
         log of pre-queue placements with it. A negative ``random_score``
@@ -123,9 +129,12 @@ class QueueStore(Protocol):
         ``start`` (0 first); ``seal`` first closes the pre-queue for good
         (later joins go to the back). None for an unknown event."""
 
-    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp, reason: str = "") -> Place | None:
+    async def fan(
+        self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp, reason: str = "", lane: str = ""
+    ) -> Place | None:
         """Read or change one fan's place (``reason``: why a session ends,
-        for the lifecycle log); None for an unknown event."""
+        for the lifecycle log) in the lane they are bound to (``lane`` a
+        guess); None for an unknown event."""
 
     async def admit(
         self,
@@ -135,9 +144,12 @@ class QueueStore(Protocol):
         epoch: int,
         target_rate: float = 0.0,
         reason: RateReason = RateReason.BASE,
+        lane: str = "",
+        slot_share: float = 1.0,
     ) -> TickResult | None:
-        """One admit tick at the target rate (0: the configured one); None
-        for an unknown event."""
+        """One admit tick of the event's ``lane`` at the target rate (0: the
+        configured one), filling at most ``slot_share`` of the free slots;
+        None for an unknown event (or lane not mirrored)."""
 
     async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
         """The waiting fans among ``customer_ids`` are seen now; how many
@@ -147,8 +159,9 @@ class QueueStore(Protocol):
         """Put a fan in the shadow lane (never admitted) or take them out;
         whether that changed anything, or None for an unknown event."""
 
-    async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
-        """The event's admission progress; None for an unknown event."""
+    async def progress(self, event_id: int, *, now_ms: int, lane: str = "") -> Progress | None:
+        """The admission progress of the event's lane; None for an unknown
+        event (or lane not mirrored)."""
 
     async def put_config(self, config: WaitingRoomConfig) -> bool:
         """Mirror a stored configuration (ignored when not newer)."""
@@ -213,3 +226,41 @@ class BookingHealthSource(Protocol):
 
     async def read(self, *, now_ms: int) -> BookingHealth | None:
         """The recent health, or None when nothing fresh was published."""
+
+
+class CodeUse(enum.Enum):
+    """How an access code's use at a join ended."""
+
+    # Bound to the account now, or already bound to it (no new use).
+    ACCEPTED = "accepted"
+    # Not one of the lane's codes, or outside its validity window.
+    INVALID = "invalid"
+    # Bound to as many other accounts as it allows.
+    USED_UP = "used_up"
+
+
+@dataclass(frozen=True, slots=True)
+class CodeBatch:
+    """A batch of access codes as an operator asks for it."""
+
+    event_id: int
+    lane: str
+    max_uses: int
+    valid_from_ms: int
+    valid_until_ms: int
+    label: str
+
+
+class AccessCodeRepository(Protocol):
+    """Where the lanes' access codes live durably (only their hashes) and
+    the accounts each is bound to."""
+
+    async def create(self, batch: CodeBatch, code_hashes: Sequence[bytes]) -> int:
+        """Store a batch and its codes' hashes; the batch's id."""
+
+    async def use(
+        self, event_id: int, lane: str, code_hash: bytes, customer_id: str, *, now_ms: int
+    ) -> tuple[CodeUse, int]:
+        """Bind the code to the account (once; a repeat is no new use) if it
+        is the lane's, valid now and not used up; the outcome and the code's
+        max uses (0 when it is not found)."""

@@ -16,14 +16,17 @@ from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 from queue_svc.converters import (
     config_pb,
+    parse_access_code,
     parse_client_id,
     parse_config,
     parse_customer_id,
     parse_end_reason,
     parse_event_id,
+    parse_lane_name,
     parse_presence_ids,
     parse_proof_page_size,
     parse_proof_page_token,
+    parse_staff_pass,
     position_pb,
     progress_pb,
     proof_pb,
@@ -58,7 +61,12 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         event_id = parse_event_id(request.event_id)
         customer_id = _customer(request.customer_id)
         client_id = parse_client_id(request.client_id)
-        joined = await self._handler.join(event_id, customer_id, client_id)
+        lane = parse_lane_name(request.lane)
+        access_code = parse_access_code(request.access_code)
+        staff_pass = parse_staff_pass(request.staff_pass)
+        joined = await self._handler.join(
+            event_id, customer_id, client_id, lane=lane, access_code=access_code, staff_pass=staff_pass
+        )
         return pb.JoinQueueResponse(
             position=position_pb(joined.position), newly_joined=joined.newly_joined, pseudonym=joined.pseudonym
         )
@@ -89,7 +97,8 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         self, request: pb.WatchAdmissionProgressRequest, context: Context
     ) -> AsyncIterator[pb.WatchAdmissionProgressResponse]:
         event_id = parse_event_id(request.event_id)
-        async for progress in self._handler.watch_progress(event_id):
+        lane = parse_lane_name(request.lane)
+        async for progress in self._handler.watch_progress(event_id, lane):
             yield pb.WatchAdmissionProgressResponse(progress=progress_pb(progress))
 
     async def LeaveQueue(self, request: pb.LeaveQueueRequest, context: Context) -> pb.LeaveQueueResponse:

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from boxoffice import db
 from boxoffice.runtime import Pool
 from queue_svc import errors
-from queue_svc.model import WaitingRoomConfig
+from queue_svc.model import Lane, LaneEntry, WaitingRoomConfig
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -19,7 +21,7 @@ _MS = timedelta(milliseconds=1)
 _COLUMNS = (
     "event_id, opens_at, pre_queue_window_ms, admission_rate_per_second, max_active_shoppers,"
     " session_length_ms, token_ttl_ms, claim_grace_ms, paused, version,"
-    " presence_grace_ms, safety_net, admission_rate_min_per_second, admission_rate_max_per_second"
+    " presence_grace_ms, safety_net, admission_rate_min_per_second, admission_rate_max_per_second, lanes"
 )
 
 
@@ -47,6 +49,7 @@ def _row(row: tuple[Any, ...]) -> WaitingRoomConfig:
         safety,
         low,
         high,
+        lanes,
     ) = row
     return WaitingRoomConfig(
         event_id=int(event_id),
@@ -63,6 +66,37 @@ def _row(row: tuple[Any, ...]) -> WaitingRoomConfig:
         safety_net=bool(safety),
         admission_rate_min_per_second=int(low),
         admission_rate_max_per_second=int(high),
+        lanes=_lanes(lanes),
+    )
+
+
+def _lanes(stored: Any) -> tuple[Lane, ...]:
+    """The lanes column (a JSON array; psycopg decodes it, or a string)."""
+    items = json.loads(stored) if isinstance(stored, str) else stored
+    return tuple(
+        Lane(
+            name=str(item["name"]),
+            entry=LaneEntry(int(item["entry"])),
+            share_percent=int(item["share_percent"]),
+            opens_at_ms=int(item.get("opens_at_ms", 0)),
+            pre_queue_window_ms=int(item.get("pre_queue_window_ms", 0)),
+        )
+        for item in items or ()
+    )
+
+
+def _lanes_json(config: WaitingRoomConfig) -> Jsonb:
+    return Jsonb(
+        [
+            {
+                "name": lane.name,
+                "entry": int(lane.entry),
+                "share_percent": lane.share_percent,
+                "opens_at_ms": lane.opens_at_ms,
+                "pre_queue_window_ms": lane.pre_queue_window_ms,
+            }
+            for lane in config.lanes
+        ]
     )
 
 
@@ -82,6 +116,7 @@ def _params(config: WaitingRoomConfig) -> dict[str, Any]:
         "safety_net": config.safety_net,
         "admission_rate_min_per_second": config.admission_rate_min_per_second,
         "admission_rate_max_per_second": config.admission_rate_max_per_second,
+        "lanes": _lanes_json(config),
     }
 
 
@@ -100,7 +135,7 @@ class PgWaitingRoomRepository:
                     VALUES (%(event_id)s, %(opens_at)s, %(pre_queue_window_ms)s, %(admission_rate_per_second)s,
                             %(max_active_shoppers)s, %(session_length_ms)s, %(token_ttl_ms)s,
                             %(claim_grace_ms)s, %(paused)s, 1, %(presence_grace_ms)s, %(safety_net)s,
-                            %(admission_rate_min_per_second)s, %(admission_rate_max_per_second)s)
+                            %(admission_rate_min_per_second)s, %(admission_rate_max_per_second)s, %(lanes)s)
                     RETURNING {_COLUMNS}
                     """,
                     _params(config),
@@ -123,6 +158,7 @@ class PgWaitingRoomRepository:
                        presence_grace_ms = %(presence_grace_ms)s, safety_net = %(safety_net)s,
                        admission_rate_min_per_second = %(admission_rate_min_per_second)s,
                        admission_rate_max_per_second = %(admission_rate_max_per_second)s,
+                       lanes = %(lanes)s,
                        version = version + 1, updated_at = now()
                  WHERE event_id = %(event_id)s
                 RETURNING {_COLUMNS}

@@ -42,6 +42,7 @@ from typing import Any
 
 from boxoffice.draw import Entry
 from boxoffice.redis import Arg, ScriptBatcher, event_key, load_script
+from queue_svc import errors
 from queue_svc.model import (
     PRE_QUEUE_BAND,
     RATE_WINDOW_MS,
@@ -65,6 +66,17 @@ MAX_PRESENCE_BATCH = 1000
 # script); an admit tick refused for a stale leader epoch.
 _UNKNOWN_EVENT = -1
 _STALE_EPOCH = -5
+# A join or fan script's answer: the fan is bound to another lane.
+_BOUND_ELSEWHERE = -7
+# A fan's call follows their lane this many times at most (the binding
+# moves only when the fan is neither waiting nor admitted).
+_LANE_TRIES = 4
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 _JOIN_CODES = {
     1: JoinStatus.WAITING,
     2: JoinStatus.ADMITTED,
@@ -94,13 +106,23 @@ class EventKeys:
     lifecycle: str
     lifecycle_trimmed: str
     refusals: str
+    # Which lane each fan is bound to (lane.lua), and the prefix of the
+    # join counters' keys: both the event's, whatever the lane.
+    lanes: str
+    limits_prefix: str
     # The keys the join, fan, admit and progress scripts take first, in this order.
     common: tuple[str, str, str, str, str, str, str, str, str]
 
     @classmethod
-    def of(cls, event_id: int) -> EventKeys:
-        config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue = (
-            event_key(event_id, part) for part in ("cfg", "q", "adm", "act", "out", "prog", "seen", "shadow", "shq")
+    def of(cls, event_id: int, lane: str = "") -> EventKeys:
+        """The keys of the event's lane ("" the general one). A lane has its
+        own configuration, queue, progress, seen set and sequence (under
+        ``L:<lane>:``); the admitted and active sets (the one cap), the
+        outcomes, the shadow lane and the logs are the event's."""
+        own = ("L", lane) if lane else ()
+        config, queue, progress, seen = (event_key(event_id, *own, part) for part in ("cfg", "q", "prog", "seen"))
+        admitted, active, outcomes, shadow, shadow_queue = (
+            event_key(event_id, part) for part in ("adm", "act", "out", "shadow", "shq")
         )
         return cls(
             config=config,
@@ -112,16 +134,18 @@ class EventKeys:
             seen=seen,
             shadow=shadow,
             shadow_queue=shadow_queue,
-            sequence=event_key(event_id, "seq"),
+            sequence=event_key(event_id, *own, "seq"),
             pre_queue_log=event_key(event_id, "preq"),
             lifecycle=event_key(event_id, "life"),
             lifecycle_trimmed=event_key(event_id, "lifen"),
             refusals=event_key(event_id, "refused"),
+            lanes=event_key(event_id, "lanes"),
+            limits_prefix=f"{event_key(event_id)}:",
             common=(config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue),
         )
 
     def limits(self, window: int) -> str:
-        return f"{self.config.removesuffix('cfg')}rl:{window}"
+        return f"{self.limits_prefix}rl:{window}"
 
 
 def _int(value: Any) -> int:
@@ -155,15 +179,27 @@ class RedisQueueStore:
         self._flag = load_script("queue_svc", "flag")
         self._pre_queue = load_script("queue_svc", "prequeue")
         self._lifecycle = load_script("queue_svc", "lifecycle")
-        self._keys: dict[int, EventKeys] = {}
+        self._lane = load_script("queue_svc", "lane")
+        self._keys: dict[tuple[int, str], EventKeys] = {}
 
-    def keys(self, event_id: int) -> EventKeys:
-        keys = self._keys.get(event_id)
+    def keys(self, event_id: int, lane: str = "") -> EventKeys:
+        keys = self._keys.get((event_id, lane))
         if keys is None:
             if len(self._keys) > 10_000:
                 self._keys.clear()
-            keys = self._keys[event_id] = EventKeys.of(event_id)
+            keys = self._keys[(event_id, lane)] = EventKeys.of(event_id, lane)
         return keys
+
+    async def _bound_lane(self, event_id: int, customer_id: str, want: str, bound: str) -> str:
+        """The lane a fan's call goes to, after their script answered that
+        they are bound to ``bound``, not ``want`` (lane.lua)."""
+        keys = self.keys(event_id, bound)
+        reply = await self._batcher.call(
+            self._lane,
+            (keys.lanes, keys.admitted, keys.active, keys.shadow_queue, keys.queue),
+            (customer_id, want, bound),
+        )
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     async def join(
         self,
@@ -175,29 +211,46 @@ class RedisQueueStore:
         random_score: int,
         limits: JoinLimits,
         pseudonym: str = "",
+        lane: str = "",
     ) -> JoinReply:
-        keys = self.keys(event_id)
         window = now_ms // limits.window_ms
-        args: list[Arg] = [
-            customer_id,
-            now_ms,
-            random_score,
-            client_id,
-            limits.per_account,
-            limits.per_client,
-            limits.window_ms,
-            PRE_QUEUE_BAND,
-            pseudonym,
-        ]
-        reply = await self._batcher.call(
-            self._join,
-            (*keys.common, keys.sequence, keys.limits(window), keys.pre_queue_log, keys.lifecycle, keys.refusals),
-            args,
-        )
+        for _ in range(_LANE_TRIES):
+            keys = self.keys(event_id, lane)
+            args: list[Arg] = [
+                customer_id,
+                now_ms,
+                random_score,
+                client_id,
+                limits.per_account,
+                limits.per_client,
+                limits.window_ms,
+                PRE_QUEUE_BAND,
+                pseudonym,
+                lane,
+            ]
+            reply = await self._batcher.call(
+                self._join,
+                (
+                    *keys.common,
+                    keys.sequence,
+                    keys.limits(window),
+                    keys.pre_queue_log,
+                    keys.lifecycle,
+                    keys.refusals,
+                    keys.lanes,
+                ),
+                args,
+            )
+            if int(reply[0]) != _BOUND_ELSEWHERE:
+                break
+            lane = await self._bound_lane(event_id, customer_id, lane, _text(reply[1]))
+        else:
+            raise errors.lane_changed(event_id)
         status = _JOIN_CODES[int(reply[0])]
         if status is JoinStatus.UNKNOWN_EVENT:
             return JoinReply(status)
         return JoinReply(
+            lane=lane,
             status=status,
             score=int(reply[1]),
             ahead=int(reply[2]),
@@ -209,15 +262,25 @@ class RedisQueueStore:
             last_tick_ms=int(reply[8]),
         )
 
-    async def fan(self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp, reason: str = "") -> Place | None:
-        keys = self.keys(event_id)
-        reply = await self._batcher.call(
-            self._fan, (*keys.common, keys.lifecycle), (customer_id, now_ms, op.value, reason)
-        )
+    async def fan(
+        self, event_id: int, customer_id: str, *, now_ms: int, op: FanOp, reason: str = "", lane: str = ""
+    ) -> Place | None:
+        for _ in range(_LANE_TRIES):
+            keys = self.keys(event_id, lane)
+            reply = await self._batcher.call(
+                self._fan, (*keys.common, keys.lifecycle, keys.lanes), (customer_id, now_ms, op.value, reason, lane)
+            )
+            if int(reply[0]) != _BOUND_ELSEWHERE:
+                break
+            # Bound to another lane: the place is there (no rebinding for a read).
+            lane = _text(reply[1])
+        else:
+            raise errors.lane_changed(event_id)
         state = int(reply[0])
         if state < 0:
             return None
         return Place(
+            lane=lane,
             state=QueueState(state),
             score=int(reply[1]),
             ahead=int(reply[2]),
@@ -241,9 +304,19 @@ class RedisQueueStore:
         epoch: int,
         target_rate: float = 0.0,
         reason: RateReason = RateReason.BASE,
+        lane: str = "",
+        slot_share: float = 1.0,
     ) -> TickResult | None:
-        args: list[Arg] = [now_ms, epoch, MAX_EXPIRED_PER_TICK, RATE_WINDOW_MS, float(target_rate), int(reason)]
-        keys = self.keys(event_id)
+        args: list[Arg] = [
+            now_ms,
+            epoch,
+            MAX_EXPIRED_PER_TICK,
+            RATE_WINDOW_MS,
+            float(target_rate),
+            int(reason),
+            min(max(slot_share, 0.0), 1.0),
+        ]
+        keys = self.keys(event_id, lane)
         reply = await self._batcher.call(self._admit, (*keys.common, keys.lifecycle), args)
         code = int(reply[0])
         if code == _UNKNOWN_EVENT:
@@ -264,14 +337,20 @@ class RedisQueueStore:
         )
 
     async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
-        keys = self.keys(event_id)
+        """Each lane's seen set takes the ids it has (ZADD XX): the general
+        lane's answer names the room's other lanes, which get the same ids."""
         waiting = 0
         for start in range(0, len(customer_ids), MAX_PRESENCE_BATCH):
             batch = customer_ids[start : start + MAX_PRESENCE_BATCH]
+            keys = self.keys(event_id)
             reply = await self._batcher.call(self._presence, (keys.config, keys.seen), (now_ms, *batch))
             if not int(reply[0]):
                 return None
             waiting += int(reply[1])
+            for lane in filter(None, _text(reply[2]).split(",")):
+                lane_keys = self.keys(event_id, lane)
+                more = await self._batcher.call(self._presence, (lane_keys.config, lane_keys.seen), (now_ms, *batch))
+                waiting += int(more[1])
         return waiting
 
     async def flag(self, event_id: int, customer_id: str, *, flagged: bool, now_ms: int) -> bool | None:
@@ -285,8 +364,8 @@ class RedisQueueStore:
             return None
         return bool(int(reply[1]))
 
-    async def progress(self, event_id: int, *, now_ms: int) -> Progress | None:
-        reply = await self._batcher.call(self._progress, self.keys(event_id).common, ())
+    async def progress(self, event_id: int, *, now_ms: int, lane: str = "") -> Progress | None:
+        reply = await self._batcher.call(self._progress, self.keys(event_id, lane).common, ())
         if not int(reply[0]):
             return None
         return Progress(
@@ -304,6 +383,7 @@ class RedisQueueStore:
             observed_at_ms=now_ms,
             target_rate_per_second=_float(reply[11]),
             rate_reason=_reason(reply[12]),
+            lane=lane,
         )
 
     async def pre_queue_log(self, event_id: int, *, start: int, count: int, seal: bool) -> PreQueueLog | None:
@@ -350,14 +430,37 @@ class RedisQueueStore:
         return int(reply[0]) == 1
 
     async def put_config(self, config: WaitingRoomConfig) -> bool:
+        """Mirrors the room, one configuration per lane (the general lane's
+        at the event's keys): each lane's own opening, pre-queue and
+        nominal part of the rate, the rest the room's."""
+        written = False
+        views = config.lane_views()
+        names = ",".join(view.name for view in views[1:])
+        total = sum(view.weight for view in views) or 1
+        for view in views:
+            rate = config.admission_rate_per_second
+            if config.lanes:
+                rate = max(1, round(rate * view.weight / total))
+            written |= await self._put_lane(
+                config, view.name, view.opens_at_ms, view.pre_queue_opens_at_ms, rate, names
+            )
+        return written
+
+    async def _put_lane(
+        self, config: WaitingRoomConfig, lane: str, opens_ms: int, pre_ms: int, rate: int, names: str
+    ) -> bool:
         args: list[Arg] = [
             config.version,
+            "lanes",
+            int(bool(config.lanes)),
+            "names",
+            names,
             "opens",
-            config.opens_at_ms,
+            opens_ms,
             "pre",
-            config.pre_queue_opens_at_ms,
+            pre_ms,
             "rate",
-            config.admission_rate_per_second,
+            rate,
             "max",
             config.max_active_shoppers,
             "session",
@@ -373,5 +476,5 @@ class RedisQueueStore:
             "safety",
             int(config.safety_net),
         ]
-        reply = await self._batcher.call(self._config_put, (self.keys(config.event_id).config,), args)
+        reply = await self._batcher.call(self._config_put, (self.keys(config.event_id, lane).config,), args)
         return bool(reply)

@@ -10,6 +10,7 @@ booking's published health (read once per tick for all events)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -18,7 +19,7 @@ from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 from queue_svc.config import QueueSettings
 from queue_svc.metrics import AdmitterMetrics
-from queue_svc.model import RateReason, TickResult, WaitingRoomConfig
+from queue_svc.model import RateReason, TickResult, WaitingRoomConfig, lane_weights
 from queue_svc.ports import BookingHealthSource, Leadership, QueueStore, WaitingRoomRepository
 from queue_svc.rate import BookingHealth, NoShowWindow, RatePolicy, target_rate
 
@@ -56,6 +57,8 @@ class Admitter:
         self._event_ids: list[int] = []
         self._refreshed_at = float("-inf")
         self._failing: set[int] = set()
+        # Per event with lanes: each lane's fans waiting at the last tick.
+        self._waiting: dict[int, dict[str, int]] = {}
 
     async def run(self) -> None:
         """The body of the admitter's background loop."""
@@ -126,13 +129,62 @@ class Admitter:
         ratio = window.observe(now_ms, result.no_shows_total, result.claimed_total)
         self._targets[event_id] = target_rate(config, no_show_ratio=ratio, health=health, policy=self._policy)
 
+    async def _admit(
+        self, event_id: int, *, now_ms: int, epoch: int, rate: float, reason: RateReason
+    ) -> TickResult | None:
+        """One tick of the event: one admit script, or with lanes one per
+        lane, each at its part of the rate and of the free slots (the
+        lanes with fans waiting share by weight), then the slots still free
+        to the lanes that still have fans waiting, within their own rate.
+        The cap holds inside each script; the answer adds the lanes up."""
+        config = self._configs.get(event_id)
+        if config is None or not config.lanes:
+            return await self._store.admit(event_id, now_ms=now_ms, epoch=epoch, target_rate=rate, reason=reason)
+        views = config.lane_views()
+        base = rate if rate > 0 else float(config.admission_rate_per_second)
+        waiting = self._waiting.setdefault(event_id, {})
+        parts = lane_weights(views, now_ms=now_ms, waiting=waiting)
+        results: dict[str, TickResult] = {}
+
+        async def admit(lane: str, share: float) -> TickResult | None:
+            return await self._store.admit(
+                event_id,
+                now_ms=now_ms,
+                epoch=epoch,
+                target_rate=max(base * parts[lane], 0.001),
+                reason=reason,
+                lane=lane,
+                slot_share=share,
+            )
+
+        for view in views:
+            result = await admit(view.name, parts[view.name])
+            if result is None:
+                continue  # not mirrored yet: the next refresh mirrors it
+            if result.stale_epoch:
+                return result
+            results[view.name] = result
+        if not results:
+            return None
+        latest = list(results.values())[-1]
+        if latest.active_shoppers < config.max_active_shoppers:
+            for lane, result in list(results.items()):
+                if result.queue_length > 0:
+                    again = await admit(lane, 1.0)
+                    if again is not None and not again.stale_epoch:
+                        results[lane] = _added(result, again)
+                        latest = again
+        for lane, result in results.items():
+            waiting[lane] = result.queue_length
+        return _lanes_total(event_id, results, latest)
+
     async def tick_event(self, event_id: int, epoch: int, *, health: BookingHealth | None = None) -> TickResult | None:
         began = time.perf_counter()
         rate, reason = self.target(event_id)
         now_ms = int(self._clock.now() * 1000)
         try:
             with deadline.scope(max(self._settings.tick_seconds, 1.0)):
-                result = await self._store.admit(event_id, now_ms=now_ms, epoch=epoch, target_rate=rate, reason=reason)
+                result = await self._admit(event_id, now_ms=now_ms, epoch=epoch, rate=rate, reason=reason)
         except BoxofficeError as err:
             if event_id not in self._failing:
                 _log.warning("admit tick failed", extra={"event_id": event_id, "reason": err.reason})
@@ -170,3 +222,35 @@ class Admitter:
             self._metrics.rate_reason.labels(label, each.name).set(1 if each is reason else 0)
         self._adapt(event_id, result, now_ms, health)
         return result
+
+
+def _added(first: TickResult, second: TickResult) -> TickResult:
+    """A lane's two scripts in one tick as one result."""
+    return dataclasses.replace(
+        second,
+        admitted=first.admitted + second.admitted,
+        expired=first.expired + second.expired,
+        dropped=first.dropped + second.dropped,
+    )
+
+
+def _lanes_total(event_id: int, results: dict[str, TickResult], latest: TickResult) -> TickResult:
+    """The lanes' results of one tick as the event's: counts added up, the
+    shoppers as the last script saw them (the cap is the room's), the
+    general lane's admitted-through score."""
+    each = list(results.values())
+    general = results.get("", latest)
+    return TickResult(
+        event_id=event_id,
+        stale_epoch=False,
+        admitted=sum(r.admitted for r in each),
+        expired=sum(r.expired for r in each),
+        active_shoppers=latest.active_shoppers,
+        queue_length=sum(r.queue_length for r in each),
+        admitted_through_score=general.admitted_through_score,
+        admitted_total=sum(r.admitted_total for r in each),
+        highest_epoch=max(r.highest_epoch for r in each),
+        dropped=sum(r.dropped for r in each),
+        no_shows_total=sum(r.no_shows_total for r in each),
+        claimed_total=sum(r.claimed_total for r in each),
+    )

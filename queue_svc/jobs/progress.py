@@ -43,8 +43,10 @@ class EventFeed:
     of shoppers changed. A read that changes nothing wakes nobody.
     """
 
-    def __init__(self, event_id: int) -> None:
+    def __init__(self, event_id: int, lane: str = "") -> None:
         self.event_id = event_id
+        # The lane ("" the general one): each lane has its own progress.
+        self.lane = lane
         self.latest: Progress | None = None
         self.subscribers = 0
         # The fans this process's position watchers follow (with their
@@ -133,7 +135,7 @@ class ProgressHub:
         self._call_seconds = call_seconds
         self._presence_seconds = presence_seconds
         self._metrics = metrics
-        self._feeds: dict[int, EventFeed] = {}
+        self._feeds: dict[tuple[int, str], EventFeed] = {}
         self._drain_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -159,16 +161,18 @@ class ProgressHub:
     def feeds(self) -> int:
         return len(self._feeds)
 
-    def join(self, event_id: int, *, watcher: str = "") -> EventFeed:
-        """The event's feed, followed while anyone has joined it; every
-        ``join`` is paired with a ``leave`` (with the same ``watcher``: the
-        fan a position watch follows, reported present while it does)."""
+    def join(self, event_id: int, *, watcher: str = "", lane: str = "") -> EventFeed:
+        """The feed of the event's lane ("" the general one), followed while
+        anyone has joined it; every ``join`` is paired with a ``leave``
+        (with the same ``watcher``: the fan a position watch follows,
+        reported present while it does)."""
         if self._drain.draining:
             raise draining()
-        feed = self._feeds.get(event_id)
+        key = (event_id, lane)
+        feed = self._feeds.get(key)
         if feed is None:
-            feed = self._feeds[event_id] = EventFeed(event_id)
-            feed.task = asyncio.get_running_loop().create_task(self._follow(feed), name=f"progress:{event_id}")
+            feed = self._feeds[key] = EventFeed(event_id, lane)
+            feed.task = asyncio.get_running_loop().create_task(self._follow(feed), name=f"progress:{event_id}:{lane}")
         feed.subscribers += 1
         if watcher:
             feed.watching[watcher] = feed.watching.get(watcher, 0) + 1
@@ -182,8 +186,9 @@ class ProgressHub:
             else:
                 feed.watching.pop(watcher, None)
         feed.subscribers -= 1
-        if feed.subscribers == 0 and self._feeds.get(feed.event_id) is feed:
-            del self._feeds[feed.event_id]
+        key = (feed.event_id, feed.lane)
+        if feed.subscribers == 0 and self._feeds.get(key) is feed:
+            del self._feeds[key]
             if feed.task is not None:
                 feed.task.cancel()
 
@@ -196,7 +201,9 @@ class ProgressHub:
             began = loop.time()
             try:
                 with deadline.scope(self._call_seconds):
-                    progress = await self._store.progress(feed.event_id, now_ms=int(self._clock.now() * 1000))
+                    progress = await self._store.progress(
+                        feed.event_id, now_ms=int(self._clock.now() * 1000), lane=feed.lane
+                    )
                 self._metrics.progress_reads.inc()
                 if progress is not None:
                     feed.publish(progress)

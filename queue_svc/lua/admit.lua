@@ -27,7 +27,9 @@
 --       10 lifecycle log
 -- ARGV: 1 now (ms), 2 leader epoch, 3 most removals per set and tick,
 --       4 rate averaging window (ms), 5 target rate (per second, 0 = the
---       configured one), 6 the target's reason (a proto enum number)
+--       configured one), 6 the target's reason (a proto enum number),
+--       7 the part of the free slots this script may fill (0 to 1; 1 when
+--       absent): a room with lanes gives each lane its part in turn
 -- Reply: {code, admitted, expired, active, queue_length, admitted_through,
 --         admitted_total, highest_epoch, dropped, no_shows_total,
 --         claimed_total}
@@ -109,7 +111,12 @@ else
   -- The allowance grows at the rate and holds at most one second's worth
   -- (the carry may be below zero: what the safety net took ahead of time).
   local allowance = math.min(rate, carry + rate * elapsed / 1000)
-  local n = math.min(tonumber(cfg[4]) - active, math.floor(allowance))
+  local free = tonumber(cfg[4]) - active
+  local n = math.min(free, math.floor(allowance))
+  local share = tonumber(ARGV[7] or '1')
+  if share < 1 then
+    n = math.min(n, math.ceil(math.max(free, 0) * share))
+  end
   local flagged = redis.call('SCARD', KEYS[8]) > 0
   local claim_by = now + tonumber(cfg[5])
   local admit_prefix = 'A' .. stamp

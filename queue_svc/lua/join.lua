@@ -34,22 +34,30 @@
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
 --       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
 --       10 sequence, 11 this window's join counters, 12 pre-queue log,
---       13 lifecycle log, 14 refusal counters
+--       13 lifecycle log, 14 refusal counters, 15 lane hash (see lane.lua)
 -- ARGV: 1 customer, 2 now (ms), 3 pre-queue score (negative: none; a fan
 --       who would be placed in the pre-queue is not, code -6), 4 client ('' = none),
 --       5 joins per account per window, 6 joins per client per window
 --       (0 = no limit), 7 window (ms), 8 pre-queue band, 9 pseudonym
---       ('' = none: the placement is not logged)
+--       ('' = none: the placement is not logged), 10 the lane these keys
+--       are of ('' general)
 -- Reply: {code, score, ahead, newly_joined, opens_at, paused, admitted_total,
---         rate (string), last_tick}
+--         rate (string), last_tick}; {-7, lane} when the room has lanes and
+--         the fan is bound to another lane (nothing changed: lane.lua decides)
 --   code 1 waiting, 2 admitted; -1 unknown event, -2 not open yet,
 --   -3 account over its limit, -4 client over its limit, -6 the pre-queue
 --   score is needed (nothing changed but the join's count in the limits)
-local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate')
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate', 'lanes')
 if not cfg[1] then
   return {-1}
 end
 local customer = ARGV[1]
+if cfg[8] == '1' then
+  local bound = redis.call('HGET', KEYS[15], customer) or ''
+  if bound ~= ARGV[10] then
+    return {-7, bound}
+  end
+end
 local now = tonumber(ARGV[2])
 local opens = tonumber(cfg[1])
 local paused = tonumber(cfg[3])

@@ -1,0 +1,82 @@
+"""The door of each lane besides the general one: who may join it. An open
+lane takes any signed-in fan; a lane by code takes a fan with one of its
+access codes (bound to the account at its first use, up to its uses); the
+staff lane takes whoever holds a valid staff pass for the event. The
+general lane has no door (a general join reads nothing here)."""
+
+from __future__ import annotations
+
+import time
+
+from boxoffice.clock import Clock
+from queue_svc import errors, passes
+from queue_svc.model import LaneEntry, LaneView, WaitingRoomConfig
+from queue_svc.passes import StaffPasses, StaffPassInvalid
+from queue_svc.ports import AccessCodeRepository, CodeUse, WaitingRoomRepository
+
+# How long a room's configuration read for a lane join is reused.
+_ROOM_SECONDS = 2.0
+_ROOMS_KEPT = 10_000
+
+
+class LaneDoor:
+    def __init__(
+        self,
+        *,
+        rooms: WaitingRoomRepository,
+        codes: AccessCodeRepository,
+        staff: StaffPasses,
+        clock: Clock,
+    ) -> None:
+        self._rooms = rooms
+        self._codes = codes
+        self._staff = staff
+        self._clock = clock
+        self._cached: dict[int, tuple[float, WaitingRoomConfig | None]] = {}
+
+    async def room(self, event_id: int) -> WaitingRoomConfig:
+        """The room's configuration, read at most every few seconds per
+        event; NOT_FOUND without a waiting room."""
+        now = time.monotonic()
+        cached = self._cached.get(event_id)
+        if cached is None or cached[0] <= now:
+            config = await self._rooms.get(event_id)
+            if len(self._cached) >= _ROOMS_KEPT:
+                self._cached.clear()
+            cached = self._cached[event_id] = (now + _ROOM_SECONDS, config)
+        if cached[1] is None:
+            raise errors.unknown_event(event_id)
+        return cached[1]
+
+    async def lane(self, event_id: int, lane: str) -> LaneView:
+        """The event's lane by name; LANE_NOT_FOUND if it has none."""
+        view = (await self.room(event_id)).lane(lane)
+        if view is None:
+            raise errors.lane_not_found(event_id, lane)
+        return view
+
+    async def enter(self, event_id: int, customer_id: str, lane: str, *, access_code: str, staff_pass: str) -> None:
+        """Lets the fan through the lane's door, or raises why not
+        (LANE_NOT_FOUND, ACCESS_CODE_*, STAFF_PASS_INVALID). A code is used
+        (bound to the account) here, before the join itself."""
+        view = await self.lane(event_id, lane)
+        if view.entry is LaneEntry.OPEN:
+            return
+        if view.entry is LaneEntry.STAFF:
+            try:
+                self._staff.verify(staff_pass, event_id=event_id)
+            except StaffPassInvalid as err:
+                raise errors.staff_pass_invalid(event_id, err.check) from None
+            return
+        if not access_code:
+            raise errors.access_code_required(event_id, lane)
+        if not passes.plausible(access_code):
+            raise errors.access_code_invalid(event_id, lane)
+        now_ms = int(self._clock.now() * 1000)
+        outcome, max_uses = await self._codes.use(
+            event_id, lane, passes.code_hash(access_code), customer_id, now_ms=now_ms
+        )
+        if outcome is CodeUse.INVALID:
+            raise errors.access_code_invalid(event_id, lane)
+        if outcome is CodeUse.USED_UP:
+            raise errors.access_code_used(event_id, lane, max_uses)
