@@ -83,7 +83,7 @@ def build_app(
     ``AlwaysLeader(1)`` unless given; ``redis_url`` replaces the suite's
     Redis (e.g. the embedded Redis 6.2)."""
     if redis_url is not None:
-        stores = dataclasses.replace(stores, redis_url=redis_url)
+        stores = dataclasses.replace(stores, redis_url=redis_url, redis_cluster=False)
     rt = make_runtime(stores, environ=environ, clock=clock)
     return QueueApp(rt, leadership=leadership or AlwaysLeader(1))
 
@@ -190,8 +190,8 @@ async def members(client: aioredis.Redis, key: str, start: int = 0, end: int = -
     return [cast(bytes, member).decode() for member in found]
 
 
-def keys_of(event_id: int) -> EventKeys:
-    return EventKeys.of(event_id)
+def keys_of(event_id: int, lane: str = "") -> EventKeys:
+    return EventKeys.of(event_id, lane)
 
 
 async def active_count(client: aioredis.Redis, event_id: int) -> int:
