@@ -19,7 +19,7 @@ rm -f "$pip_log"
 export PATH="$PWD/.venv/bin:$PATH"
 # The browser tests' Chromium and npm tools, installed only when missing.
 scripts/browser_deps.sh
-scripts/ops_deps.sh  # promtool, for the alerts' tests (tests/k8s/)
+scripts/ops_deps.sh  # promtool and pgbouncer, for tests/k8s/
 
 echo "== contracts"
 scripts/check_contracts.sh

@@ -110,11 +110,17 @@ def by_name(kind: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in of_kind(kind)}
 
 
-def pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
-    """(workload name, pod spec) of every Deployment and Job."""
+# Workloads of another program than boxoffice (components/pgbouncer).
+POOLER = "pgbouncer"
+
+
+def pod_specs(*, third_party: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(workload name, pod spec) of every Deployment and Job of boxoffice's
+    image (and, with ``third_party``, the others too: PgBouncer)."""
     for kind in ("Deployment", "Job"):
         for obj in of_kind(kind):
-            yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+            if third_party or obj["metadata"]["name"] != POOLER:
+                yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
 
 
 def _python_files() -> Iterator[Path]:

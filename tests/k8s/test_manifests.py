@@ -18,6 +18,7 @@ from queue_svc import model as queue_model
 from queue_svc.config import QueueSettings
 from tests.k8s.support import (
     K8S,
+    POOLER,
     ROOT,
     by_name,
     config_map_data,
@@ -89,7 +90,7 @@ def test_kustomizations_name_files_that_exist_and_every_manifest_is_used() -> No
 
 def test_a_deployment_for_every_process() -> None:
     deployments = by_name("Deployment")
-    assert set(deployments) == {*SERVERS, *WORKERS, EDGE}
+    assert set(deployments) == {*SERVERS, *WORKERS, EDGE, POOLER}
     assert {c["args"][0] for name, spec in pod_specs() for c in spec["containers"]} == {
         *SERVERS,
         *WORKERS,
@@ -138,9 +139,9 @@ def test_processes_listen_where_the_probes_and_scrapes_look() -> None:
     assert int(data["BOXOFFICE_HEALTH_PORT"]) == HEALTH_PORT
 
 
-@pytest.mark.parametrize("workload", [name for name, _ in pod_specs()])
+@pytest.mark.parametrize("workload", [name for name, _ in pod_specs(third_party=True)])
 def test_pods_are_locked_down_with_requests_and_limits(workload: str) -> None:
-    spec = dict(pod_specs())[workload]
+    spec = dict(pod_specs(third_party=True))[workload]
     pod = spec["securityContext"]
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0
     assert pod["seccompProfile"]["type"] == "RuntimeDefault"
@@ -253,8 +254,11 @@ def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> Non
             if "secretKeyRef" in e.get("valueFrom", {})
             and e["valueFrom"]["secretKeyRef"] == {"name": "boxoffice-secrets", "key": e["name"]}
         }
-        # Without both URLs a process would start embedded stores instead.
+        # Without both URLs a process would start embedded stores instead;
+        # every user of Postgres also gets the direct URL for its session
+        # locks (DATABASE_URL goes through PgBouncer in transaction mode).
         assert needs.get(name, {"DATABASE_URL", "REDIS_URL"}) <= from_secret, name
+        assert ("DATABASE_DIRECT_URL" in from_secret) == ("DATABASE_URL" in from_secret), name
     (edge,) = by_name("Deployment")[EDGE]["spec"]["template"]["spec"]["containers"]
     assert "DATABASE_URL" not in {e["name"] for e in edge["env"]}
     for config in ("boxoffice-config", "boxoffice-edge-config"):
@@ -307,7 +311,7 @@ def test_stateless_services_scale_and_every_deployment_has_a_budget() -> None:
 
 def test_services_reach_the_grpc_port_of_the_servers() -> None:
     services = by_name("Service")
-    assert set(services) == {*SERVERS, *(f"{name}-headless" for name in SERVERS), EDGE}
+    assert set(services) == {*SERVERS, *(f"{name}-headless" for name in SERVERS), EDGE, POOLER}
     for name in SERVERS:
         for service in (services[name], services[f"{name}-headless"]):
             (port,) = service["spec"]["ports"]
@@ -376,6 +380,8 @@ def test_the_migration_job_migrates() -> None:
 def test_prometheus_scrapes_every_process_once_where_it_serves_metrics() -> None:
     monitors = of_kind("PodMonitor")
     for deployment in of_kind("Deployment"):
+        if deployment["metadata"]["name"] == POOLER:
+            continue  # serves no metrics itself (README.md of k8s, "PgBouncer")
         template = deployment["spec"]["template"]
         (container,) = template["spec"]["containers"]
         ports = {p["name"] for p in container["ports"]}

@@ -248,6 +248,47 @@ def test_the_edge_is_reached_on_its_http_port_only() -> None:
     assert _flows("Ingress", access.EDGE) == {("TCP", "anyone", EDGE_PORT), ("TCP", "Prometheus", EDGE_PORT)}
 
 
+def _pgbouncer_labels() -> dict[str, str]:
+    return dict(by_name("Deployment")["pgbouncer"]["spec"]["template"]["metadata"]["labels"])
+
+
+def test_every_user_of_postgres_reaches_pgbouncer_and_only_they_do() -> None:
+    pgbouncer = _pgbouncer_labels()
+    # Every process but the edge, and the operators' toolbox (which may
+    # reach Postgres too, for the runbooks' queries).
+    users = {role for role in DEPLOYED if role != access.EDGE} | {access.OPERATOR}
+    for role in [*DEPLOYED, access.OPERATOR]:
+        reaches = any(
+            6432 in _ports(rule)
+            and any(_selects(peer.get("podSelector", {}), pgbouncer) for peer in rule.get("to", []))
+            for _, rule in _rules("Egress", role)
+        )
+        assert reaches == (role in users), role
+    admitted: set[str] = set()
+    for policy in of_kind("NetworkPolicy"):
+        spec = policy["spec"]
+        if "Ingress" not in spec["policyTypes"] or not _selects(spec["podSelector"], pgbouncer):
+            continue
+        for rule in spec.get("ingress", []):
+            if 6432 in _ports(rule):
+                assert rule.get("from"), "PgBouncer open to anyone"
+                for peer in rule["from"]:
+                    assert set(peer) == {"podSelector"}, peer
+                    admitted |= {r for r in access.ROLES if _selects(peer["podSelector"], _labels(r))}
+    assert admitted == users
+
+
+def test_pgbouncer_reaches_postgres_and_dns_only() -> None:
+    pgbouncer = _pgbouncer_labels()
+    ports: set[int] = set()
+    for policy in of_kind("NetworkPolicy"):
+        spec = policy["spec"]
+        if "Egress" in spec["policyTypes"] and _selects(spec["podSelector"], pgbouncer):
+            for rule in spec.get("egress", []):
+                ports |= _ports(rule)
+    assert ports == {5432, 53}
+
+
 def test_only_the_admitter_reaches_the_api_server() -> None:
     for role in [*DEPLOYED, access.OPERATOR]:
         api = {443, 6443} <= _egress_ports(role)
@@ -255,8 +296,9 @@ def test_only_the_admitter_reaches_the_api_server() -> None:
 
 
 def test_no_service_exposes_the_plaintext_health_port() -> None:
+    own_port = {"edge": "http", "pgbouncer": "pgbouncer"}
     for name, service in by_name("Service").items():
-        assert {p["targetPort"] for p in service["spec"]["ports"]} == {"http" if name == "edge" else "grpc"}, name
+        assert {p["targetPort"] for p in service["spec"]["ports"]} == {own_port.get(name, "grpc")}, name
     # Nor does any NetworkPolicy open it: the kubelet probes from the node.
     for policy in of_kind("NetworkPolicy"):
         for rule in policy["spec"].get("ingress", []):
@@ -372,6 +414,11 @@ def test_with_istio_the_sidecars_do_the_tls() -> None:
     assert not [o for o in objects if o["apiVersion"].startswith("cert-manager.io/")]
     for deployment in (o for o in objects if o["kind"] == "Deployment"):
         template = deployment["spec"]["template"]
+        if deployment["metadata"]["name"] == "pgbouncer":
+            # Outside the mesh (overlays/istio says why).
+            assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+            assert "traffic.sidecar.istio.io/excludeInboundPorts" not in template["metadata"].get("annotations", {})
+            continue
         assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "true"
         excluded = template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeInboundPorts"]
         # Prometheus and the kubelet are outside the mesh; so are the
