@@ -263,6 +263,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from boxoffice_cli import admin
 
         return admin.main(words[1:], os.environ if environ is None else environ)
+    if words[:1] in (["report"], ["simulate"]):
+        # The operator's on-sale report and the simulator (which ends with it).
+        from boxoffice_cli import report, simulate
+
+        run = report.main if words[0] == "report" else simulate.main
+        return run(words[1:], os.environ if environ is None else environ)
     if words[:1] == ["verify-draw"]:
         # Anyone's command: checks a published pre-queue shuffle from public data.
         from boxoffice_cli import verify_draw
@@ -275,6 +281,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)")
     sub.add_parser("migrate", help="apply schema migrations and exit")
     sub.add_parser("admin", help="operate events and waiting rooms over the admin API (boxoffice admin --help)")
+    sub.add_parser("report", help="an event's on-sale report and reconciliation (boxoffice report --help)")
+    sub.add_parser("simulate", help="a synthetic on-sale: a crowd on the real mesh, or the model (--model)")
     sub.add_parser("verify-draw", help="check an event's published pre-queue shuffle from public data alone")
     for command, (module, role) in sorted(table.items()):
         sub.add_parser(command, help=f"run {module.COMPONENT} {role}")

@@ -1,0 +1,252 @@
+"""``boxoffice report`` after a scripted small on-sale on the real mesh
+(the synthetic crowd through the edge's HTTP API, real Postgres, Redis and
+gRPC): every figure equals the count taken directly from Postgres and
+Redis, the reconciliation balances, and a planted mismatch is listed item
+by item."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import io
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+import redis.asyncio as aioredis
+
+from boxoffice_cli import report as report_cli
+from boxoffice_cli.simulate import Crowd, Tally, create_event, settled_report
+from boxoffice_cli.simulate_scenario import Scenario
+from queue_svc.adapters import EventKeys
+from tests.edge.harness import EdgeStack, edge_stack
+from tests.support import Stores
+
+# Small enough for the suite: 48 fans for 16 seats, a few bots and declined cards.
+SCENARIO = Scenario(
+    fans=48,
+    seats=16,
+    row_seats=8,
+    admission_rate=8,
+    max_active=6,
+    opens_in_seconds=3.0,
+    pre_queue_share=0.4,
+    surge_seconds=3.0,
+    show_rate=0.8,
+    declined_share=0.2,
+    bot_share=0.1,
+    bot_joins=25,
+    think_seconds=(0.05, 0.2),
+    pay_seconds=(0.05, 0.2),
+    claim_grace_seconds=5,
+    session_seconds=120,
+    seed=7,
+)
+
+
+@dataclasses.dataclass
+class OnSale:
+    event_id: int
+    tally: Tally
+    report: dict[str, Any]
+    redis: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+async def stack(stores: Stores) -> AsyncIterator[EdgeStack]:
+    async with edge_stack(stores, prefix="report") as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+async def on_sale(stack: EdgeStack, stores: Stores) -> OnSale:
+    import time
+
+    event_id = 10**9 + uuid.uuid4().int % 10**11
+    started = time.time() + 1.0
+    await create_event(
+        stack.operators["queue"], stack.operators["booking"], SCENARIO, event_id, started + SCENARIO.opens_in_seconds
+    )
+    crowd = Crowd(stack.url, event_id, SCENARIO, started_at=started, run_id=uuid.uuid4().hex[:8])
+    tally = await crowd.run()
+    assert tally.errors == 0, tally.error_samples
+    keys = EventKeys.of(event_id)
+    client = aioredis.Redis.from_url(stores.redis_url)
+    try:
+        # The no-shows' admissions lapse (claim grace 5 s) at a later tick; wait
+        # until nobody is admitted-unclaimed any more and the log is copied.
+        for _ in range(400):
+            if not await client.zcard(keys.admitted) and not await client.llen(keys.lifecycle):
+                break
+            await asyncio.sleep(0.05)
+        report = await settled_report(stores.database_url, event_id)
+        progress = {_text(k): _text(v) for k, v in (await client.hgetall(keys.progress)).items()}
+        refused = {_text(k): int(v) for k, v in (await client.hgetall(keys.refusals)).items()}
+        trimmed = int(await client.get(keys.lifecycle_trimmed) or 0)
+        left = await client.llen(keys.lifecycle)
+    finally:
+        await client.aclose()
+    return OnSale(event_id, tally, report, {"progress": progress, "refused": refused, "trimmed": trimmed, "left": left})
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _pg(stores: Stores, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    with psycopg.connect(stores.database_url) as conn:
+        return list(conn.execute(sql.encode(), params).fetchall())
+
+
+def _scalar(stores: Stores, sql: str, *params: object) -> Any:
+    return _pg(stores, sql, *params)[0][0]
+
+
+async def test_every_funnel_figure_equals_the_direct_counts(on_sale: OnSale, stores: Stores) -> None:
+    r, e = on_sale.report, on_sale.event_id
+    funnel, redis_progress = r["funnel"], on_sale.redis["progress"]
+    assert set(r) == {"event_id", "funnel", "wait_seconds", "refusals", "tickets", "reconciliation"}
+    # Every entry Redis logged was copied (none left, the trimmed count is the rows').
+    assert on_sale.redis["left"] == 0
+    assert _scalar(stores, "SELECT count(*) FROM queue_lifecycle WHERE event_id = %s", e) == on_sale.redis["trimmed"]
+    # Redis's own counters of the room.
+    assert funnel["pre_queue_at_opening"] == int(redis_progress.get("pre", 0)) > 0
+    assert funnel["joins"] == int(redis_progress["joined"])  # the pre-queue's included
+    assert funnel["admitted"] == int(redis_progress["admitted"]) > 0
+    assert funnel["claimed"] == int(redis_progress.get("claimed", 0)) == on_sale.tally.admitted
+    assert funnel["admissions_never_claimed"] == int(redis_progress.get("noshow", 0)) > 0
+    assert funnel["fans_joined"] == len(
+        {
+            f
+            for (f,) in _pg(
+                stores, "SELECT customer_id FROM queue_lifecycle WHERE event_id = %s AND kind = 'joined'", e
+            )
+        }
+    )
+    # Refusals: the join limits the bots ran into, as Redis counted them.
+    assert r["refusals"]["queue_joins"] == on_sale.redis["refused"]
+    assert on_sale.redis["refused"].get("account_limit", 0) == on_sale.tally.joins_refused > 0
+    # Booking and payment, counted directly.
+    held = _scalar(stores, "SELECT count(DISTINCT customer_id) FROM holds WHERE event_id = %s", e)
+    paid = _scalar(
+        stores, "SELECT count(DISTINCT customer_id) FROM holds WHERE event_id = %s AND state = 'CONFIRMED'", e
+    )
+    assert (funnel["fans_held"], funnel["fans_paid"]) == (held, paid) == (on_sale.tally.held, on_sale.tally.paid)
+    declined = dict(
+        _pg(
+            stores,
+            "SELECT failure_reason, count(*) FROM payments WHERE event_id = %s AND state = 'DECLINED' GROUP BY 1",
+            e,
+        )
+    )
+    assert r["refusals"]["payments"] == declined and sum(declined.values()) == on_sale.tally.declined
+
+
+async def test_waits_and_tickets_equal_the_direct_counts(on_sale: OnSale, stores: Stores) -> None:
+    r, e = on_sale.report, on_sale.event_id
+    opens = _scalar(stores, "SELECT opens_at FROM queue_events WHERE event_id = %s", e)
+    # Each admission's wait, paired here in Python with the fan's join before it.
+    rows = _pg(stores, "SELECT idx, kind, customer_id, at FROM queue_lifecycle WHERE event_id = %s ORDER BY idx", e)
+    last_join: dict[str, Any] = {}
+    waits = []
+    for _, kind, customer, at in rows:
+        if kind == "joined":
+            last_join[customer] = at
+        elif kind == "admitted":
+            waits.append(max(0.0, (at - max(last_join[customer], opens)).total_seconds()))
+    waits.sort()
+    assert r["wait_seconds"]["count"] == len(waits) == r["funnel"]["admitted"]
+    assert r["wait_seconds"]["p50"] == pytest.approx(report_cli.percentile(waits, 0.5))
+    assert r["wait_seconds"]["p99"] == pytest.approx(
+        waits[-1] if len(waits) < 100 else report_cli.percentile(waits, 0.99)
+    )
+    assert sum(b["count"] for b in r["wait_seconds"]["histogram"]) == len(waits)
+    # Seats and tickets.
+    tickets = r["tickets"]
+    sold = _scalar(stores, "SELECT sum(sold) FROM section_totals WHERE event_id = %s", e)
+    valid = _scalar(stores, "SELECT count(*) FROM tickets WHERE event_id = %s AND voided_at IS NULL", e)
+    assert tickets["seats_sold"] == sold == valid == tickets["valid_tickets"] == on_sale.tally.tickets == SCENARIO.seats
+    (section,) = tickets["sections"]
+    last_sale = _scalar(stores, "SELECT max(confirmed_at) FROM holds WHERE event_id = %s AND state = 'CONFIRMED'", e)
+    assert section["sold_out_after_seconds"] == pytest.approx((last_sale - opens).total_seconds())
+    value = _scalar(stores, "SELECT sum(amount_minor) FROM holds WHERE event_id = %s AND state = 'CONFIRMED'", e)
+    assert tickets["value_sold_minor"] == {"EUR": value} and value == SCENARIO.seats * SCENARIO.price_minor
+    # Arrivals per minute add up to the joins.
+    assert sum(a["joined"] for a in r["funnel"]["arrivals_per_minute"]) == r["funnel"]["joins"]
+
+
+async def test_the_reconciliation_balances_and_lists_a_planted_mismatch(on_sale: OnSale, stores: Stores) -> None:
+    recon = on_sale.report["reconciliation"]
+    assert recon["ok"] and [line["mismatches"] for line in recon["lines"]] == [0, 0, 0]
+    e = on_sale.event_id
+    with psycopg.connect(stores.database_url) as conn:
+        # Planted in a transaction that is rolled back: a payment that
+        # refunded 1.00 too much, and a ticket nobody paid for.
+        payment_id, hold_id = conn.execute(
+            b"SELECT payment_id, hold_id FROM payments WHERE event_id = %s AND state = 'SUCCEEDED' LIMIT 1", (e,)
+        ).fetchone() or (None, None)
+        conn.execute(b"UPDATE payments SET refunded_minor = 100 WHERE payment_id = %s", (payment_id,))
+        ticket_id = uuid.uuid4()
+        conn.execute(
+            b"""
+            INSERT INTO tickets (ticket_id, event_id, hold_id, unit, customer_id, section_id, seat_id, seat_label,
+                                 payment_id, source_event_id, code)
+            VALUES (%s, %s, %s, 99, 'planted', 'A', NULL, '', 'no-such-payment', %s, %s)
+            """,
+            (ticket_id, e, uuid.uuid4(), uuid.uuid4(), uuid.uuid4().hex),
+        )
+        planted = report_cli.gather(conn, e)["reconciliation"]
+        conn.rollback()
+    money, seats, tickets = planted["lines"]
+    assert not planted["ok"]
+    assert money["items"] == [
+        {
+            "hold_id": str(hold_id),
+            "currency": "EUR",
+            "value_sold_minor": money["items"][0]["value_sold_minor"],
+            "captured_minor": money["items"][0]["value_sold_minor"],
+            "refunded_minor": 100,
+            "difference_minor": -100,
+        }
+    ]
+    assert seats["items"] == [{"section_id": "A", "seats_sold": SCENARIO.seats, "valid_tickets": SCENARIO.seats + 1}]
+    assert [(i["ticket_id"], i["problem"]) for i in tickets["items"]] == [
+        (str(ticket_id), "no such payment of its hold")
+    ]
+
+
+async def test_the_command_writes_json_csv_and_a_self_contained_html(
+    on_sale: OnSale, stores: Stores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {"DATABASE_URL": stores.database_url}
+    out = io.StringIO()
+    assert report_cli.main([str(on_sale.event_id), "--format", "json"], env, out) == 0
+    as_json = json.loads(out.getvalue())
+    assert list(as_json) == ["event_id", "funnel", "wait_seconds", "refusals", "tickets", "reconciliation"]
+    assert as_json["funnel"]["admitted"] == on_sale.report["funnel"]["admitted"]
+    out = io.StringIO()
+    assert report_cli.main([str(on_sale.event_id), "--format", "csv"], env, out) == 0
+    rows = dict(csv.reader(io.StringIO(out.getvalue())))
+    assert rows["funnel.admitted"] == str(on_sale.report["funnel"]["admitted"])
+    assert rows["reconciliation.ok"] == "true"
+    out = io.StringIO()
+    assert report_cli.main([str(on_sale.event_id)], env, out) == 0
+    page = out.getvalue()
+    assert page.startswith("<!doctype html>") and page.count("<svg") >= 3
+    for outside in ("<script", "src=", "href=", "@import", "url("):
+        assert outside not in page
+    # Bad input: a clear error, exit 2, nothing written.
+    for argv, message in (
+        (["0"], "must be positive"),
+        (["x"], "not a number"),
+        ([str(10**15 + 7)], "has no waiting room"),
+        ([str(on_sale.event_id), "--format", "pdf"], "invalid choice"),
+    ):
+        out = io.StringIO()
+        assert report_cli.main(argv, env, out) == 2
+        assert out.getvalue() == "" and message in capsys.readouterr().err
+    assert report_cli.main([str(on_sale.event_id)], {}, io.StringIO()) == 2
