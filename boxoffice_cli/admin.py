@@ -35,7 +35,9 @@ import grpc
 
 from boxoffice.errors import from_rpc_error
 from boxoffice.tls import CertFiles, ClientChannel
+from boxoffice_cli import admin_lanes
 from boxoffice_cli.admin_files import (
+    EVENT_FILE_HELP,
     MAX_RATE_PER_SECOND,
     PRESENCE_GRACE_SECONDS,
     BadFile,
@@ -392,36 +394,6 @@ def _on_off(text: str) -> bool:
     return text.lower() == "on"
 
 
-_EVENT_FILE_HELP = """The event file (YAML). Required: the event's id, name, kind and starts_at; each
-section's id, kind and price (a general_admission one's capacity); the waiting room's
-opens_at. The waiting room may be left out. Times carry their zone.
-
-  event: {id: 42, name: Summer Night, kind: concert|flight, starts_at: 2026-07-01T20:00:00Z,
-          hold_ttl_seconds: 300, max_seats_per_customer: 4, max_tickets_per_customer: 6,
-          refund: {percent: 50, until: 2026-06-25T00:00:00Z}}
-  sections:
-    - {id: A, name: Stalls A, kind: seated, price: {currency: EUR, amount_minor: 6500}}
-    - {id: FLOOR, kind: general_admission, capacity: 2000, overbook: 0,
-       price: {currency: EUR, amount_minor: 3000}}
-  waiting_room: {opens_at: 2026-06-01T09:00:00Z, pre_queue_window_seconds: 1800,
-                 admission_rate_per_second: 50, max_active_shoppers: 1000, session_length_seconds: 900,
-                 token_ttl_seconds: 600, claim_grace_seconds: 120, paused: false,
-                 presence_grace_seconds: 300, safety_net: false,
-                 admission_rate_min_per_second: 20, admission_rate_max_per_second: 150}
-
-max_seats_per_customer (1-100, default 4) is the most seats one customer may hold at
-once; max_tickets_per_customer (1-10000, default max_seats_per_customer) the most
-tickets one customer may have in the event, bought and held together, whatever their
-orders and sessions. Seated sections get their seats from `boxoffice admin inventory load`.
-
-The waiting room: presence_grace_seconds (60-86400, default 300) is how long a waiting
-fan may go unseen before they drop out of the queue (they may join again, at the back);
-safety_net (default false) admits a joining fan at once while nobody waits and a slot is
-free; the admitter adapts its rate to booking's health and to no-shows between
-admission_rate_min_per_second (at most the base rate admission_rate_per_second) and
-admission_rate_max_per_second (at least the base rate); 0 or left out, a bound is the
-base rate itself (no adapting that way)."""
-
 _QUEUE_UPDATE_HELP = """Change the settings of an event's waiting room that shape admission; settings not
 given stay as they are (the configuration is read, changed and sent back whole, so run
 one update at a time per event). Bad values are refused before anything is sent (exit
@@ -462,7 +434,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "create",
         help="create an event, its sections and prices, and its waiting room",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=_EVENT_FILE_HELP,
+        description=EVENT_FILE_HELP,
     )
     create.add_argument("file", metavar="EVENT.yaml")
 
@@ -523,6 +495,8 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="an event's seats and waiting room, as a table")
     stats.add_argument("event_id", type=_positive, metavar="EVENT_ID")
 
+    admin_lanes.add_commands(commands)
+
     revoke = commands.add_parser(
         "revoke",
         help="end a customer's place or shopping session (they must rejoin), or flag them for the shadow lane",
@@ -564,6 +538,8 @@ async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, e
             await _queue(clients, args.action, args.event_id, out)
         elif args.command == "stats":
             await _stats(clients, args.event_id, out)
+        elif args.command in ("codes", "staff-pass"):
+            await admin_lanes.run(clients.queue_admin(), _call, args, clients.timeout, out)
         else:
             await _revoke(clients, args.event_id, args.customer_id, args.revoke_action, out)
 
@@ -588,6 +564,10 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     if any(tls) and not all(tls):
         parser.print_usage(sys.stderr)
         print("boxoffice admin: error: give all three of the CA, certificate and key files, or none", file=sys.stderr)
+        return USAGE
+    problem = admin_lanes.usage_problem(args)
+    if problem is not None:
+        print(f"boxoffice admin: error: {problem}", file=sys.stderr)
         return USAGE
     if args.command == "inventory" and args.chunk_rows > 10_000:
         print("boxoffice admin: error: --chunk-rows is at most 10000", file=sys.stderr)

@@ -167,7 +167,21 @@ _ROOM_FIELDS = {
     "safety_net": False,
     "admission_rate_min_per_second": False,
     "admission_rate_max_per_second": False,
+    "lanes": False,
 }
+_LANE_FIELDS = {
+    "name": True,
+    "entry": True,
+    "share_percent": True,
+    "opens_at": False,
+    "pre_queue_window_seconds": False,
+}
+_LANE_ENTRIES = {
+    "open": qpb.WAITING_ROOM_LANE_ENTRY_OPEN,
+    "code": qpb.WAITING_ROOM_LANE_ENTRY_CODE,
+    "staff": qpb.WAITING_ROOM_LANE_ENTRY_STAFF,
+}
+_LANE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 _EVENT_KINDS = {"concert": bpb.MANAGED_EVENT_KIND_CONCERT, "flight": bpb.MANAGED_EVENT_KIND_FLIGHT}
 _SECTION_KINDS = {
     "seated": bpb.MANAGED_SECTION_KIND_SEATED,
@@ -181,6 +195,45 @@ DEFAULT_RATE_PER_SECOND = 50
 PRESENCE_GRACE_SECONDS = (60, _DAY_SECONDS)
 # The most tickets an event may let one customer have (BookingAdminService's bound).
 _MAX_TICKETS = 10_000
+
+
+EVENT_FILE_HELP = """The event file (YAML). Required: the event's id, name, kind and starts_at; each
+section's id, kind and price (a general_admission one's capacity); the waiting room's
+opens_at. The waiting room may be left out. Times carry their zone.
+
+  event: {id: 42, name: Summer Night, kind: concert|flight, starts_at: 2026-07-01T20:00:00Z,
+          hold_ttl_seconds: 300, max_seats_per_customer: 4, max_tickets_per_customer: 6,
+          refund: {percent: 50, until: 2026-06-25T00:00:00Z}}
+  sections:
+    - {id: A, name: Stalls A, kind: seated, price: {currency: EUR, amount_minor: 6500}}
+    - {id: FLOOR, kind: general_admission, capacity: 2000, overbook: 0,
+       price: {currency: EUR, amount_minor: 3000}}
+  waiting_room: {opens_at: 2026-06-01T09:00:00Z, pre_queue_window_seconds: 1800,
+                 admission_rate_per_second: 50, max_active_shoppers: 1000, session_length_seconds: 900,
+                 token_ttl_seconds: 600, claim_grace_seconds: 120, paused: false,
+                 presence_grace_seconds: 300, safety_net: false,
+                 admission_rate_min_per_second: 20, admission_rate_max_per_second: 150,
+                 lanes: [{name: presale, entry: code, share_percent: 30, opens_at: 2026-06-01T08:00:00Z},
+                         {name: staff, entry: staff, share_percent: 5}]}
+
+max_seats_per_customer (1-100, default 4) is the most seats one customer may hold at
+once; max_tickets_per_customer (1-10000, default max_seats_per_customer) the most
+tickets one customer may have in the event, bought and held together, whatever their
+orders and sessions. Seated sections get their seats from `boxoffice admin inventory load`.
+
+The waiting room: presence_grace_seconds (60-86400, default 300) is how long a waiting
+fan may go unseen before they drop out of the queue (they may join again, at the back);
+safety_net (default false) admits a joining fan at once while nobody waits and a slot is
+free; the admitter adapts its rate to booking's health and to no-shows between
+admission_rate_min_per_second (at most the base rate admission_rate_per_second) and
+admission_rate_max_per_second (at least the base rate); 0 or left out, a bound is the
+base rate itself (no adapting that way).
+
+Lanes (at most 7) besides the general one: name (a-z, 0-9, '-'), entry (open, code:
+`boxoffice admin codes create`, or staff: `boxoffice admin staff-pass`), share_percent
+(1-99, all lanes together at most 99: the general lane keeps the rest) of the admission
+rate and of the free slots while several lanes have fans waiting, and optionally their
+own opens_at (at or before the room's) and pre_queue_window_seconds."""
 
 
 def parse_event_file(path: str, text: str) -> EventFile:
@@ -297,7 +350,37 @@ def _waiting_room(doc: _Doc, node: yaml.Node, event_id: int) -> qpb.WaitingRoom:
     )
     room.safety_net = doc.flag(fields.get("safety_net"), "waiting_room.safety_net")
     _rate_bounds(doc, fields, room)
+    lanes = fields.get("lanes")
+    if lanes is not None:
+        _lanes(doc, lanes, room)
     return room
+
+
+def _lanes(doc: _Doc, node: yaml.Node, room: qpb.WaitingRoom) -> None:
+    """The lanes besides the general one; the service checks the rest
+    (shares together, openings against the room's)."""
+    if not isinstance(node, yaml.SequenceNode):
+        doc.problem(node, "waiting_room.lanes must be a list of lanes")
+        return
+    for i, item in enumerate(node.value):
+        where = f"waiting_room.lanes[{i}]"
+        fields = doc.mapping(item, where, _LANE_FIELDS)
+        lane = room.lanes.add()
+        lane.name = doc.text(fields.get("name"), f"{where}.name")
+        if lane.name and (not _LANE_NAME.fullmatch(lane.name) or lane.name == "general"):
+            doc.problem(fields["name"], f"{where}.name {lane.name!r} must be 1 to 32 of a-z, 0-9 and '-' (not first)")
+        lane.entry = qpb.WaitingRoomLaneEntry.ValueType(
+            doc.choice(fields.get("entry"), f"{where}.entry", _LANE_ENTRIES)
+        )
+        lane.share_percent = doc.integer(fields.get("share_percent"), f"{where}.share_percent", low=1, high=99)
+        if "opens_at" in fields:
+            doc.instant(fields.get("opens_at"), f"{where}.opens_at", lane.opens_at)
+        doc.seconds(
+            fields.get("pre_queue_window_seconds"),
+            f"{where}.pre_queue_window_seconds",
+            lane.pre_queue_window,
+            high=7 * _DAY_SECONDS,
+        )
 
 
 def _rate_bounds(doc: _Doc, fields: Mapping[str, yaml.Node], room: qpb.WaitingRoom) -> None:

@@ -233,10 +233,12 @@ class QueueHandler:
         A lane besides the general one is entered through its door (an
         access code, a staff pass); a fan waiting or admitted in another
         lane gets that place instead."""
-        if lane:
+        if lane or access_code or staff_pass:
             if self._door is None:
                 raise errors.lane_not_found(event_id, lane)
-            await self._door.enter(event_id, customer_id, lane, access_code=access_code, staff_pass=staff_pass)
+            lane = await self._door.lane_for(event_id, lane=lane, access_code=access_code, staff_pass=staff_pass)
+            if lane:
+                await self._door.enter(event_id, customer_id, lane, access_code=access_code, staff_pass=staff_pass)
         draw = await self._draw_if_possible(event_id)
         pseudonym = "" if draw is None else draw.pseudonym(customer_id)
         score = -1 if draw is None else draw.score(pseudonym)

@@ -55,6 +55,28 @@ class LaneDoor:
             raise errors.lane_not_found(event_id, lane)
         return view
 
+    async def lane_for(self, event_id: int, *, lane: str, access_code: str, staff_pass: str) -> str:
+        """The lane a join goes to: the one named; with none named, the
+        lane of the access code given (a fan types a code, not a lane), or
+        the staff lane for a staff pass; else the general one. An unknown
+        code names no lane: ACCESS_CODE_INVALID."""
+        if lane:
+            return lane
+        if access_code:
+            found = None
+            if passes.plausible(access_code):
+                found = await self._codes.lane_of(event_id, passes.code_hash(access_code))
+            if found is None:
+                raise errors.access_code_invalid(event_id, "")
+            return found
+        if staff_pass:
+            room = await self.room(event_id)
+            for each in room.lanes:
+                if each.entry is LaneEntry.STAFF:
+                    return each.name
+            raise errors.lane_not_found(event_id, "staff")
+        return ""
+
     async def enter(self, event_id: int, customer_id: str, lane: str, *, access_code: str, staff_pass: str) -> None:
         """Lets the fan through the lane's door, or raises why not
         (LANE_NOT_FOUND, ACCESS_CODE_*, STAFF_PASS_INVALID). A code is used

@@ -258,6 +258,9 @@ class AccessCodeRepository(Protocol):
     async def create(self, batch: CodeBatch, code_hashes: Sequence[bytes]) -> int:
         """Store a batch and its codes' hashes; the batch's id."""
 
+    async def lane_of(self, event_id: int, code_hash: bytes) -> str | None:
+        """The lane of the event that the code is for, or None."""
+
     async def use(
         self, event_id: int, lane: str, code_hash: bytes, customer_id: str, *, now_ms: int
     ) -> tuple[CodeUse, int]:

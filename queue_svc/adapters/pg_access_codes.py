@@ -56,6 +56,18 @@ class PgAccessCodeRepository:
                 )
         return batch_id
 
+    async def lane_of(self, event_id: int, code_hash: bytes) -> str | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT b.lane FROM queue_access_codes c JOIN queue_access_code_batches b USING (batch_id)
+                 WHERE c.code_hash = %s AND b.event_id = %s
+                """,
+                (code_hash, event_id),
+            )
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
     async def use(
         self, event_id: int, lane: str, code_hash: bytes, customer_id: str, *, now_ms: int
     ) -> tuple[CodeUse, int]:

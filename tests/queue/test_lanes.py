@@ -340,3 +340,15 @@ async def test_a_lane_fans_place_reads_and_claims_in_its_lane(queue: QueueApp) -
     assert progress.lane == "members" and progress.admitted_total == 1
     err = await _refused(queue.handler.stats(event_id, "vip"))
     assert err.reason == "LANE_NOT_FOUND"
+
+
+async def test_a_code_alone_finds_its_lane_and_a_pass_alone_the_staff_lane(queue: QueueApp) -> None:
+    event_id = await _room(queue)
+    (code,) = await _codes(queue, event_id)
+    joined = await queue.handler.join(event_id, "ann", "", access_code=code)
+    assert joined.position.lane == "presale"
+    good, _ = queue.staff_passes.issue(event_id, "usher", 60_000)
+    assert (await queue.handler.join(event_id, "crew", "", staff_pass=good)).position.lane == "staff"
+    err = await _refused(queue.handler.join(event_id, "bob", "", access_code=passes.new_code()))
+    assert err.reason == "ACCESS_CODE_INVALID"
+    assert (await queue.handler.join(event_id, "bob", "")).position.lane == ""

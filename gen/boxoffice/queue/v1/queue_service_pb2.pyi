@@ -347,11 +347,14 @@ class JoinQueueRequest(_message.Message):
     access_code: _builtins.str
     """The access code of a lane whose entry is by code. Missing: PERMISSION_DENIED
     ACCESS_CODE_REQUIRED; unknown, outside its window or of another lane:
-    ACCESS_CODE_INVALID; used up by other accounts: ACCESS_CODE_USED.
+    ACCESS_CODE_INVALID; used up by other accounts: ACCESS_CODE_USED. With
+    no lane named, the join goes to the code's lane (a fan types a code,
+    not a lane).
     """
     staff_pass: _builtins.str
-    """A staff pass (QueueAdminService.IssueStaffPass) for the staff lane;
-    invalid or expired: PERMISSION_DENIED STAFF_PASS_INVALID.
+    """A staff pass (QueueAdminService.IssueStaffPass) for the staff lane
+    (with no lane named, the join goes there); invalid or expired:
+    PERMISSION_DENIED STAFF_PASS_INVALID.
     """
     def __init__(
         self,
