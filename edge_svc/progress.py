@@ -22,6 +22,7 @@ from collections.abc import Callable
 from boxoffice.errors import BoxofficeError, NotFound, Unavailable
 from edge_svc.mesh import Mesh
 from edge_svc.metrics import EdgeMetrics
+from edge_svc.waiting import ProgressView
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 
 _log = logging.getLogger("boxoffice.edge.progress")
@@ -40,24 +41,61 @@ def _unavailable(event_id: int) -> Unavailable:
 
 
 class _Follower:
-    """The stream of one event: its latest snapshot and who waits for the next."""
+    """The stream of one event: its latest snapshot and who waits for the next.
+
+    While anyone watches, one timer per event beats every heartbeat interval
+    and wakes all the watchers at once (each SSE stream then sends its
+    keep-alive), instead of a timeout per stream re-armed at every wait."""
 
     def __init__(self, event_id: int, now: float) -> None:
         self.event_id = event_id
         self.snapshot: queue_pb.AdmissionProgress | None = None
+        self.view: ProgressView | None = None
         self.version = 0
         self.changed = asyncio.Event()
         self.failure: BoxofficeError | None = None
         self.last_asked = now
         self.watchers = 0
         self.task: asyncio.Task[None] | None = None
+        self.beats = 0
+        self.heartbeat_seconds = 0.0
+        self._beat_timer: asyncio.TimerHandle | None = None
 
     def publish(self, snapshot: queue_pb.AdmissionProgress) -> None:
         self.snapshot = snapshot
+        self.view = ProgressView.of(snapshot)
         self.version += 1
         self.failure = None
+        self.wake()
+
+    def wake(self) -> None:
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
+
+    def watched(self, heartbeat_seconds: float) -> None:
+        self.watchers += 1
+        if heartbeat_seconds > 0 and self._beat_timer is None:
+            self.heartbeat_seconds = heartbeat_seconds
+            self._beat_timer = asyncio.get_running_loop().call_later(heartbeat_seconds, self._beat)
+
+    def unwatched(self) -> None:
+        self.watchers -= 1
+        if self.watchers <= 0:
+            self.stop_beating()
+
+    @property
+    def beating(self) -> bool:
+        return self._beat_timer is not None
+
+    def stop_beating(self) -> None:
+        if self._beat_timer is not None:
+            self._beat_timer.cancel()
+            self._beat_timer = None
+
+    def _beat(self) -> None:
+        self.beats += 1
+        self._beat_timer = asyncio.get_running_loop().call_later(self.heartbeat_seconds, self._beat)
+        self.wake()
 
 
 class ProgressHub:
@@ -102,6 +140,8 @@ class ProgressHub:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for follower in self._followers.values():
+            follower.stop_beating()
         self._followers.clear()
 
     def _follower(self, event_id: int) -> _Follower:
@@ -141,27 +181,32 @@ class ProgressHub:
             raise follower.failure
         raise _unavailable(event_id)
 
-    def watch(self, event_id: int) -> Watch:
+    def watch(self, event_id: int, *, heartbeat_seconds: float = 0.0) -> Watch:
         """A watcher of the event's snapshots (the SSE streams); it keeps
-        the event followed while open."""
+        the event followed while open. With ``heartbeat_seconds``, the
+        event's one heartbeat timer wakes its watchers that often."""
         follower = self._follower(event_id)
-        follower.watchers += 1
+        follower.watched(heartbeat_seconds)
         return Watch(self, follower)
 
     def _unwatch(self, follower: _Follower) -> None:
-        follower.watchers -= 1
+        follower.unwatched()
         follower.last_asked = self._monotonic()
 
     def wake_all(self) -> None:
         """Wakes every watcher (the edge is draining: streams end)."""
         self.draining = True
         for follower in self._followers.values():
-            changed, follower.changed = follower.changed, asyncio.Event()
-            changed.set()
+            follower.wake()
 
     def followed(self) -> int:
         """Events followed now."""
         return len(self._followers)
+
+    def heartbeat_timers(self) -> int:
+        """Heartbeat timers armed now (one per watched event, whatever the
+        number of its streams)."""
+        return sum(1 for follower in self._followers.values() if follower.beating)
 
     async def _follow(self, follower: _Follower) -> None:
         backoff = _BACKOFF_MIN_SECONDS
@@ -192,8 +237,7 @@ class ProgressHub:
                         self.streams_open -= 1
                         self._metrics.progress_streams.dec()
                 # Wake waiters so that they see the failure, then back off.
-                changed, follower.changed = follower.changed, asyncio.Event()
-                changed.set()
+                follower.wake()
                 await asyncio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(_BACKOFF_MAX_SECONDS, backoff * 2)
         finally:
@@ -206,8 +250,8 @@ class ProgressHub:
         while len(self._unknown) > 10 * self._max_events:
             self._unknown.popitem(last=False)
         self._followers.pop(follower.event_id, None)
-        changed, follower.changed = follower.changed, asyncio.Event()
-        changed.set()
+        follower.stop_beating()
+        follower.wake()
 
     async def _reap(self) -> None:
         """Stops following events nobody asked about for ``idle_seconds``."""
@@ -217,6 +261,7 @@ class ProgressHub:
             for event_id, follower in list(self._followers.items()):
                 if follower.watchers <= 0 and now - follower.last_asked > self._idle_seconds:
                     self._followers.pop(event_id, None)
+                    follower.stop_beating()
                     if follower.task is not None:
                         follower.task.cancel()
 
@@ -236,6 +281,27 @@ class Watch:
     @property
     def version(self) -> int:
         return self._follower.version
+
+    @property
+    def view(self) -> ProgressView | None:
+        """The latest snapshot's numbers (see :class:`ProgressView`)."""
+        return self._follower.view
+
+    @property
+    def beats(self) -> int:
+        """Heartbeats of the event so far."""
+        return self._follower.beats
+
+    @property
+    def gone(self) -> NotFound | None:
+        """NOT_FOUND once the waiting room no longer knows the event."""
+        failure = self._follower.failure
+        return failure if isinstance(failure, NotFound) else None
+
+    async def woken(self) -> None:
+        """Until the event's watchers are next woken: a snapshot, a broken
+        stream, a heartbeat or the drain (one event shared by all of them)."""
+        await self._follower.changed.wait()
 
     async def next(self, after_version: int) -> queue_pb.AdmissionProgress | None:
         """The first snapshot newer than ``after_version`` (None when the

@@ -14,8 +14,6 @@ another replica by itself.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
@@ -28,7 +26,7 @@ from edge_svc import errors
 from edge_svc.http import PRIVATE, Ctx, attrs
 from edge_svc.identity import Session
 from edge_svc.progress import Watch
-from edge_svc.waiting import FINAL_STATES, Place, estimate
+from edge_svc.waiting import FINAL_STATES, WAITING, Place, PositionJson, PositionTemplates, estimated
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 
 if TYPE_CHECKING:
@@ -58,6 +56,7 @@ class PositionStream:
     def __init__(self, deps: EdgeDeps, claim: Claim) -> None:
         self._d = deps
         self._claim = claim
+        self._templates = PositionTemplates()
 
     async def open(self, ctx: Ctx, event_id: int, session: Session, positions: Positions) -> Response:
         if self._d.state.draining:
@@ -65,7 +64,8 @@ class PositionStream:
         # The first answer is computed before the stream starts, so that an
         # unknown event or a fan who is not queued gets a plain HTTP error.
         first = await positions.position(ctx, event_id, session)
-        watch = None if first.state in FINAL_STATES else self._d.hub.watch(event_id)
+        heartbeat = self._d.config.sse_heartbeat_seconds
+        watch = None if first.state in FINAL_STATES else self._d.hub.watch(event_id, heartbeat_seconds=heartbeat)
         place = positions.place(ctx, event_id, session.customer_id)
         body = self._events(ctx, event_id, session, first, place, watch)
         headers = {"cache-control": PRIVATE, "x-accel-buffering": "no"}
@@ -88,6 +88,7 @@ class PositionStream:
         watch: Watch | None,
     ) -> AsyncIterator[str]:
         config = self._d.config
+        state = self._d.state
         gauge = self._d.metrics.sse_connections
         gauge.inc()
         presence = self._d.presence
@@ -100,31 +101,52 @@ class PositionStream:
             if watch is None or place is None:
                 yield self._format(ctx, session, "final", first)
                 return
-            position = first
+            # A waiting fan's updates are written from a template (the JSON
+            # json_format would write, with only the fan's numbers put in).
+            template = PositionJson(place, self._templates)
+            position: queue_pb.QueuePosition | None = first
             version = watch.version
+            beats = watch.beats
             while True:
-                if position.state in FINAL_STATES:
-                    yield self._format(ctx, session, "final", position)
-                    return
-                shown = event_id_of_position(position)
-                if shown != last_id:
-                    last_id = shown
-                    yield self._format(ctx, session, "position", position)
-                snapshot = await self._next(watch, version)
-                if snapshot is _DRAINED:
+                if position is not None:
+                    if position.state in FINAL_STATES:
+                        yield self._format(ctx, session, "final", position)
+                        return
+                    shown = event_id_of_position(position)
+                    if shown != last_id:
+                        last_id = shown
+                        yield self._format(ctx, session, "position", position)
+                    position = None
+                # Woken by the event's next snapshot, its one heartbeat timer,
+                # a broken progress stream or the drain.
+                while watch.version == version and watch.beats == beats and not state.draining:
+                    gone = watch.gone
+                    if gone is not None:
+                        raise gone
+                    await watch.woken()
+                if state.draining:
                     yield f"retry: {max(250, config.sse_retry_ms // 3)}\nevent: reconnect\ndata: {{}}\n\n"
                     return
-                if snapshot is None:
-                    yield ": keep-alive\n\n"
-                    continue
-                assert isinstance(snapshot, queue_pb.AdmissionProgress)
-                version = watch.version
-                estimated = estimate(place, snapshot)
-                if estimated is None:
-                    with deadline.detached(_CLAIM_SECONDS):
-                        position = await self._claim(ctx, event_id, session.customer_id)
-                else:
-                    position = estimated
+                sent = False
+                if watch.version != version:
+                    version = watch.version
+                    view = watch.view
+                    assert view is not None
+                    found = estimated(place, view)
+                    if found is None:
+                        # Admission reached the fan: QueueService says how.
+                        with deadline.detached(_CLAIM_SECONDS):
+                            position = await self._claim(ctx, event_id, session.customer_id)
+                        continue
+                    shown = f"{WAITING}.{found.ahead}.{view.admission_state}"
+                    if shown != last_id:
+                        last_id = shown
+                        sent = True
+                        yield f"id: {shown}\nevent: position\ndata: {template.render(found, view.admission_state)}\n\n"
+                if watch.beats != beats:
+                    beats = watch.beats
+                    if not sent:
+                        yield ": keep-alive\n\n"
         except BoxofficeError as err:
             # The stream's status is sent; say why it ends in the stream.
             _log.info("position stream ended", extra={**attrs(ctx), "reason": err.reason, "code": err.code.name})
@@ -134,18 +156,3 @@ class PositionStream:
             if watch is not None:
                 watch.close()
                 presence.stopped_watching(event_id, session.customer_id)
-
-    async def _next(self, watch: Watch, version: int) -> queue_pb.AdmissionProgress | object | None:
-        """The next snapshot; None after a heartbeat interval without one;
-        _DRAINED when the edge drains."""
-        state = self._d.state
-        if state.draining:
-            return _DRAINED
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self._d.config.sse_heartbeat_seconds):
-                snapshot = await watch.next(version)
-                return _DRAINED if state.draining else snapshot
-        return _DRAINED if state.draining else None
-
-
-_DRAINED = object()
