@@ -8,7 +8,8 @@
   address). It prints ``PORT <http port>``.
 - ``edge-bare``: the bare baseline in the same server stack (uvicorn with
   httptools, a plain ASGI callable over Starlette's request and response
-  classes, the same event loop kind, ``gc.freeze()`` once started):
+  classes, the same event loop kind, the garbage collector settled as the
+  edge's server settles it once started, ``edge_svc.server.settle_gc``):
   ``POST /forward`` sends the body to ``--upstream``'s ``/bench.Echo/Echo``
   over mTLS and answers the reply as JSON; ``GET /static`` answers constant
   bytes with the progress document's headers; ``GET /sse`` is a Server-Sent
@@ -270,7 +271,8 @@ async def _bare(upstream: str) -> None:
             task.result()
             raise RuntimeError("the bare server stopped while starting")
         await asyncio.sleep(0.01)
-    gc.freeze()
+    # The collector settled as the edge's server settles it once started.
+    edge_server.settle_gc()
     _announce(int(sock.getsockname()[1]))
     try:
         await _until_signalled()

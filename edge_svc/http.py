@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError, Internal, InvalidArgument, NotFound
@@ -128,14 +128,6 @@ class EdgeApp:
         metrics = self._metrics
         route_label = "unmatched"
         method = scope["method"]
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                self._duration(method, route_label).observe(time.perf_counter() - started)
-            await send(message)
-
         metrics.in_flight.inc()
         request = Request(scope, receive)
         # One read of the OS's randomness for the request id and trace ids.
@@ -169,7 +161,11 @@ class EdgeApp:
                     Internal("the edge failed unexpectedly", reason="INTERNAL"), ctx, request_id, method, scope["path"]
                 )
             response.headers["x-request-id"] = request_id
-            await response(scope, receive, sending)
+            # The answer starts now (a stream's head goes first): its status
+            # and duration are known without wrapping every message it sends.
+            status = response.status_code
+            self._duration(method, route_label).observe(time.perf_counter() - started)
+            await response(scope, receive, send)
         finally:
             metrics.in_flight.dec()
             self._requests(method, route_label, status).inc()
