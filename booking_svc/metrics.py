@@ -22,7 +22,7 @@ class BookingMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> BookingMetrics:
-        return cls(
+        metrics = cls(
             holds=Counter(
                 "boxoffice_booking_holds",
                 "HoldSeats calls by result (held, replayed, or the error reason in lower case).",
@@ -54,6 +54,13 @@ class BookingMetrics:
                 registry=registry,
             ),
         )
+        # The series dashboards read exist at zero from the start.
+        for result in ("held", "replayed", "error"):
+            metrics.holds.labels(result)
+        metrics.confirms.labels("confirmed")
+        for result in ("passed", "rejected", "skipped"):
+            metrics.gate.labels(result)
+        return metrics
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ class SweeperMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> SweeperMetrics:
-        return cls(
+        metrics = cls(
             released_holds=Counter(
                 "boxoffice_booking_sweeper_released_holds",
                 "Lapsed holds the sweeper moved to EXPIRED.",
@@ -84,6 +91,10 @@ class SweeperMetrics:
                 registry=registry,
             ),
         )
+        # The series dashboards read exist at zero from the start.
+        for result in ("ok", "error"):
+            metrics.passes.labels(result)
+        return metrics
 
 
 @dataclass(frozen=True)

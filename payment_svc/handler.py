@@ -42,7 +42,7 @@ from boxoffice.errors import (
 from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
 from payment_svc.config import PaymentConfig
 from payment_svc.idempotency import detached, key_scope
-from payment_svc.metrics import ServerMetrics
+from payment_svc.metrics import ServerMetrics, state_label
 from payment_svc.model import (
     Payment,
     PaymentState,
@@ -204,7 +204,7 @@ class PaymentHandler:
         )
         if not created:
             return payment
-        self._metrics.payments_entered.labels(PaymentState.PENDING.value).inc()
+        self._metrics.payments_entered.labels(state_label(PaymentState.PENDING)).inc()
         try:
             result = await self._bounded(lambda: self._provider.charge(self._charge_request(payment)))
         except TimeoutError:
@@ -413,7 +413,7 @@ class PaymentHandler:
         )
         self._metrics.refunds.labels(source.value, "succeeded" if succeeded else "failed").inc()
         if updated.state != payment.state:
-            self._metrics.payments_entered.labels(updated.state.value).inc()
+            self._metrics.payments_entered.labels(state_label(updated.state)).inc()
         return updated
 
     async def retry_refund(self, refund: Refund) -> Payment:

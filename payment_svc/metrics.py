@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from boxoffice.streams import ConsumerMetrics
+from payment_svc.model import PaymentState, RefundSource
 
 LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def state_label(state: PaymentState) -> str:
+    """A payment state as the ``state`` label says it: in lower case, as
+    every ``state`` label of the mesh is."""
+    return state.value.lower()
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,7 @@ class ServerMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ServerMetrics:
-        return cls(
+        metrics = cls(
             payments_entered=Counter(
                 "boxoffice_payment_state_entered", "Payments that entered each state.", ("state",), registry=registry
             ),
@@ -57,6 +64,13 @@ class ServerMetrics:
             ),
             cancellations=ConsumerMetrics.create(registry, "boxoffice_cancellation_consumer"),
         )
+        # The series dashboards read exist at zero from the start.
+        for state in PaymentState:
+            metrics.payments_entered.labels(state_label(state))
+        for source in RefundSource:
+            for outcome in ("succeeded", "failed"):
+                metrics.refunds.labels(source.value, outcome)
+        return metrics
 
 
 @dataclass(frozen=True)

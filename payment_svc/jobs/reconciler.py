@@ -18,7 +18,7 @@ import psycopg
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
 from payment_svc.handler import PaymentHandler
-from payment_svc.metrics import ServerMetrics
+from payment_svc.metrics import ServerMetrics, state_label
 from payment_svc.model import PaymentState
 from payment_svc.ports import IdempotencyStore, PaymentStore
 
@@ -71,7 +71,7 @@ class Reconciler:
             await self._idempotency.purge_expired(1000)
             counts = await self._store.count_by_state()
         for state in PaymentState:
-            self._metrics.payments.labels(state.value).set(counts.get(state.value, 0))
+            self._metrics.payments.labels(state_label(state)).set(counts.get(state.value, 0))
         return settled
 
     async def run(self) -> None:

@@ -339,7 +339,7 @@ async def test_reconciler_settles_a_capture_nobody_confirmed(stack: PaymentStack
     final = await stack.stub.GetPayment(pb.GetPaymentRequest(payment_id=payment.payment_id))
     assert final.payment.state == pb.PAYMENT_STATE_SUCCEEDED
     assert await _outbox_rows(stack, hold_id) == 1
-    assert stack.registry.get_sample_value("boxoffice_payments", {"state": "CAPTURED"}) is not None
+    assert stack.registry.get_sample_value("boxoffice_payments", {"state": "captured"}) is not None
 
 
 async def test_reconciler_settles_a_charge_whose_answer_was_lost(stack: PaymentStack, booking: FakeBooking) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -35,9 +36,18 @@ _SECRETS = {
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range (an ephemeral
+    port would soon be some outgoing connection's, as the processes'
+    many connections to the stores take them)."""
+    for _ in range(100):
+        port = secrets.randbelow(20_000) + 10_000
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
 
 
 @dataclass
