@@ -62,7 +62,7 @@ class Runtime:
         self.registry = registry
         # No `_created` series: they double every counter's series and no
         # dashboard or rule reads them (prometheus_client's switch is global).
-        prometheus_client.disable_created_metrics()
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         # Follows BOXOFFICE_TOKEN_KEYS(_FILE): a rotated key file needs no restart.
         self.token_signer = tokens.signer(clock)
         self.drain = Drain()
