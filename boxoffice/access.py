@@ -50,6 +50,10 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_QUEUE}WatchAdmissionProgress": {EDGE},
         f"{_QUEUE}RecordPresence": {EDGE},
         f"{_QUEUE}GetPreQueueProof": {EDGE, OPERATOR},
+        # The verified-fan draw: fans through the edge, the proof for anyone.
+        f"{_QUEUE}RegisterForFanDraw": {EDGE},
+        f"{_QUEUE}GetFanDrawResult": {EDGE},
+        f"{_QUEUE}GetFanDrawProof": {EDGE, OPERATOR},
         # Waiting-room administration: operators only.
         f"{_QUEUE}CreateEventQueue": {OPERATOR},
         f"{_QUEUE}UpdateEventQueue": {OPERATOR},
@@ -94,6 +98,7 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_QUEUE_ADMIN}RevokeCustomer": {OPERATOR},
         f"{_QUEUE_ADMIN}CreateAccessCodes": {OPERATOR},
         f"{_QUEUE_ADMIN}IssueStaffPass": {OPERATOR},
+        f"{_QUEUE_ADMIN}CreateFanDraw": {OPERATOR},
         f"{_BOOKING_ADMIN}CreateEvent": {OPERATOR},
         f"{_BOOKING_ADMIN}LoadInventory": {OPERATOR},
         f"{_BOOKING_ADMIN}GetEventStats": {OPERATOR},

@@ -86,7 +86,10 @@ from dataclasses import dataclass
 # The pre-queue's shuffle; the name is part of every score's message, so a
 # later algorithm (or another kind of draw) never shares scores with it.
 PRE_QUEUE_V1 = "boxoffice-prequeue-v1"
-ALGORITHMS = frozenset({PRE_QUEUE_V1})
+# A verified-fan draw: registered fans in the same kind of order, the first
+# `winners` of which win (each draw has a seed and pseudonym key of its own).
+FAN_DRAW_V1 = "boxoffice-fandraw-v1"
+ALGORITHMS = frozenset({PRE_QUEUE_V1, FAN_DRAW_V1})
 
 SEED_BYTES = 32
 PSEUDONYM_KEY_BYTES = 32

@@ -6,7 +6,8 @@ Usage::
 
 SOURCE is the public proof document of an event's pre-queue shuffle
 (QueueService.GetPreQueueProof in the proto3 JSON mapping, as the edge
-serves it): a file saved from it, or its http(s) URL, whose pages are all
+serves it) or of its verified-fan draw (GetFanDrawProof, the same form
+with the number of winners): a file saved from it, or its http(s) URL, whose pages are all
 fetched (each page's ``nextPageToken`` is sent back as ``pageToken``). A
 file may hold one page, or a JSON list of the pages in order.
 
@@ -71,6 +72,15 @@ class Proof:
     participant_count: int | None
     participants: list[Participant] = field(default_factory=list)
     complete: bool = True
+    # A verified-fan draw's: how many won (the first of the order), and the lane.
+    winners: int | None = None
+    lane: str = ""
+
+    @property
+    def what(self) -> str:
+        if self.algorithm == draw.FAN_DRAW_V1:
+            return "verified-fan draw"
+        return "pre-queue draw"
 
 
 def _field(page: Mapping[str, Any], camel: str) -> Any:
@@ -115,6 +125,9 @@ def merge(pages: Sequence[Any]) -> Proof:
             raise BadDocument(f"page {number}: participants is not a list")
         if proof is None:
             proof = Proof(event_id, algorithm, commitment, revealed, seed, count)
+            winners = _field(page, "winners")
+            proof.winners = None if winners is None else _integer(winners)
+            proof.lane = str(_field(page, "lane") or "")
         elif (event_id, algorithm, commitment, seed) != (proof.event_id, proof.algorithm, proof.commitment, proof.seed):
             raise BadDocument(f"page {number} is not a page of the same document (event, algorithm, commitment, seed)")
         for line in lines:
@@ -288,17 +301,20 @@ def main(argv: Sequence[str], *, out: TextIO | None = None) -> int:
         Path(args.save).write_text(_merged_json(pages), encoding="utf-8")
     problems = check(proof, commitment=args.commitment)
     if problems:
-        print(f"FAILED: event {proof.event_id}'s pre-queue draw does not verify:", file=stdout)
+        print(f"FAILED: event {proof.event_id}'s {proof.what} does not verify:", file=stdout)
         for problem in problems[:MAX_PROBLEMS_SHOWN]:
             print(f"  {problem}", file=stdout)
         if len(problems) > MAX_PROBLEMS_SHOWN:
             print(f"  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more problems", file=stdout)
         return 1
     saved = " and the one you saved" if args.commitment else ""
+    won = ""
+    if proof.winners is not None:
+        won = f"; the first {min(proof.winners, len(proof.participants))} won codes to lane {proof.lane!r}"
     print(
-        f"OK: event {proof.event_id}'s pre-queue draw ({proof.algorithm}): SHA-256 of the seed is the commitment"
+        f"OK: event {proof.event_id}'s {proof.what} ({proof.algorithm}): SHA-256 of the seed is the commitment"
         f" {proof.commitment}{saved}; {len(proof.participants)} participants, every score recomputed from the"
-        " seed and listed in the draw's order",
+        f" seed and listed in the draw's order{won}",
         file=stdout,
     )
     return 0

@@ -331,6 +331,42 @@ class Handlers:
 
         return await self._d.events.answer(ctx, ("proof", event_id, page_size, page_token), load)
 
+    async def _get_fan_draw_proof(self, ctx: Ctx) -> Response:
+        event_id = event_id_of(ctx)
+        query = ctx.request.query_params
+        unknown = set(query) - {"pageSize", "pageToken"}
+        if unknown:
+            raise _unknown_query(unknown)
+        page_size = _int_query(query.get("pageSize"), "pageSize", maximum=10_000)
+        page_token = query.get("pageToken", "")
+
+        async def load() -> bytes:
+            reply = await self._d.mesh.call(
+                QUEUE,
+                "GetFanDrawProof",
+                queue_pb.GetFanDrawProofRequest(event_id=event_id, page_size=page_size, page_token=page_token),
+                _ctx_call(ctx, None),
+            )
+            return to_json(reply)
+
+        return await self._d.events.answer(ctx, ("fan-draw-proof", event_id, page_size, page_token), load)
+
+    async def _register_for_fan_draw(self, ctx: Ctx) -> Response:
+        session = await self._fan(ctx)
+        request = queue_pb.RegisterForFanDrawRequest()
+        parse_json(
+            await read_body(ctx.request, self._d.config.max_body_bytes), request, edge_fields=ctx.route.edge_fields
+        )
+        request.event_id = event_id_of(ctx)
+        reply = await self._d.mesh.call(QUEUE, "RegisterForFanDraw", request, _ctx_call(ctx, session.customer_id))
+        return json_response(to_json(reply))
+
+    async def _get_fan_draw_result(self, ctx: Ctx) -> Response:
+        session = await self._fan(ctx)
+        request = queue_pb.GetFanDrawResultRequest(event_id=event_id_of(ctx))
+        reply = await self._d.mesh.call(QUEUE, "GetFanDrawResult", request, _ctx_call(ctx, session.customer_id))
+        return json_response(to_json(reply))
+
     # -- the waiting room ------------------------------------------------
 
     async def _get_queue_challenge(self, ctx: Ctx) -> Response:

@@ -37,9 +37,10 @@ from queue_svc.converters import (
     parse_lane_name,
     parse_room_settings,
 )
+from queue_svc.fan_draws import FanDraws
 from queue_svc.handler import QueueHandler
 from queue_svc.lanes import LaneDoor
-from queue_svc.model import LaneEntry, Progress, QueueState, WaitingRoomConfig
+from queue_svc.model import FanDraw, LaneEntry, Progress, QueueState, WaitingRoomConfig
 from queue_svc.passes import StaffPass, StaffPasses
 from queue_svc.ports import AccessCodeRepository, CodeBatch, FanOp, QueueStore
 from queue_svc.servicer import QueueServicer
@@ -161,6 +162,10 @@ class PassIssued:
 MAX_CODES_PER_BATCH = 100_000
 MAX_CODE_USES = 1_000_000
 MAX_LABEL_LENGTH = 200
+# CreateFanDraw: winners at most, and how long the winners' codes work.
+MAX_DRAW_WINNERS = 10_000_000
+DEFAULT_CODE_VALIDITY_MS = 30 * 24 * 3600 * 1000
+CODE_VALIDITY_MS = (3600 * 1000, 90 * 24 * 3600 * 1000)
 # IssueStaffPass: how long a pass may work.
 STAFF_PASS_TTL_MS = (60_000, 7 * 24 * 3600 * 1000)
 
@@ -178,6 +183,7 @@ class QueueAdmin:
         door: LaneDoor,
         codes: AccessCodeRepository,
         staff: StaffPasses,
+        fan_draws: FanDraws,
     ) -> None:
         self._handler = handler
         self._store = store
@@ -186,6 +192,7 @@ class QueueAdmin:
         self._door = door
         self._codes = codes
         self._staff = staff
+        self._fan_draws = fan_draws
 
     async def create_codes(self, method: str, request: Message, batch: CodeBatch, count: int) -> CodesMade:
         """A batch of codes for a lane whose entry is by code."""
@@ -200,6 +207,18 @@ class QueueAdmin:
 
         made: CodesMade = await self._audit.run(method, request, before=_nothing, action=create, after=CodesMade.json)
         return made
+
+    async def create_fan_draw(self, method: str, request: Message, fan_draw: FanDraw) -> str:
+        """The event's verified-fan draw; its commitment."""
+
+        async def create() -> str:
+            return await self._fan_draws.create(fan_draw)
+
+        def after(commitment: str) -> Json:
+            return {"event_id": str(fan_draw.event_id), "lane": fan_draw.lane, "commitment": commitment}
+
+        commitment: str = await self._audit.run(method, request, before=_nothing, action=create, after=after)
+        return commitment
 
     async def issue_staff_pass(
         self, method: str, request: Message, event_id: int, staff_name: str, ttl_ms: int
@@ -427,6 +446,29 @@ class QueueAdminServicer(apb_grpc.QueueAdminServiceServicer):
         batch = CodeBatch(event_id, lane, request.max_uses, valid_from, valid_until, request.label)
         made = await self._admin.create_codes(self._method("CreateAccessCodes"), request, batch, request.count)
         return apb.CreateAccessCodesResponse(batch_id=made.batch_id, codes=made.codes)
+
+    async def CreateFanDraw(self, request: apb.CreateFanDrawRequest, context: Context) -> apb.CreateFanDrawResponse:
+        event_id = parse_event_id(request.event_id)
+        lane = parse_lane_name(request.lane)
+        if not lane:
+            raise validate.invalid("lane", "must name a lane whose entry is by code")
+        if not request.HasField("closes_at"):
+            raise validate.invalid("closes_at", "is required")
+        closes_ms = request.closes_at.ToMilliseconds()
+        if closes_ms <= int(self._admin.clock.now() * 1000):
+            raise validate.invalid("closes_at", "must be in the future")
+        validate.int_range("winners", request.winners, minimum=1, maximum=MAX_DRAW_WINNERS)
+        validity_ms = request.code_validity.ToMilliseconds() if request.HasField("code_validity") else 0
+        if not validity_ms:
+            validity_ms = DEFAULT_CODE_VALIDITY_MS
+        low, high = CODE_VALIDITY_MS
+        if not low <= validity_ms <= high:
+            raise validate.invalid("code_validity", "must be 1 hour to 90 days")
+        fan_draw = FanDraw(event_id, lane, closes_ms, request.winners, validity_ms)
+        commitment = await self._admin.create_fan_draw(self._method("CreateFanDraw"), request, fan_draw)
+        answer = apb.CreateFanDrawResponse(event_id=event_id, commitment=commitment)
+        answer.closes_at.FromMilliseconds(closes_ms)
+        return answer
 
     async def IssueStaffPass(self, request: apb.IssueStaffPassRequest, context: Context) -> apb.IssueStaffPassResponse:
         event_id = parse_event_id(request.event_id)

@@ -24,9 +24,12 @@ from boxoffice.server import GrpcServer
 from boxoffice.sessions import EndedSessions
 from queue_svc import model
 from queue_svc.adapters import PgDrawRepository, PgWaitingRoomRepository, RedisBookingHealth, RedisQueueStore
+from queue_svc.adapters.leader_epochs import PgLeaderEpochs
 from queue_svc.adapters.pg_access_codes import PgAccessCodeRepository
+from queue_svc.adapters.pg_fan_draws import PgFanDrawRepository
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
+from queue_svc.fan_draws import FanDrawer, FanDraws
 from queue_svc.handler import QueueHandler
 from queue_svc.jobs import Admitter, DrawRecorder, ProgressHub
 from queue_svc.jobs.lifecycle import LifecycleMetrics, LifecycleRecorder, PgLifecycleRepository
@@ -100,6 +103,14 @@ class QueueApp:
         return StaffPasses(self.rt.token_signer, self.rt.clock)
 
     @functools.cached_property
+    def fan_draw_repository(self) -> PgFanDrawRepository:
+        return PgFanDrawRepository(self.rt.pool())
+
+    @functools.cached_property
+    def fan_draws(self) -> FanDraws:
+        return FanDraws(repo=self.fan_draw_repository, door=self.door, clock=self.rt.clock)
+
+    @functools.cached_property
     def door(self) -> LaneDoor:
         return LaneDoor(rooms=self.rooms, codes=self.codes, staff=self.staff_passes, clock=self.rt.clock)
 
@@ -134,6 +145,7 @@ class QueueApp:
             draws=self.draws,
             sessions=EndedSessions(self.rt.redis()),
             door=self.door,
+            fan_draws=self.fan_draws,
         )
 
     @functools.cached_property
@@ -157,6 +169,7 @@ class QueueApp:
             door=self.door,
             codes=self.codes,
             staff=self.staff_passes,
+            fan_draws=self.fan_draws,
         )
 
     # -- the admitter role ----------------------------------------------------
@@ -180,7 +193,20 @@ class QueueApp:
             metrics=AdmitterMetrics.create(self.rt.registry),
             leadership=self.leadership,
             health=self.booking_health,
+            epochs=self.leader_epochs,
         )
+
+    @functools.cached_property
+    def leader_epochs(self) -> PgLeaderEpochs | None:
+        """Where each admit tick confirms its epoch: the Postgres election's
+        table (migrated with the queue's, read through the pool), when this
+        app runs that election; a Leadership override or a Lease keep the
+        Redis fence alone."""
+        from boxoffice.leader import LeaderConfig
+
+        if self._leadership is not None or LeaderConfig.from_env(self.rt.env).backend != "postgres":
+            return None
+        return PgLeaderEpochs(self.rt.pool(), LEADER_ROLE)
 
     @functools.cached_property
     def draw_recorder(self) -> DrawRecorder:
@@ -223,6 +249,7 @@ class QueueApp:
                 self.batcher,
                 Loop("admitter", self.admitter.run),
                 Loop("draw-recorder", self.draw_recorder.run),
+                Loop("fan-drawer", FanDrawer(self.fan_draws, interval_seconds=self.settings.draw_record_seconds).run),
                 Loop("lifecycle-recorder", self.lifecycle_recorder.run),
             ]
         raise ValueError(f"queue has no role {role!r}")

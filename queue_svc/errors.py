@@ -8,7 +8,8 @@ metadata. Input validation errors come from ``boxoffice.validate``.
 Reasons raised here: ``EVENT_NOT_FOUND``, ``EVENT_QUEUE_EXISTS``,
 ``QUEUE_NOT_OPEN``, ``RATE_LIMITED``, ``NOT_ADMITTED``, ``DRAINING``,
 ``LANE_NOT_FOUND``, ``ACCESS_CODE_REQUIRED``, ``ACCESS_CODE_INVALID``,
-``ACCESS_CODE_USED``, ``STAFF_PASS_INVALID``, ``LANE_CHANGED``, each a
+``ACCESS_CODE_USED``, ``STAFF_PASS_INVALID``, ``LANE_CHANGED``,
+``FAN_DRAW_NOT_FOUND``, ``FAN_DRAW_EXISTS``, ``FAN_DRAW_CLOSED``, each a
 value of the contract's ``boxoffice.queue.v1.ErrorReason``, which documents
 its code and metadata.
 """
@@ -136,4 +137,26 @@ def lane_changed(event_id: int) -> Aborted:
         "the customer's lane changed while the call followed it; call again",
         reason="LANE_CHANGED",
         metadata={"event_id": str(event_id)},
+    )
+
+
+def fan_draw_not_found(event_id: int) -> NotFound:
+    return NotFound(
+        f"event {event_id} has no verified-fan draw", reason="FAN_DRAW_NOT_FOUND", metadata={"event_id": str(event_id)}
+    )
+
+
+def fan_draw_exists(event_id: int) -> AlreadyExists:
+    return AlreadyExists(
+        f"event {event_id} already has a verified-fan draw",
+        reason="FAN_DRAW_EXISTS",
+        metadata={"event_id": str(event_id)},
+    )
+
+
+def fan_draw_closed(event_id: int, closed_at_ms: int) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"the verified-fan draw of event {event_id} is closed",
+        reason="FAN_DRAW_CLOSED",
+        metadata={"event_id": str(event_id), "closed_at": _iso(closed_at_ms)},
     )

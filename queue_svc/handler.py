@@ -18,6 +18,7 @@ from boxoffice.sessions import EndedSessions
 from boxoffice.tokens import TokenSigner
 from queue_svc import errors
 from queue_svc.config import QueueSettings
+from queue_svc.fan_draws import FanDraws
 from queue_svc.jobs.progress import EventFeed, ProgressHub
 from queue_svc.lanes import LaneDoor
 from queue_svc.metrics import ServerMetrics
@@ -130,6 +131,7 @@ class QueueHandler:
         draws: DrawRepository,
         sessions: EndedSessions | None = None,
         door: LaneDoor | None = None,
+        fan_draws: FanDraws | None = None,
     ) -> None:
         self._store = store
         self._rooms = rooms
@@ -145,6 +147,7 @@ class QueueHandler:
         self._sessions = sessions
         # Who may join the lanes besides the general one (None: no lanes).
         self._door = door
+        self._fan_draws = fan_draws
         # Events found to have no waiting room, until when (monotonic).
         self._unknown: dict[int, float] = {}
         self._limits = JoinLimits(
@@ -160,6 +163,13 @@ class QueueHandler:
 
     def _now_ms(self) -> int:
         return int(self._clock.now() * 1000)
+
+    @property
+    def fan_draws(self) -> FanDraws:
+        """The verified-fan draws' use cases."""
+        if self._fan_draws is None:
+            raise errors.fan_draw_not_found(0)
+        return self._fan_draws
 
     async def _mirror(self, event_id: int) -> bool:
         """Re-mirror a stored configuration that Redis lacks (a flushed or

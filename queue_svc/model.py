@@ -513,3 +513,35 @@ class PreQueueProof:
     participant_count: int = 0
     participants: tuple[RankedEntry, ...] = ()
     next_page: ProofCursor | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FanDraw:
+    """An event's verified-fan draw: for which lane by code, when it
+    closes, how many win, how long the winners' codes work, and when it
+    was drawn (None: not yet)."""
+
+    event_id: int
+    lane: str
+    closes_at_ms: int
+    winners: int
+    code_validity_ms: int
+    drawn_at_ms: int | None = None
+
+
+class FanDrawOutcome(enum.IntEnum):
+    """A fan's part in a draw; the numbers are those of the proto enum."""
+
+    NOT_REGISTERED = 1
+    REGISTERED = 2
+    WON = 3
+    NOT_DRAWN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class FanDrawResult:
+    outcome: FanDrawOutcome
+    lane: str
+    closes_at_ms: int
+    pseudonym: str = ""
+    access_code: str = ""

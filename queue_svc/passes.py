@@ -6,6 +6,7 @@ No I/O here."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 
@@ -23,6 +24,20 @@ CODE_MAX_TYPED = 64
 def new_code() -> str:
     """A fresh code, ``XXXX-XXXX-XXXX-XXXX`` (about 74 bits)."""
     raw = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+    return "-".join(raw[i : i + 4] for i in range(0, CODE_LENGTH, 4))
+
+
+def winner_code(key: bytes, event_id: int, pseudonym: str) -> str:
+    """A verified-fan draw's code for one winner: derived from the draw's
+    secret pseudonym key (never published), so that the service hands the
+    winner the same code on every ask without keeping it anywhere."""
+    mac = hmac.new(key, f"boxoffice-fandraw-code-v1|{event_id}|{pseudonym}".encode(), hashlib.sha256).digest()
+    number = int.from_bytes(mac, "big")
+    chars = []
+    for _ in range(CODE_LENGTH):
+        number, digit = divmod(number, len(CODE_ALPHABET))
+        chars.append(CODE_ALPHABET[digit])
+    raw = "".join(chars)
     return "-".join(raw[i : i + 4] for i in range(0, CODE_LENGTH, 4))
 
 

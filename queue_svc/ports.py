@@ -14,6 +14,7 @@ from typing import Protocol
 from boxoffice.draw import Entry
 from queue_svc.model import (
     DrawRecord,
+    FanDraw,
     Place,
     Progress,
     RateReason,
@@ -267,3 +268,33 @@ class AccessCodeRepository(Protocol):
         """Bind the code to the account (once; a repeat is no new use) if it
         is the lane's, valid now and not used up; the outcome and the code's
         max uses (0 when it is not found)."""
+
+
+class FanDrawRepository(Protocol):
+    """Where the events' verified-fan draws live durably (``secrets``:
+    the draws' seeds and registrations, of their own purpose)."""
+
+    @property
+    def secrets(self) -> DrawRepository:
+        """The draw repository of the verified-fan draws' purpose."""
+
+    async def create(self, fan_draw: FanDraw) -> DrawRecord:
+        """Store a new draw with a new secret seed; FAN_DRAW_EXISTS if the
+        event has one."""
+
+    async def get(self, event_id: int) -> FanDraw | None:
+        """The event's draw, or None."""
+
+    async def register(self, event_id: int, entry: Entry) -> bool:
+        """Register a pseudonym with its score; whether it is new."""
+
+    async def rank(self, event_id: int, pseudonym: str) -> int | None:
+        """The pseudonym's rank in the draw's order, from 1; None if not
+        registered."""
+
+    async def due(self, now_ms: int) -> list[FanDraw]:
+        """The draws not drawn whose registration has closed."""
+
+    async def run(self, event_id: int, *, now_ms: int, code_of: Callable[[str], bytes]) -> bool:
+        """Draw once: the winners' code hashes stored, the draw revealed;
+        whether this call drew it."""

@@ -156,3 +156,40 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         page_size = parse_proof_page_size(request.page_size)
         after = parse_proof_page_token(event_id, request.page_token)
         return proof_pb(await self._handler.pre_queue_proof(event_id, page_size=page_size, after=after))
+
+    async def RegisterForFanDraw(
+        self, request: pb.RegisterForFanDrawRequest, context: Context
+    ) -> pb.RegisterForFanDrawResponse:
+        event_id = parse_event_id(request.event_id)
+        customer_id = _customer("")
+        registered = await self._handler.fan_draws.register(event_id, customer_id)
+        answer = pb.RegisterForFanDrawResponse(
+            newly_registered=registered.newly_registered, pseudonym=registered.pseudonym
+        )
+        answer.closes_at.FromMilliseconds(registered.closes_at_ms)
+        return answer
+
+    async def GetFanDrawResult(
+        self, request: pb.GetFanDrawResultRequest, context: Context
+    ) -> pb.GetFanDrawResultResponse:
+        event_id = parse_event_id(request.event_id)
+        result = await self._handler.fan_draws.result(event_id, _customer(""))
+        answer = pb.GetFanDrawResultResponse(
+            outcome=pb.FanDrawOutcome.ValueType(result.outcome.value),
+            access_code=result.access_code,
+            lane=result.lane,
+            pseudonym=result.pseudonym,
+        )
+        answer.closes_at.FromMilliseconds(result.closes_at_ms)
+        return answer
+
+    async def GetFanDrawProof(self, request: pb.GetFanDrawProofRequest, context: Context) -> pb.GetFanDrawProofResponse:
+        event_id = parse_event_id(request.event_id)
+        page_size = parse_proof_page_size(request.page_size)
+        after = parse_proof_page_token(event_id, request.page_token)
+        proof, fan_draw = await self._handler.fan_draws.proof(event_id, page_size=page_size, after=after)
+        # Fields 1 to 11 are the pre-queue proof's, number for number.
+        answer = pb.GetFanDrawProofResponse.FromString(proof_pb(proof).SerializeToString())
+        answer.winners = fan_draw.winners
+        answer.lane = fan_draw.lane
+        return answer

@@ -5,7 +5,19 @@ carries lets the script refuse a deposed leader's writes.
 
 Each tick runs at a target rate the admitter adapts (``queue_svc.rate``)
 to the event's recent no-shows (from the counters each tick returns) and to
-booking's published health (read once per tick for all events)."""
+booking's published health (read once per tick for all events).
+
+The epoch fence does not live in Redis alone. The admit script refuses an
+epoch lower than the highest it has stored, but Redis replicates
+asynchronously: a failover can lose the newest leader's copy, and a deposed
+leader whose epoch equals the surviving copy would be let in again. So
+before each tick the admitter confirms its epoch against the election's own
+record (``LeaderEpochs``: Postgres, where the epoch is made) and skips the
+tick when a later term exists; the next tick of the current leader writes
+its epoch to Redis again, re-seeding the copy a failover lost. What remains
+is a leader paused between that read and its script for longer than a whole
+election and failover, which the Redis copy still fences unless that
+failover lost it."""
 
 from __future__ import annotations
 
@@ -13,6 +25,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from typing import Protocol
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
@@ -24,6 +37,13 @@ from queue_svc.ports import BookingHealthSource, Leadership, QueueStore, Waiting
 from queue_svc.rate import BookingHealth, NoShowWindow, RatePolicy, target_rate
 
 _log = logging.getLogger("queue_svc.jobs.admitter")
+
+
+class LeaderEpochs(Protocol):
+    """The leader election's own record of the admitters' terms."""
+
+    async def current(self) -> int | None:
+        """The epoch of the latest term; None when none is recorded."""
 
 
 class Admitter:
@@ -39,8 +59,12 @@ class Admitter:
         metrics: AdmitterMetrics,
         leadership: Leadership,
         health: BookingHealthSource | None = None,
+        epochs: LeaderEpochs | None = None,
     ) -> None:
         self._store = store
+        # Where each tick confirms its epoch (None: the Redis copy alone).
+        self._epochs = epochs
+        self._deposed_at: int | None = None
         self._health = health
         self._policy = RatePolicy(slow_p99_ms=settings.booking_slow_p99_ms, error_ratio=settings.booking_error_ratio)
         self._configs: dict[int, WaitingRoomConfig] = {}
@@ -91,20 +115,45 @@ class Admitter:
             del self._no_shows[stale]
         self._refreshed_at = time.monotonic()
 
+    async def confirm(self, epoch: int) -> bool:
+        """Whether ``epoch`` is still the latest term in the election's own
+        record (always, without one). A record that cannot be read confirms
+        nothing: the tick waits for the next."""
+        if self._epochs is None:
+            return True
+        try:
+            with deadline.scope(max(self._settings.tick_seconds, 1.0)):
+                current = await self._epochs.current()
+        except BoxofficeError as err:
+            _log.warning("cannot confirm the admitter's epoch", extra={"epoch": epoch, "reason": err.reason})
+            return False
+        if current is not None and current > epoch:
+            self._metrics.stale_ticks.inc()
+            if self._deposed_at != epoch:
+                self._deposed_at = epoch
+                _log.warning(
+                    "admit tick refused: a later term of the election exists",
+                    extra={"epoch": epoch, "highest_epoch": current},
+                )
+            return False
+        return True
+
     async def tick(self, epoch: int) -> list[TickResult]:
-        """One admit script for each event."""
+        """One admit script for each event, once the epoch is confirmed."""
+        if not await self.confirm(epoch):
+            return []
         if time.monotonic() - self._refreshed_at >= self._settings.event_refresh_seconds:
             try:
                 await self.refresh()
             except BoxofficeError as err:
                 _log.warning("cannot refresh the waiting rooms", extra={"reason": err.reason})
         health = await self._read_health() if self._event_ids else None
-        results: list[TickResult] = []
-        for event_id in self._event_ids:
-            result = await self.tick_event(event_id, epoch, health=health)
-            if result is not None:
-                results.append(result)
-        return results
+        # All events at once: their scripts share pipelines, and on a Redis
+        # Cluster a shard that does not answer holds back only its own events.
+        ticked = await asyncio.gather(
+            *(self.tick_event(event_id, epoch, health=health) for event_id in self._event_ids)
+        )
+        return [result for result in ticked if result is not None]
 
     async def _read_health(self) -> BookingHealth | None:
         if self._health is None:

@@ -27,8 +27,10 @@ from typing import Any
 import httpx
 import pytest
 
-from boxoffice import secrets
+from boxoffice import access, secrets
 from edge_svc.routes import ROUTES, Route, Who
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
+from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from payment_svc.webhooks import signature_header
 from tests.edge.fans import ACCESS_HEADER, admit, hold, problem, signed_in
 from tests.edge.harness import EdgeStack, edge_stack
@@ -65,6 +67,7 @@ class World:
 async def world(stores: Stores) -> AsyncIterator[World]:
     async with edge_stack(stores, prefix="edge-matrix") as stack:
         event_id = await stack.event(seats=8, max_active=10)
+        await _with_a_fan_draw(stack, event_id)
 
         async def fan(prefix: str, *, admitted: bool, joined: bool = False) -> tuple[Fan, httpx.AsyncClient]:
             name = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -103,6 +106,17 @@ async def world(stores: Stores) -> AsyncIterator[World]:
             payment_id,
             stack.edge.config.webhook_signature_header,
         )
+
+
+async def _with_a_fan_draw(stack: EdgeStack, event_id: int) -> None:
+    """A presale lane by code and a verified-fan draw for it, open for an hour."""
+    admin = stack.operators["queue"].stub(apb_grpc.QueueAdminServiceStub, role=access.OPERATOR)
+    room = (await admin.GetWaitingRoom(apb.GetWaitingRoomRequest(event_id=event_id))).config
+    room.lanes.add(name="presale", entry=apb.WAITING_ROOM_LANE_ENTRY_CODE, share_percent=20)
+    await admin.UpdateWaitingRoom(apb.UpdateWaitingRoomRequest(config=room))
+    draw = apb.CreateFanDrawRequest(event_id=event_id, lane="presale", winners=10)
+    draw.closes_at.FromSeconds(int(time.time()) + 3600)
+    await admin.CreateFanDraw(draw)
 
 
 @dataclass(frozen=True)
@@ -180,6 +194,9 @@ MATRIX: dict[str, Case] = {
     "WatchQueuePosition": Case(params=_event),
     "GetAdmissionProgress": Case(params=_event),
     "GetPreQueueProof": Case(params=_event),
+    "RegisterForFanDraw": Case(params=_event, body=lambda w: {}),
+    "GetFanDrawResult": Case(params=_event),
+    "GetFanDrawProof": Case(params=_event),
     "LeaveQueue": Case(params=_event, body=lambda w: {}, owner="leaver", unchanged=_still_queued),
     "GetSeatMap": Case(params=_event),
     "HoldSeats": Case(params=_event, body=lambda w: {"bestAvailable": {"sectionId": "A", "quantity": 1}}),

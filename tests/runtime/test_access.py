@@ -94,7 +94,7 @@ def test_the_admin_services_answer_operators_only() -> None:
         for m in contract_methods()
         if m.startswith(("/boxoffice.queue.v1.QueueAdminService/", "/boxoffice.booking.v1.BookingAdminService/"))
     ]
-    assert len(admin) == 13
+    assert len(admin) == 14
     for method in admin:
         assert [r for r in access.ROLES if access.allowed(method, r)] == [access.OPERATOR], method
         assert not access.allowed(method, None), method

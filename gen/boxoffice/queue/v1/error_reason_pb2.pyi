@@ -178,6 +178,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     race of joins into different lanes) (ABORTED); call again. Metadata:
     `event_id`.
     """
+    ERROR_REASON_FAN_DRAW_NOT_FOUND: _ErrorReason.ValueType  # 112
+    """RegisterForFanDraw, GetFanDrawResult or GetFanDrawProof for an event
+    without a verified-fan draw (NOT_FOUND). Metadata: `event_id`.
+    """
+    ERROR_REASON_FAN_DRAW_EXISTS: _ErrorReason.ValueType  # 113
+    """CreateFanDraw for an event that has one (ALREADY_EXISTS). Metadata:
+    `event_id`.
+    """
+    ERROR_REASON_FAN_DRAW_CLOSED: _ErrorReason.ValueType  # 114
+    """RegisterForFanDraw after the draw closed (FAILED_PRECONDITION).
+    Metadata: `event_id`, `closed_at` (ISO 8601, UTC).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason QueueService can answer, as
@@ -348,5 +360,17 @@ ERROR_REASON_LANE_CHANGED: ErrorReason.ValueType  # 111
 """The fan's lane changed again and again while the call followed it (a
 race of joins into different lanes) (ABORTED); call again. Metadata:
 `event_id`.
+"""
+ERROR_REASON_FAN_DRAW_NOT_FOUND: ErrorReason.ValueType  # 112
+"""RegisterForFanDraw, GetFanDrawResult or GetFanDrawProof for an event
+without a verified-fan draw (NOT_FOUND). Metadata: `event_id`.
+"""
+ERROR_REASON_FAN_DRAW_EXISTS: ErrorReason.ValueType  # 113
+"""CreateFanDraw for an event that has one (ALREADY_EXISTS). Metadata:
+`event_id`.
+"""
+ERROR_REASON_FAN_DRAW_CLOSED: ErrorReason.ValueType  # 114
+"""RegisterForFanDraw after the draw closed (FAILED_PRECONDITION).
+Metadata: `event_id`, `closed_at` (ISO 8601, UTC).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -977,3 +977,81 @@ class IssueStaffPassResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___IssueStaffPassResponse: _TypeAlias = IssueStaffPassResponse  # noqa: Y015
+
+@_typing.final
+class CreateFanDrawRequest(_message.Message):
+    """CreateFanDrawRequest creates an event's verified-fan draw."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
+    CLOSES_AT_FIELD_NUMBER: _builtins.int
+    WINNERS_FIELD_NUMBER: _builtins.int
+    CODE_VALIDITY_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive, with a waiting room."""
+    lane: _builtins.str
+    """The lane (entry by code) whose codes the winners get."""
+    winners: _builtins.int
+    """How many registered fans win; 1 to 10,000,000."""
+    @_builtins.property
+    def closes_at(self) -> _timestamp_pb2.Timestamp:
+        """When registration closes and the draw is drawn; in the future."""
+
+    @_builtins.property
+    def code_validity(self) -> _duration_pb2.Duration:
+        """How long the winners' codes work after the draw; 1 hour to 90 days, 30
+        days when unset.
+        """
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        lane: _builtins.str = ...,
+        closes_at: _timestamp_pb2.Timestamp | None = ...,
+        winners: _builtins.int = ...,
+        code_validity: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at", "code_validity", b"code_validity"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at", "code_validity", b"code_validity", "event_id", b"event_id", "lane", b"lane", "winners", b"winners"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateFanDrawRequest: _TypeAlias = CreateFanDrawRequest  # noqa: Y015
+
+@_typing.final
+class CreateFanDrawResponse(_message.Message):
+    """CreateFanDrawResponse is the created draw."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    COMMITMENT_FIELD_NUMBER: _builtins.int
+    CLOSES_AT_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event."""
+    commitment: _builtins.str
+    """The SHA-256 of the draw's secret seed, 64 lowercase hex digits: save it
+    to check the draw later.
+    """
+    @_builtins.property
+    def closes_at(self) -> _timestamp_pb2.Timestamp:
+        """When it closes."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        commitment: _builtins.str = ...,
+        closes_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at", "commitment", b"commitment", "event_id", b"event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateFanDrawResponse: _TypeAlias = CreateFanDrawResponse  # noqa: Y015

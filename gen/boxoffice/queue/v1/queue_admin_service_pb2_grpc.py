@@ -90,6 +90,11 @@ class QueueAdminServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassResponse.FromString,
                 _registered_method=True)
+        self.CreateFanDraw = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueAdminService/CreateFanDraw',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateFanDrawRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateFanDrawResponse.FromString,
+                _registered_method=True)
 
 
 class QueueAdminServiceServicer:
@@ -194,6 +199,19 @@ class QueueAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateFanDraw(self, request, context):
+        """CreateFanDraw creates the event's verified-fan draw for one of its
+        lanes by code: fans register (QueueService.RegisterForFanDraw) until
+        closes_at; then the draw orders them by a seeded shuffle whose seed's
+        SHA-256 is public from now on (QueueService.GetFanDrawProof) and the
+        first `winners` get a single-use access code to the lane. One draw per
+        event: ALREADY_EXISTS (FAN_DRAW_EXISTS) for a second; NOT_FOUND
+        (LANE_NOT_FOUND) for a lane that is not by code.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -246,6 +264,11 @@ def add_QueueAdminServiceServicer_to_server(servicer, server):
                     servicer.IssueStaffPass,
                     request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassResponse.SerializeToString,
+            ),
+            'CreateFanDraw': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateFanDraw,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateFanDrawRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateFanDrawResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -524,6 +547,33 @@ class QueueAdminService:
             '/boxoffice.queue.v1.QueueAdminService/IssueStaffPass',
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassRequest.SerializeToString,
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.IssueStaffPassResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateFanDraw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueAdminService/CreateFanDraw',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateFanDrawRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__admin__service__pb2.CreateFanDrawResponse.FromString,
             options,
             channel_credentials,
             insecure,

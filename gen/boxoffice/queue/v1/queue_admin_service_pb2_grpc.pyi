@@ -88,6 +88,15 @@ class QueueAdminServiceStub:
     (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
     NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
     """
+    CreateFanDraw: _grpc.UnaryUnaryMultiCallable[_queue_admin_service_pb2.CreateFanDrawRequest, _queue_admin_service_pb2.CreateFanDrawResponse]
+    """CreateFanDraw creates the event's verified-fan draw for one of its
+    lanes by code: fans register (QueueService.RegisterForFanDraw) until
+    closes_at; then the draw orders them by a seeded shuffle whose seed's
+    SHA-256 is public from now on (QueueService.GetFanDrawProof) and the
+    first `winners` get a single-use access code to the lane. One draw per
+    event: ALREADY_EXISTS (FAN_DRAW_EXISTS) for a second; NOT_FOUND
+    (LANE_NOT_FOUND) for a lane that is not by code.
+    """
 
 @_typing.type_check_only
 class QueueAdminServiceAsyncStub(QueueAdminServiceStub):
@@ -148,6 +157,15 @@ class QueueAdminServiceAsyncStub(QueueAdminServiceStub):
     active shoppers) until it expires. The pass goes in a link
     (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
     NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
+    """
+    CreateFanDraw: _aio.UnaryUnaryMultiCallable[_queue_admin_service_pb2.CreateFanDrawRequest, _queue_admin_service_pb2.CreateFanDrawResponse]  # type: ignore[assignment]
+    """CreateFanDraw creates the event's verified-fan draw for one of its
+    lanes by code: fans register (QueueService.RegisterForFanDraw) until
+    closes_at; then the draw orders them by a seeded shuffle whose seed's
+    SHA-256 is public from now on (QueueService.GetFanDrawProof) and the
+    first `winners` get a single-use access code to the lane. One draw per
+    event: ALREADY_EXISTS (FAN_DRAW_EXISTS) for a second; NOT_FOUND
+    (LANE_NOT_FOUND) for a lane that is not by code.
     """
 
 class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -266,6 +284,21 @@ class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         active shoppers) until it expires. The pass goes in a link
         (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
         NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateFanDraw(
+        self,
+        request: _queue_admin_service_pb2.CreateFanDrawRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_admin_service_pb2.CreateFanDrawResponse, _abc.Awaitable[_queue_admin_service_pb2.CreateFanDrawResponse]]:
+        """CreateFanDraw creates the event's verified-fan draw for one of its
+        lanes by code: fans register (QueueService.RegisterForFanDraw) until
+        closes_at; then the draw orders them by a seeded shuffle whose seed's
+        SHA-256 is public from now on (QueueService.GetFanDrawProof) and the
+        first `winners` get a single-use access code to the lane. One draw per
+        event: ALREADY_EXISTS (FAN_DRAW_EXISTS) for a second; NOT_FOUND
+        (LANE_NOT_FOUND) for a lane that is not by code.
         """
 
 def add_QueueAdminServiceServicer_to_server(servicer: QueueAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

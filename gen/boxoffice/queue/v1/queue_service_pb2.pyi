@@ -165,6 +165,38 @@ SESSION_END_REASON_ABANDONED: SessionEndReason.ValueType  # 2
 """The customer gave up."""
 Global___SessionEndReason: _TypeAlias = SessionEndReason  # noqa: Y015
 
+class _FanDrawOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FanDrawOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FanDrawOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAN_DRAW_OUTCOME_UNSPECIFIED: _FanDrawOutcome.ValueType  # 0
+    """Unknown; never sent."""
+    FAN_DRAW_OUTCOME_NOT_REGISTERED: _FanDrawOutcome.ValueType  # 1
+    """The fan is not registered (and may register while the draw is open)."""
+    FAN_DRAW_OUTCOME_REGISTERED: _FanDrawOutcome.ValueType  # 2
+    """Registered; the draw has not been drawn yet."""
+    FAN_DRAW_OUTCOME_WON: _FanDrawOutcome.ValueType  # 3
+    """Drawn: the fan won (access_code is set)."""
+    FAN_DRAW_OUTCOME_NOT_DRAWN: _FanDrawOutcome.ValueType  # 4
+    """Drawn: the fan did not win."""
+
+class FanDrawOutcome(_FanDrawOutcome, metaclass=_FanDrawOutcomeEnumTypeWrapper):
+    """FanDrawOutcome is where a fan stands in an event's verified-fan draw."""
+
+FAN_DRAW_OUTCOME_UNSPECIFIED: FanDrawOutcome.ValueType  # 0
+"""Unknown; never sent."""
+FAN_DRAW_OUTCOME_NOT_REGISTERED: FanDrawOutcome.ValueType  # 1
+"""The fan is not registered (and may register while the draw is open)."""
+FAN_DRAW_OUTCOME_REGISTERED: FanDrawOutcome.ValueType  # 2
+"""Registered; the draw has not been drawn yet."""
+FAN_DRAW_OUTCOME_WON: FanDrawOutcome.ValueType  # 3
+"""Drawn: the fan won (access_code is set)."""
+FAN_DRAW_OUTCOME_NOT_DRAWN: FanDrawOutcome.ValueType  # 4
+"""Drawn: the fan did not win."""
+Global___FanDrawOutcome: _TypeAlias = FanDrawOutcome  # noqa: Y015
+
 @_typing.final
 class EventQueueConfig(_message.Message):
     """EventQueueConfig is the configuration of one event's waiting room."""
@@ -1263,3 +1295,238 @@ class GetPreQueueProofResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetPreQueueProofResponse: _TypeAlias = GetPreQueueProofResponse  # noqa: Y015
+
+@_typing.final
+class RegisterForFanDrawRequest(_message.Message):
+    """RegisterForFanDrawRequest enters the asserted fan in an event's draw."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterForFanDrawRequest: _TypeAlias = RegisterForFanDrawRequest  # noqa: Y015
+
+@_typing.final
+class RegisterForFanDrawResponse(_message.Message):
+    """RegisterForFanDrawResponse is the fan's registration."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NEWLY_REGISTERED_FIELD_NUMBER: _builtins.int
+    PSEUDONYM_FIELD_NUMBER: _builtins.int
+    CLOSES_AT_FIELD_NUMBER: _builtins.int
+    newly_registered: _builtins.bool
+    """Whether this call registered the fan (false when they already were)."""
+    pseudonym: _builtins.str
+    """The fan's pseudonym in the draw (32 lowercase hex digits), by which
+    they find themselves in GetFanDrawProof's participants.
+    """
+    @_builtins.property
+    def closes_at(self) -> _timestamp_pb2.Timestamp:
+        """When the draw closes (and is drawn)."""
+
+    def __init__(
+        self,
+        *,
+        newly_registered: _builtins.bool = ...,
+        pseudonym: _builtins.str = ...,
+        closes_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at", "newly_registered", b"newly_registered", "pseudonym", b"pseudonym"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterForFanDrawResponse: _TypeAlias = RegisterForFanDrawResponse  # noqa: Y015
+
+@_typing.final
+class GetFanDrawResultRequest(_message.Message):
+    """GetFanDrawResultRequest asks for the asserted fan's part in a draw."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFanDrawResultRequest: _TypeAlias = GetFanDrawResultRequest  # noqa: Y015
+
+@_typing.final
+class GetFanDrawResultResponse(_message.Message):
+    """GetFanDrawResultResponse is the fan's part in the draw."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    ACCESS_CODE_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
+    CLOSES_AT_FIELD_NUMBER: _builtins.int
+    PSEUDONYM_FIELD_NUMBER: _builtins.int
+    outcome: Global___FanDrawOutcome.ValueType
+    """Where the fan stands."""
+    access_code: _builtins.str
+    """The fan's access code to `lane` (single use, bound to the first account
+    that uses it); set only when the fan won.
+    """
+    lane: _builtins.str
+    """The lane the winners' codes open."""
+    pseudonym: _builtins.str
+    """The fan's pseudonym in the draw; set when registered."""
+    @_builtins.property
+    def closes_at(self) -> _timestamp_pb2.Timestamp:
+        """When the draw closes (closed)."""
+
+    def __init__(
+        self,
+        *,
+        outcome: Global___FanDrawOutcome.ValueType = ...,
+        access_code: _builtins.str = ...,
+        lane: _builtins.str = ...,
+        closes_at: _timestamp_pb2.Timestamp | None = ...,
+        pseudonym: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["closes_at", b"closes_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_code", b"access_code", "closes_at", b"closes_at", "lane", b"lane", "outcome", b"outcome", "pseudonym", b"pseudonym"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFanDrawResultResponse: _TypeAlias = GetFanDrawResultResponse  # noqa: Y015
+
+@_typing.final
+class GetFanDrawProofRequest(_message.Message):
+    """GetFanDrawProofRequest asks for the proof of an event's draw (a page)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    page_size: _builtins.int
+    """Participants per page, 1 to 10,000; 0 means 1,000."""
+    page_token: _builtins.str
+    """Token from a previous response's next_page_token; empty for the first."""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFanDrawProofRequest: _TypeAlias = GetFanDrawProofRequest  # noqa: Y015
+
+@_typing.final
+class GetFanDrawProofResponse(_message.Message):
+    """GetFanDrawProofResponse is the proof of an event's verified-fan draw (one
+    page); fields 1 to 11 are those of GetPreQueueProofResponse, read the same
+    way by `boxoffice verify-draw`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    COMMITMENT_FIELD_NUMBER: _builtins.int
+    COMMITTED_AT_FIELD_NUMBER: _builtins.int
+    OPENS_AT_FIELD_NUMBER: _builtins.int
+    REVEALED_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    REVEALED_AT_FIELD_NUMBER: _builtins.int
+    PARTICIPANT_COUNT_FIELD_NUMBER: _builtins.int
+    PARTICIPANTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    WINNERS_FIELD_NUMBER: _builtins.int
+    LANE_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event."""
+    algorithm: _builtins.str
+    """The algorithm ("boxoffice-fandraw-v1"; see boxoffice/draw.py)."""
+    commitment: _builtins.str
+    """The SHA-256 of the seed, 64 lowercase hex digits, from the draw's
+    creation on.
+    """
+    revealed: _builtins.bool
+    """Whether the draw is drawn and the seed revealed."""
+    seed: _builtins.str
+    """The seed, 64 lowercase hex digits; set once revealed."""
+    participant_count: _builtins.int
+    """How many fans registered, in all pages; set once revealed."""
+    next_page_token: _builtins.str
+    """Token for the next page; empty on the last page."""
+    winners: _builtins.int
+    """How many won: the first `winners` of the order (all of them if fewer
+    registered).
+    """
+    lane: _builtins.str
+    """The lane whose access codes the winners got."""
+    @_builtins.property
+    def committed_at(self) -> _timestamp_pb2.Timestamp:
+        """When the seed was drawn and committed to."""
+
+    @_builtins.property
+    def opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When registration closes (closed) and the draw is drawn."""
+
+    @_builtins.property
+    def revealed_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was drawn; set once revealed."""
+
+    @_builtins.property
+    def participants(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreQueueParticipant]:
+        """This page's participants, in the draw's order."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        algorithm: _builtins.str = ...,
+        commitment: _builtins.str = ...,
+        committed_at: _timestamp_pb2.Timestamp | None = ...,
+        opens_at: _timestamp_pb2.Timestamp | None = ...,
+        revealed: _builtins.bool = ...,
+        seed: _builtins.str = ...,
+        revealed_at: _timestamp_pb2.Timestamp | None = ...,
+        participant_count: _builtins.int = ...,
+        participants: _abc.Iterable[Global___PreQueueParticipant] | None = ...,
+        next_page_token: _builtins.str = ...,
+        winners: _builtins.int = ...,
+        lane: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["committed_at", b"committed_at", "opens_at", b"opens_at", "revealed_at", b"revealed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "commitment", b"commitment", "committed_at", b"committed_at", "event_id", b"event_id", "lane", b"lane", "next_page_token", b"next_page_token", "opens_at", b"opens_at", "participant_count", b"participant_count", "participants", b"participants", "revealed", b"revealed", "revealed_at", b"revealed_at", "seed", b"seed", "winners", b"winners"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFanDrawProofResponse: _TypeAlias = GetFanDrawProofResponse  # noqa: Y015

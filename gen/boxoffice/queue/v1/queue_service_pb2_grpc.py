@@ -107,6 +107,21 @@ class QueueServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofResponse.FromString,
                 _registered_method=True)
+        self.RegisterForFanDraw = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueService/RegisterForFanDraw',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RegisterForFanDrawRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RegisterForFanDrawResponse.FromString,
+                _registered_method=True)
+        self.GetFanDrawResult = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueService/GetFanDrawResult',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawResultRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawResultResponse.FromString,
+                _registered_method=True)
+        self.GetFanDrawProof = channel.unary_unary(
+                '/boxoffice.queue.v1.QueueService/GetFanDrawProof',
+                request_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawProofRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawProofResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -266,6 +281,40 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterForFanDraw(self, request, context):
+        """RegisterForFanDraw enters the asserted fan in the event's verified-fan
+        draw (QueueAdminService.CreateFanDraw) until it closes; registering
+        again answers the same. At the close the draw orders the registered
+        fans by a seeded shuffle anyone can verify (GetFanDrawProof) and the
+        first `winners` get an access code to the draw's lane. Errors:
+        NOT_FOUND (FAN_DRAW_NOT_FOUND) when the event has no draw;
+        FAILED_PRECONDITION (FAN_DRAW_CLOSED) once it closed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFanDrawResult(self, request, context):
+        """GetFanDrawResult answers the asserted fan's part in the event's draw:
+        registered or not, and once drawn whether they won, with their access
+        code (the same on every call). NOT_FOUND (FAN_DRAW_NOT_FOUND) when the
+        event has no draw.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFanDrawProof(self, request, context):
+        """GetFanDrawProof is the public proof of the event's verified-fan draw, in
+        the form of GetPreQueueProof (the same field numbers and names): the
+        commitment from the draw's creation on; once drawn the seed and every
+        registered fan's pseudonym and score in the draw's order, the first
+        `winners` of which won. Over HTTP a public, cacheable document.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -338,6 +387,21 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.GetPreQueueProof,
                     request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofResponse.SerializeToString,
+            ),
+            'RegisterForFanDraw': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterForFanDraw,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RegisterForFanDrawRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RegisterForFanDrawResponse.SerializeToString,
+            ),
+            'GetFanDrawResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFanDrawResult,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawResultRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawResultResponse.SerializeToString,
+            ),
+            'GetFanDrawProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFanDrawProof,
+                    request_deserializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawProofRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawProofResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -721,6 +785,87 @@ class QueueService:
             '/boxoffice.queue.v1.QueueService/GetPreQueueProof',
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofRequest.SerializeToString,
             gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetPreQueueProofResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterForFanDraw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueService/RegisterForFanDraw',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RegisterForFanDrawRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.RegisterForFanDrawResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFanDrawResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueService/GetFanDrawResult',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawResultRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFanDrawProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.queue.v1.QueueService/GetFanDrawProof',
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawProofRequest.SerializeToString,
+            gen_dot_boxoffice_dot_queue_dot_v1_dot_queue__service__pb2.GetFanDrawProofResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -144,6 +144,28 @@ class QueueServiceStub:
     page_token that is not from this event's listing.
     Over HTTP it is a public, cacheable document anyone may read.
     """
+    RegisterForFanDraw: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.RegisterForFanDrawRequest, _queue_service_pb2.RegisterForFanDrawResponse]
+    """RegisterForFanDraw enters the asserted fan in the event's verified-fan
+    draw (QueueAdminService.CreateFanDraw) until it closes; registering
+    again answers the same. At the close the draw orders the registered
+    fans by a seeded shuffle anyone can verify (GetFanDrawProof) and the
+    first `winners` get an access code to the draw's lane. Errors:
+    NOT_FOUND (FAN_DRAW_NOT_FOUND) when the event has no draw;
+    FAILED_PRECONDITION (FAN_DRAW_CLOSED) once it closed.
+    """
+    GetFanDrawResult: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetFanDrawResultRequest, _queue_service_pb2.GetFanDrawResultResponse]
+    """GetFanDrawResult answers the asserted fan's part in the event's draw:
+    registered or not, and once drawn whether they won, with their access
+    code (the same on every call). NOT_FOUND (FAN_DRAW_NOT_FOUND) when the
+    event has no draw.
+    """
+    GetFanDrawProof: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.GetFanDrawProofRequest, _queue_service_pb2.GetFanDrawProofResponse]
+    """GetFanDrawProof is the public proof of the event's verified-fan draw, in
+    the form of GetPreQueueProof (the same field numbers and names): the
+    commitment from the draw's creation on; once drawn the seed and every
+    registered fan's pseudonym and score in the draw's order, the first
+    `winners` of which won. Over HTTP a public, cacheable document.
+    """
 
 @_typing.type_check_only
 class QueueServiceAsyncStub(QueueServiceStub):
@@ -254,6 +276,28 @@ class QueueServiceAsyncStub(QueueServiceStub):
     INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
     page_token that is not from this event's listing.
     Over HTTP it is a public, cacheable document anyone may read.
+    """
+    RegisterForFanDraw: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.RegisterForFanDrawRequest, _queue_service_pb2.RegisterForFanDrawResponse]  # type: ignore[assignment]
+    """RegisterForFanDraw enters the asserted fan in the event's verified-fan
+    draw (QueueAdminService.CreateFanDraw) until it closes; registering
+    again answers the same. At the close the draw orders the registered
+    fans by a seeded shuffle anyone can verify (GetFanDrawProof) and the
+    first `winners` get an access code to the draw's lane. Errors:
+    NOT_FOUND (FAN_DRAW_NOT_FOUND) when the event has no draw;
+    FAILED_PRECONDITION (FAN_DRAW_CLOSED) once it closed.
+    """
+    GetFanDrawResult: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetFanDrawResultRequest, _queue_service_pb2.GetFanDrawResultResponse]  # type: ignore[assignment]
+    """GetFanDrawResult answers the asserted fan's part in the event's draw:
+    registered or not, and once drawn whether they won, with their access
+    code (the same on every call). NOT_FOUND (FAN_DRAW_NOT_FOUND) when the
+    event has no draw.
+    """
+    GetFanDrawProof: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.GetFanDrawProofRequest, _queue_service_pb2.GetFanDrawProofResponse]  # type: ignore[assignment]
+    """GetFanDrawProof is the public proof of the event's verified-fan draw, in
+    the form of GetPreQueueProof (the same field numbers and names): the
+    commitment from the draw's creation on; once drawn the seed and every
+    registered fan's pseudonym and score in the draw's order, the first
+    `winners` of which won. Over HTTP a public, cacheable document.
     """
 
 class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -440,6 +484,46 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         INVALID_ARGUMENT (INVALID_FIELD) for a page_size out of range or a
         page_token that is not from this event's listing.
         Over HTTP it is a public, cacheable document anyone may read.
+        """
+
+    @_abc_1.abstractmethod
+    def RegisterForFanDraw(
+        self,
+        request: _queue_service_pb2.RegisterForFanDrawRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_service_pb2.RegisterForFanDrawResponse, _abc.Awaitable[_queue_service_pb2.RegisterForFanDrawResponse]]:
+        """RegisterForFanDraw enters the asserted fan in the event's verified-fan
+        draw (QueueAdminService.CreateFanDraw) until it closes; registering
+        again answers the same. At the close the draw orders the registered
+        fans by a seeded shuffle anyone can verify (GetFanDrawProof) and the
+        first `winners` get an access code to the draw's lane. Errors:
+        NOT_FOUND (FAN_DRAW_NOT_FOUND) when the event has no draw;
+        FAILED_PRECONDITION (FAN_DRAW_CLOSED) once it closed.
+        """
+
+    @_abc_1.abstractmethod
+    def GetFanDrawResult(
+        self,
+        request: _queue_service_pb2.GetFanDrawResultRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_service_pb2.GetFanDrawResultResponse, _abc.Awaitable[_queue_service_pb2.GetFanDrawResultResponse]]:
+        """GetFanDrawResult answers the asserted fan's part in the event's draw:
+        registered or not, and once drawn whether they won, with their access
+        code (the same on every call). NOT_FOUND (FAN_DRAW_NOT_FOUND) when the
+        event has no draw.
+        """
+
+    @_abc_1.abstractmethod
+    def GetFanDrawProof(
+        self,
+        request: _queue_service_pb2.GetFanDrawProofRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_service_pb2.GetFanDrawProofResponse, _abc.Awaitable[_queue_service_pb2.GetFanDrawProofResponse]]:
+        """GetFanDrawProof is the public proof of the event's verified-fan draw, in
+        the form of GetPreQueueProof (the same field numbers and names): the
+        commitment from the draw's creation on; once drawn the seed and every
+        registered fan's pseudonym and score in the draw's order, the first
+        `winners` of which won. Over HTTP a public, cacheable document.
         """
 
 def add_QueueServiceServicer_to_server(servicer: QueueServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
