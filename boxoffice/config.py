@@ -7,6 +7,7 @@ clear line and exit code 2.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,6 +92,18 @@ class Env:
             raise ConfigError(f"{name}={value!r} must be one of {', '.join(choices)}")
         return value
 
+    def grpc_target(self, name: str, default: str) -> str:
+        """A gRPC target: ``host:port``, ``dns:///host:port`` (every address
+        of the name, e.g. a headless Service's pods), ``dns://server/host:port``,
+        ``ipv4:addr:port,addr:port...``, ``ipv6:[addr]:port,...`` or ``unix:path``."""
+        value = self.string(name, default)
+        if not _is_target(value):
+            raise ConfigError(
+                f"{name}={value!r} is not a gRPC target (host:port, dns:///host:port, "
+                "ipv4:addr:port[,addr:port...], ipv6:[addr]:port[,...] or unix:path)"
+            )
+        return value
+
     def keys(self, name: str) -> dict[str, bytes]:
         """A ``kid:secret[,kid:secret...]`` list of signing keys."""
         value = self.raw(name)
@@ -107,6 +120,53 @@ class Env:
                 raise ConfigError(f"{name}: key id {kid!r} appears twice")
             keys[kid] = secret.encode()
         return keys
+
+
+_HOST = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
+
+def _host_port(text: str, *, ipv6_only: bool = False) -> bool:
+    """``host:port`` or ``[ipv6]:port`` with a port of 1-65535."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        return False
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+        return True
+    if ipv6_only:
+        return False
+    return bool(_HOST.match(host))
+
+
+def _is_target(value: str) -> bool:
+    if value.startswith("dns:"):
+        rest = value[len("dns:") :]
+        if rest.startswith("//"):
+            authority, slash, rest = rest[2:].partition("/")
+            if not slash or (authority and not _host_port(authority) and not _HOST.match(authority)):
+                return False
+        return _host_port(rest)
+    if value.startswith("ipv4:"):
+        parts = value[len("ipv4:") :].split(",")
+        return all(_host_port(p) and _is_ipv4(p.rpartition(":")[0]) for p in parts)
+    if value.startswith("ipv6:"):
+        return all(_host_port(p, ipv6_only=True) for p in value[len("ipv6:") :].split(","))
+    if value.startswith(("unix:", "unix-abstract:")):
+        return len(value.partition(":")[2]) > 0
+    return _host_port(value)
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +188,12 @@ class ServerConfig:
     # After SIGTERM: health answers NOT_SERVING for this long while calls are
     # still served, so that load balancers stop sending before the listener closes.
     drain_seconds: float = 0.0
+    # A client connection is told to go away (GOAWAY) after this long, so
+    # that clients balancing over a headless Service resolve it again and
+    # new pods get calls (0: never); calls in flight then have the grace to
+    # finish (0: as long as they take).
+    max_connection_age_seconds: float = 0.0
+    max_connection_age_grace_seconds: float = 0.0
 
     @property
     def grpc_address(self) -> str:
@@ -147,7 +213,17 @@ class ServerConfig:
             max_open_streams=env.integer("BOXOFFICE_MAX_OPEN_STREAMS", 40_000, minimum=1),
             max_message_bytes=env.integer("BOXOFFICE_MAX_MESSAGE_BYTES", 1 << 20, minimum=1024, maximum=64 << 20),
             drain_seconds=env.number("BOXOFFICE_DRAIN_SECONDS", 5.0, minimum=0.0, maximum=300.0),
+            max_connection_age_seconds=_age(env, "BOXOFFICE_GRPC_MAX_CONNECTION_AGE_SECONDS", 300.0),
+            max_connection_age_grace_seconds=_age(env, "BOXOFFICE_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS", 3600.0),
         )
+
+
+def _age(env: Env, name: str, default: float) -> float:
+    """0 (off), or from one second to a day."""
+    value = env.number(name, default, minimum=0.0, maximum=86_400.0)
+    if 0 < value < 1:
+        raise ConfigError(f"{name}={value} must be 0 (off) or at least 1 second")
+    return value
 
 
 _TRUST_DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,253}[a-z0-9])?$")

@@ -190,12 +190,22 @@ class Runtime:
             ca=Path(str(self.tls.ca_file)), cert=Path(str(self.tls.cert_file)), key=Path(str(self.tls.key_file))
         )
 
-    def channel(self, component: str, target: str, *, options: Sequence[tuple[str, Any]] = ()) -> ClientChannel:
-        """A client channel to ``target`` as ``component``'s identity; it
-        follows the certificate files when they change. The caller closes it."""
+    def channel(
+        self,
+        component: str,
+        target: str,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
+        server_name: str | None = None,
+    ) -> ClientChannel:
+        """A client channel to ``target`` as ``component``'s identity, round
+        robin over the addresses it resolves to; it follows the certificate
+        files when they change. ``server_name`` is the name the server's
+        certificate must carry when it is not the target's host. The caller
+        closes it."""
         files = self.identity(component)
         try:
-            return ClientChannel(target, files, options=options)
+            return ClientChannel(target, files, options=options, server_name=server_name)
         except (OSError, ValueError) as err:
             raise ConfigError(f"the TLS certificate of {component} cannot be used: {err}") from None
 

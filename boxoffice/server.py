@@ -495,6 +495,7 @@ def _aborted_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCod
 def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     """Channel args for a server that takes flash crowds of streams."""
     return [
+        *_connection_age(config),
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
         ("grpc.max_receive_message_length", config.max_message_bytes),
         # The defaults (about 1,000 soft / 3,000 hard) cancel about half of a
@@ -509,6 +510,17 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.so_reuseport", 1),
     ]
+
+
+def _connection_age(config: ServerConfig) -> list[tuple[str, int]]:
+    """GOAWAY to each client connection after the maximum age (gRPC adds
+    +-10% jitter), so that clients re-resolve and spread over new pods."""
+    if config.max_connection_age_seconds <= 0:
+        return []
+    options = [("grpc.max_connection_age_ms", int(config.max_connection_age_seconds * 1000))]
+    if config.max_connection_age_grace_seconds > 0:
+        options.append(("grpc.max_connection_age_grace_ms", int(config.max_connection_age_grace_seconds * 1000)))
+    return options
 
 
 class GrpcServer:

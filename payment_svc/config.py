@@ -92,7 +92,7 @@ class PaymentConfig:
         )
         secrets = source.get()
         return cls(
-            booking_addr=env.string("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
+            booking_addr=env.grpc_target("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
             webhook_secret_source=source,
             webhook_tolerance_seconds=env.integer("BOXOFFICE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1),
             hold_extension_seconds=env.integer(

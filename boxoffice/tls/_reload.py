@@ -13,6 +13,7 @@ until the new one is whole.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -110,18 +111,43 @@ def server_credentials(files: CertFiles) -> grpc.ServerCredentials:
     return grpc.dynamic_ssl_server_credentials(_server_config(watch.pair), fetch, require_client_authentication=True)
 
 
+# Calls spread over every address the target resolves to (a headless
+# Service's pods with ``dns:///name:port``), not one connection to one pod.
+ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+
+
 class ClientChannel:
     """A channel to ``target`` as this process's identity (``files``; None:
     plaintext, for a mesh whose sidecars do mTLS).
+
+    Calls are balanced round robin over the addresses the target resolves
+    to: ``dns:///booking-svc-headless:50051`` reaches every pod of a
+    headless Service (gRPC resolves the name again when a connection ends,
+    as the servers' maximum connection age makes them). The server's
+    certificate is verified against the target's host name (the name of
+    ``dns:///name:port``, an IP SAN for ``127.0.0.1:port``), or against
+    ``server_name`` when given (a target of several addresses, such as
+    ``ipv4:10.0.0.1:50051,10.0.0.2:50051``, names no host).
 
     ``channel()`` answers the current channel; once the files change, the
     next ``channel()`` dials a new one with the new certificate and closes
     the old one after its calls in flight finish. Stubs made with
     :meth:`stub` follow the channel."""
 
-    def __init__(self, target: str, files: CertFiles | None, *, options: Sequence[tuple[str, Any]] = ()) -> None:
+    def __init__(
+        self,
+        target: str,
+        files: CertFiles | None,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
+        server_name: str | None = None,
+    ) -> None:
         self.target = target
         self._options = list(options)
+        if not any(name == "grpc.service_config" for name, _ in self._options):
+            self._options.append(("grpc.service_config", ROUND_ROBIN))
+        if server_name is not None and files is not None:
+            self._options.append(("grpc.ssl_target_name_override", server_name))
         self._watch = _Watch(files) if files is not None else None
         self._channel = self._dial(self._watch.pair if self._watch is not None else None)
         self._stubs: dict[Callable[[grpc.aio.Channel], Any], Any] = {}

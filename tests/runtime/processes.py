@@ -77,6 +77,7 @@ def role_environ(stores: Stores, command: str, environ: Mapping[str, str] | None
             "REDIS_URL": stores.redis_url,
             "BOXOFFICE_TRUST_DOMAIN": "boxoffice.local",
             "BOXOFFICE_GRPC_PORT": "0",
+            "BOXOFFICE_METRICS_HOST": "127.0.0.1",
             "BOXOFFICE_HEALTH_PORT": "off",
             "BOXOFFICE_DRAIN_SECONDS": "0",
             "BOXOFFICE_LOG_LEVEL": "warning",
