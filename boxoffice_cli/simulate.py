@@ -24,7 +24,8 @@ a fan who does not show never polls again; the others poll as the edge's
 ``pollAfter`` says until admitted, think, hold their tickets (best
 available; one ticket if not enough are left), think, pay (a declined card
 releases the hold and gives up), confirm, and end their session. When every
-seat is sold the fans still waiting leave.
+seat is sold the operator's part pauses the waiting room (as an operator
+closes the sale) and the fans still waiting leave.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -104,6 +105,13 @@ async def create_event(queue: Dialer, booking: Dialer, scenario: Scenario, event
     room.token_ttl.FromSeconds(min(scenario.session_seconds, 300))
     await queue.stub(qpb_grpc.QueueAdminServiceStub).CreateWaitingRoom(
         qpb.CreateWaitingRoomRequest(config=room), timeout=CALL_SECONDS
+    )
+
+
+async def pause_room(queue: Dialer, event_id: int) -> None:
+    """Stop admitting (the sale is over)."""
+    await queue.stub(qpb_grpc.QueueAdminServiceStub).PauseWaitingRoom(
+        qpb.PauseWaitingRoomRequest(event_id=event_id), timeout=CALL_SECONDS
     )
 
 
@@ -181,6 +189,7 @@ class Crowd:
         started_at: float,
         run_id: str,
         out: TextIO | None = None,
+        on_sold_out: Callable[[], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self._url = edge_url
         self._event = event_id
@@ -191,6 +200,8 @@ class Crowd:
         self.tally = Tally(fans=scenario.fans)
         self._sold_out = asyncio.Event()
         self._bar = ProgressBar(out, self.tally, scenario.seats) if out is not None else None
+        self._on_sold_out = on_sold_out
+        self._closing: asyncio.Task[None] | None = None
 
     async def _call(self, client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> httpx.Response:
         async with self._gate:
@@ -202,6 +213,8 @@ class Crowd:
         drawing = asyncio.create_task(self._draw())
         try:
             await asyncio.gather(*tasks)
+            if self._closing is not None:
+                await self._closing
         finally:
             drawing.cancel()
             if self._bar is not None:
@@ -302,8 +315,10 @@ class Crowd:
         if state == "PAYMENT_STATE_SUCCEEDED":
             t.paid += 1
             t.tickets += seats
-            if t.tickets >= self._scenario.seats:
+            if t.tickets >= self._scenario.seats and not self._sold_out.is_set():
                 self._sold_out.set()
+                if self._on_sold_out is not None:
+                    self._closing = asyncio.create_task(self._on_sold_out())
         else:
             t.declined += 1
             await self._call(client, "DELETE", f"/v1/holds/{hold_id}", headers=headers)
@@ -379,7 +394,15 @@ async def run_real(
     event_id = event_id or (10**9 + random.SystemRandom().randrange(10**11))
     started = time.time() + 2.0
     await create_event(queue, booking, scenario, event_id, started + scenario.opens_in_seconds)
-    crowd = Crowd(edge_url, event_id, scenario, started_at=started, run_id=uuid.uuid4().hex[:8], out=out)
+    crowd = Crowd(
+        edge_url,
+        event_id,
+        scenario,
+        started_at=started,
+        run_id=uuid.uuid4().hex[:8],
+        out=out,
+        on_sold_out=lambda: pause_room(queue, event_id),
+    )
     tally = await crowd.run()
     report = await settled_report(database_url, event_id)
     return event_id, tally, measured_of(report)
@@ -436,8 +459,8 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def scenario_of(args: argparse.Namespace) -> Scenario:
-    fans = args.fans or (2_000_000 if args.model else (1000 if args.compare else Scenario().fans))
-    seats = args.seats or (50_000 if args.model else (200 if args.compare else Scenario().seats))
+    fans = args.fans if args.fans is not None else (2_000_000 if args.model else (1000 if args.compare else 5000))
+    seats = args.seats if args.seats is not None else (50_000 if args.model else (200 if args.compare else 1000))
     base = dataclasses.replace(
         Scenario(),
         opens_in_seconds=args.opens_in,

@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from boxoffice_cli import report as report_cli
-from boxoffice_cli.simulate import Crowd, Tally, create_event, settled_report
+from boxoffice_cli.simulate import Crowd, Tally, create_event, pause_room, settled_report
 from boxoffice_cli.simulate_scenario import Scenario
 from queue_svc.adapters import EventKeys
 from tests.edge.harness import EdgeStack, edge_stack
@@ -71,7 +71,14 @@ async def on_sale(stack: EdgeStack, stores: Stores) -> OnSale:
     await create_event(
         stack.operators["queue"], stack.operators["booking"], SCENARIO, event_id, started + SCENARIO.opens_in_seconds
     )
-    crowd = Crowd(stack.url, event_id, SCENARIO, started_at=started, run_id=uuid.uuid4().hex[:8])
+    crowd = Crowd(
+        stack.url,
+        event_id,
+        SCENARIO,
+        started_at=started,
+        run_id=uuid.uuid4().hex[:8],
+        on_sold_out=lambda: pause_room(stack.operators["queue"], event_id),
+    )
     tally = await crowd.run()
     assert tally.errors == 0, tally.error_samples
     keys = EventKeys.of(event_id)
