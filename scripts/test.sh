@@ -32,3 +32,4 @@ mypy
 
 echo "== tests"
 python -m pytest "$@"
+scripts/pgbouncer_test.sh  # booking, payment and leader election through a transaction-mode PgBouncer
