@@ -16,6 +16,7 @@ import secrets
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -52,16 +53,29 @@ def stores() -> Iterator[Stores]:
         database_url = _with_database(admin_url, name)
 
         redis_url = os.environ.get("BOXOFFICE_TEST_REDIS_URL")
+        cluster = bool(redis_url) and os.environ.get("BOXOFFICE_TEST_REDIS_CLUSTER") == "true"
         if not redis_url:
             rd = EmbeddedRedis(tmp / "redis")
             redis_url = rd.start()
             embedded.append(rd)
-        else:
+        elif not cluster:
             redis_url = redis_url.rstrip("/") + "/15" if urlsplit(redis_url).path in ("", "/") else redis_url
-        redis.Redis.from_url(redis_url).flushdb()
+        if cluster:
+            # BOXOFFICE_TEST_REDIS_CLUSTER: the URL names a node of a Redis
+            # Cluster (scripts/redis_cluster_test.sh); every primary is flushed.
+            redis.RedisCluster.from_url(redis_url).flushdb()
+        else:
+            redis.Redis.from_url(redis_url).flushdb()
         asyncio.run(db.migrate(database_url, all_migrations()))
         pki = make_pki(tmp / "pki")
-        yield Stores(database_url=database_url, redis_url=redis_url, admin_url=admin_url, tmp=tmp, pki=pki)
+        yield Stores(
+            database_url=database_url,
+            redis_url=redis_url,
+            admin_url=admin_url,
+            tmp=tmp,
+            pki=pki,
+            redis_cluster=cluster,
+        )
     finally:
         if created_db is not None:
             admin, name = created_db
@@ -81,7 +95,11 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def redis_client(stores: Stores) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(stores.redis_url)
+    client = (
+        cast(aioredis.Redis, aioredis.RedisCluster.from_url(stores.redis_url))
+        if stores.redis_cluster
+        else aioredis.Redis.from_url(stores.redis_url)
+    )
     try:
         yield client
     finally:

@@ -80,6 +80,8 @@ class Stores:
     admin_url: str
     tmp: Path
     pki: Pki
+    # redis_url names a node of a Redis Cluster.
+    redis_cluster: bool = False
 
 
 class ManualClock:
@@ -139,6 +141,8 @@ def make_runtime(
     base = {"BOXOFFICE_GRPC_PORT": "0", "BOXOFFICE_TRUST_DOMAIN": TRUST_DOMAIN, "BOXOFFICE_DRAIN_SECONDS": "0"}
     if role is not None:
         base.update(tls_environ(stores.pki.files(role)))
+    if stores.redis_cluster:
+        base["BOXOFFICE_REDIS_CLUSTER"] = "true"
     env = Env({**base, **(environ or {})})
     rt = Runtime.from_env(env, database_url=stores.database_url, redis_url=stores.redis_url, clock=clock)
     if role is None and rt.tls.enabled and not rt.tls.has_files:
