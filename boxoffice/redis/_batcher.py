@@ -23,7 +23,15 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection
-from redis.exceptions import RedisError, ResponseError, SlotNotCoveredError
+from redis.exceptions import (
+    ClusterDownError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from boxoffice import deadline
 from boxoffice.errors import DeadlineExceeded, Internal, Unavailable
@@ -96,6 +104,10 @@ def _node_pipe(cluster: RedisCluster, node: ClusterNode, timeout_seconds: float)
         timeout_seconds=float(kwargs.get("socket_timeout") or timeout_seconds),
     )
 
+
+# What a call that cannot reach Redis raises (a cluster client's own
+# errors included: no node for a slot, a cluster that is down).
+_FAILURES = (PipeClosed, RedisError, RedisClusterException, OSError, TimeoutError)
 
 # Error replies of a cluster node that mean "not here (now)": the slot map
 # changed (a failover, a resharding) or the cluster is electing.
@@ -213,7 +225,7 @@ class ScriptBatcher:
 
     async def _refresh(self, cluster: RedisCluster) -> None:
         try:
-            with contextlib.suppress(RedisError, OSError, TimeoutError):
+            with contextlib.suppress(*_FAILURES):
                 async with asyncio.timeout(self._timeout):
                     await cluster.nodes_manager.initialize()
         finally:
@@ -324,7 +336,7 @@ class _Lane:
             for call in batch:
                 _fail(call, Unavailable("redis call cancelled", reason="REDIS_UNAVAILABLE"))
             raise
-        except (PipeClosed, RedisError, OSError, TimeoutError) as err:
+        except _FAILURES as err:
             for call in batch:
                 _fail(call, _unavailable(err))
             self._batcher.refresh_soon()
@@ -336,7 +348,11 @@ class _Lane:
         that found no script (loading it) or were redirected."""
         try:
             missing = [call for call, reply in zip(batch, replies, strict=True) if _no_script(reply)]
-            if missing:
+            if missing and self.pipe is None:
+                # Sent through redis-py: its client loads the scripts where needed.
+                retried = iter(await self._batcher._routed(missing))
+                replies = [next(retried) if _no_script(reply) else reply for reply in replies]
+            elif missing:
                 # A restarted or failed-over Redis has lost its script cache.
                 scripts = {call.script.sha: call.script for call in missing}.values()
                 await self._execute([["SCRIPT", "LOAD", script.source] for script in scripts])
@@ -352,7 +368,7 @@ class _Lane:
             for call in batch:
                 _fail(call, Unavailable("redis call cancelled", reason="REDIS_UNAVAILABLE"))
             raise
-        except (PipeClosed, RedisError, OSError, TimeoutError) as err:
+        except _FAILURES as err:
             for call in batch:
                 _fail(call, _unavailable(err))
             self._batcher.refresh_soon()
@@ -368,7 +384,20 @@ class _Lane:
 
 
 def _reply(reply: Any) -> Any:
+    """redis-py's error reply as the pipelined connection's (redis-py drops
+    the NOSCRIPT code from the message of the error it maps it to)."""
+    for error, code in _CODES:
+        if isinstance(reply, error):
+            return ReplyError(f"{code} {reply}")
     return ReplyError(str(reply)) if isinstance(reply, ResponseError) else reply
+
+
+# The error classes redis-py maps these codes to (dropping the code).
+_CODES: tuple[tuple[type[ResponseError], str], ...] = (
+    (NoScriptError, "NOSCRIPT"),
+    (ClusterDownError, "CLUSTERDOWN"),
+    (TryAgainError, "TRYAGAIN"),
+)
 
 
 def _rerouted(reply: Any) -> bool:
@@ -377,8 +406,11 @@ def _rerouted(reply: Any) -> bool:
 
 def _resolve(batch: list[_Call], replies: list[Any]) -> None:
     for call, reply in zip(batch, replies, strict=True):
-        if isinstance(reply, ReplyError):
-            _log.error("redis script failed", extra={"script": call.script.name, "error": str(reply)})
+        if _rerouted(reply):
+            # Still redirected, or the cluster is electing: not there now.
+            _fail(call, Unavailable(f"redis unavailable: {str(reply).split(' ', 1)[0]}", reason="REDIS_UNAVAILABLE"))
+        elif isinstance(reply, ReplyError):
+            _log.error("redis script failed: %s", reply, extra={"script": call.script.name, "error": str(reply)})
             _fail(call, Internal("redis script failed", reason="REDIS_ERROR"))
         elif not call.future.done():
             call.future.set_result(reply)
