@@ -21,6 +21,7 @@ import psycopg
 
 from bench.common import ServerProcess, server_process
 from boxoffice import db
+from boxoffice.clock import Clock
 from boxoffice.config import Env
 from boxoffice.lifecycle import Component
 from boxoffice.runtime import Runtime
@@ -100,10 +101,10 @@ def queue_server(database_url: str, redis_url: str, *, gc_freeze: bool = False, 
 
 
 @contextlib.asynccontextmanager
-async def queue_app(database_url: str, redis_url: str) -> AsyncIterator[QueueApp]:
+async def queue_app(database_url: str, redis_url: str, *, clock: Clock | None = None) -> AsyncIterator[QueueApp]:
     """The queue's app on the benchmark's stores, its Redis client, pool and
     script batcher started (for the benchmark's own joins and ticks)."""
-    rt = Runtime.from_env(Env({}), database_url=database_url, redis_url=redis_url)
+    rt = Runtime.from_env(Env({}), database_url=database_url, redis_url=redis_url, clock=clock)
     queue = QueueApp(rt)
     _ = queue.store, queue.rooms  # built now, so that the infrastructure has the client and the pool
     started: list[Component] = []

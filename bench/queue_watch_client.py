@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from bench.common import channel as channel_as
+from boxoffice.caller import CUSTOMER_METADATA_KEY
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 
@@ -38,7 +39,11 @@ async def _main(address: str, kind: str, event_id: int, first: int, count: int) 
     else:
         stub: Any = pb_grpc.QueueServiceStub(channel)
         calls = [
-            stub.WatchQueuePosition(pb.WatchQueuePositionRequest(event_id=event_id, customer_id=f"fan-{i}"))
+            # As the edge calls it: the fan asserted in the metadata.
+            stub.WatchQueuePosition(
+                pb.WatchQueuePositionRequest(event_id=event_id, customer_id=f"fan-{i}"),
+                metadata=((CUSTOMER_METADATA_KEY, f"fan-{i}"),),
+            )
             for i in range(first, first + count)
         ]
     failures: collections.Counter[str] = collections.Counter()
