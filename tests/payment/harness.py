@@ -15,7 +15,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import redis.asyncio as aioredis
@@ -216,7 +216,11 @@ async def open_pool(stores: Stores, max_size: int = 10) -> AsyncIterator[Pool]:
 
 @contextlib.asynccontextmanager
 async def open_redis(stores: Stores) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(stores.redis_url)
+    client = (
+        cast(aioredis.Redis, aioredis.RedisCluster.from_url(stores.redis_url))
+        if stores.redis_cluster
+        else aioredis.Redis.from_url(stores.redis_url)
+    )
     try:
         yield client
     finally:
@@ -331,7 +335,7 @@ async def issuers(stores: Stores, stream: str) -> AsyncIterator[IssuerFactory]:
                 "BOXOFFICE_DB_POOL_MIN": "1",
                 "BOXOFFICE_DB_POOL_MAX": "4",
             }
-            own = stores if redis_url is None else dataclasses.replace(stores, redis_url=redis_url)
+            own = stores if redis_url is None else dataclasses.replace(stores, redis_url=redis_url, redis_cluster=False)
             rt = make_runtime(own, environ=environ)
             issuer = payment_app.compose_issuer(rt, name=name, hooks=hooks)
             await stack.enter_async_context(running(rt.infrastructure()))

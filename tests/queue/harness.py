@@ -83,7 +83,9 @@ def build_app(
     ``AlwaysLeader(1)`` unless given; ``redis_url`` replaces the suite's
     Redis (e.g. the embedded Redis 6.2)."""
     if redis_url is not None:
-        stores = dataclasses.replace(stores, redis_url=redis_url, redis_cluster=False)
+        stores = dataclasses.replace(
+            stores, redis_url=redis_url, redis_cluster=stores.redis_url == redis_url and stores.redis_cluster
+        )
     rt = make_runtime(stores, environ=environ, clock=clock)
     return QueueApp(rt, leadership=leadership or AlwaysLeader(1))
 
