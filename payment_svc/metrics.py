@@ -13,6 +13,17 @@ from payment_svc.model import PaymentState, RefundSource
 LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
+# What payment_svc.webhooks refuses a delivery for, and the event types the
+# handler applies: their series exist at zero from the start.
+_VERIFICATION_FAILURES = (
+    "WEBHOOK_SIGNATURE_MISSING",
+    "WEBHOOK_SIGNATURE_MALFORMED",
+    "WEBHOOK_SIGNATURE_INVALID",
+    "WEBHOOK_STALE",
+)
+_WEBHOOK_TYPES = ("charge.succeeded", "charge.failed", "charge.refunded", "refund.failed")
+
+
 def state_label(state: PaymentState) -> str:
     """A payment state as the ``state`` label says it: in lower case, as
     every ``state`` label of the mesh is."""
@@ -70,6 +81,11 @@ class ServerMetrics:
         for source in RefundSource:
             for outcome in ("succeeded", "failed"):
                 metrics.refunds.labels(source.value, outcome)
+        for reason in _VERIFICATION_FAILURES:
+            metrics.webhook_verification_failures.labels(reason)
+        for event_type in _WEBHOOK_TYPES:
+            for outcome in ("applied", "duplicate"):
+                metrics.webhooks.labels(event_type, outcome)
         return metrics
 
 

@@ -54,6 +54,8 @@ async def test_fresh_processes_expose_clean_series(stores: Stores, tmp_path: Pat
     for state in PaymentState:
         assert f'boxoffice_payment_state_entered_total{{state="{state.value.lower()}"}} 0.0' in payment
     assert 'boxoffice_refunds_total{outcome="succeeded",source="REQUEST"} 0.0' in payment
+    assert 'boxoffice_webhooks_total{outcome="applied",type="charge.succeeded"} 0.0' in payment
+    assert 'boxoffice_webhook_verification_failures_total{reason="WEBHOOK_SIGNATURE_INVALID"} 0.0' in payment
     booking = _samples(scraped["booking-svc"])
     for result in ("held", "replayed"):
         assert f'boxoffice_booking_holds_total{{result="{result}"}} 0.0' in booking
