@@ -538,7 +538,7 @@ async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, e
             await _queue(clients, args.action, args.event_id, out)
         elif args.command == "stats":
             await _stats(clients, args.event_id, out)
-        elif args.command in ("codes", "staff-pass"):
+        elif args.command in ("codes", "draw", "staff-pass"):
             await admin_lanes.run(clients.queue_admin(), _call, args, clients.timeout, out)
         else:
             await _revoke(clients, args.event_id, args.customer_id, args.revoke_action, out)

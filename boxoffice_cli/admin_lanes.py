@@ -1,4 +1,4 @@
-"""``boxoffice admin codes create`` and ``boxoffice admin staff-pass``: the
+"""``boxoffice admin codes create``, ``draw create`` and ``staff-pass``: the
 ways into the lanes of a waiting room that are not open to everyone.
 
 The codes are printed once, one a line (they are stored only as hashes);
@@ -74,6 +74,19 @@ def add_commands(commands: Any) -> None:
     create.add_argument("--until", dest="valid_until", type=_instant, required=True, help="when they stop working")
     create.add_argument("--label", default="", help="who the batch is for (up to 200 characters)")
 
+    fan_draw = commands.add_parser("draw", help="the verified-fan draw").add_subparsers(dest="action", required=True)
+    draw_create = fan_draw.add_parser(
+        "create",
+        help="create the event's verified-fan draw for a lane by code, and print its commitment",
+        description="Fans register on the edge (POST /v1/events/EVENT_ID/fan-draw:register) until --closes; "
+        "then the first --winners in the seeded order get a single-use code of the lane. Save the commitment "
+        "printed now: boxoffice verify-draw checks the published draw against it.",
+    )
+    draw_create.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    draw_create.add_argument("lane", metavar="LANE")
+    draw_create.add_argument("--closes", type=_instant, required=True, help="when registration closes and it is drawn")
+    draw_create.add_argument("--winners", type=_positive, required=True, help="how many registered fans win")
+
     staff = commands.add_parser(
         "staff-pass",
         help="sign a staff pass for an event's staff lane, and print the link that carries it",
@@ -120,6 +133,18 @@ async def run(admin: Any, call: Call, args: argparse.Namespace, call_seconds: fl
         )
         for code in made.codes:
             out.write(f"{code}\n")
+        return
+    if args.command == "draw":
+        created = qpb.CreateFanDrawRequest(event_id=args.event_id, lane=args.lane, winners=args.winners)
+        created.closes_at.CopyFrom(_timestamp(args.closes))
+        made_draw = await call(
+            f"creating the verified-fan draw of event {args.event_id}",
+            admin.CreateFanDraw(created, timeout=call_seconds),
+        )
+        out.write(
+            f"verified-fan draw of event {args.event_id} created for lane {args.lane!r}, closing"
+            f" {args.closes.isoformat()}; commitment {made_draw.commitment}\n"
+        )
         return
     request_pass = qpb.IssueStaffPassRequest(
         event_id=args.event_id, staff_name=args.staff_name, ttl=duration_pb2.Duration(seconds=args.ttl)

@@ -38,7 +38,11 @@ async def _join(mesh: Mesh, event_id: int, fan: str, **fields: str) -> qpb.JoinQ
 
 async def test_codes_and_a_staff_pass_from_the_command_open_their_lanes(mesh: Mesh) -> None:
     event_id = _new_event_id()
-    created = await mesh.admin("event", "create", mesh.file("event.yaml", event_yaml(event_id, opens_in=timedelta(minutes=10), room_extra=_LANES)))
+    created = await mesh.admin(
+        "event",
+        "create",
+        mesh.file("event.yaml", event_yaml(event_id, opens_in=timedelta(minutes=10), room_extra=_LANES)),
+    )
     assert created.code == 0, created.err
     room = await stored_room(mesh, event_id)
     assert [(lane.name, lane.entry, lane.share_percent) for lane in room.lanes] == [
@@ -64,6 +68,16 @@ async def test_codes_and_a_staff_pass_from_the_command_open_their_lanes(mesh: Me
     staff_pass = parse_qs(urlsplit(link).query)["staff"][0]
     crew = await _join(mesh, event_id, "crew", staff_pass=staff_pass)
     assert isinstance(crew, qpb.JoinQueueResponse) and crew.position.lane == "staff"
+
+    closes = _iso(datetime.now(UTC) + timedelta(hours=2))
+    drawn = await mesh.admin("draw", "create", str(event_id), "presale", "--closes", closes, "--winners", "100")
+    assert drawn.code == 0 and "commitment" in drawn.out, drawn.err
+    commitment = drawn.out.split()[-1]
+    async with edge_queue(mesh) as queue:
+        proof = await queue.GetFanDrawProof(qpb.GetFanDrawProofRequest(event_id=event_id))
+    assert proof.commitment == commitment and proof.winners == 100 and not proof.revealed
+    twice = await mesh.admin("draw", "create", str(event_id), "presale", "--closes", closes, "--winners", "1")
+    assert twice.code == 1 and "FAN_DRAW_EXISTS" in twice.err
 
     # An open-entry lane has no codes to make: the service says so, exit 1.
     wrong = await mesh.admin("codes", "create", str(event_id), "staff", "--count", "1", "--until", until)
@@ -91,6 +105,8 @@ async def test_codes_and_a_staff_pass_from_the_command_open_their_lanes(mesh: Me
             ],
             "--until must be after --from",
         ),
+        (["draw", "create", "7", "presale", "--closes", "tomorrow", "--winners", "5"], "ISO 8601"),
+        (["draw", "create", "7", "presale", "--closes", "2030-01-01T00:00:00Z", "--winners", "0"], "--winners"),
         (["staff-pass", "7", "crew", "--ttl", "10s"], "1 minute to 7 days"),
         (["staff-pass", "7", "crew", "--ttl", "soon"], "duration"),
     ],
