@@ -23,6 +23,33 @@ from boxoffice import deadline
 from edge_svc.http import Ctx
 
 
+class Prepared(Response):
+    """An answer whose head was made beforehand: the status, the body and
+    the raw headers as Starlette's Response made them once (copied, so that
+    a request can add its own)."""
+
+    def __init__(self, status_code: int, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status_code
+        self.background = None
+        self.body = body
+        self.raw_headers = list(raw_headers)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDocument:
+    """A public document's two answers (200 and 304), made once."""
+
+    body: bytes
+    etag: str
+    ok: list[tuple[bytes, bytes]]
+    not_modified: list[tuple[bytes, bytes]]
+
+    def answer(self, ctx: Ctx) -> Response:
+        if _matches(ctx, self.etag):
+            return Prepared(304, b"", self.not_modified)
+        return Prepared(200, self.body, self.ok)
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     body: bytes
@@ -85,10 +112,27 @@ class PublicCache:
 
     @staticmethod
     def respond(ctx: Ctx, body: bytes, etag: str, max_age: int) -> Response:
-        headers = {
-            "cache-control": f"public, max-age={max_age}, stale-while-revalidate={max(10, 5 * max_age)}",
-            "etag": etag,
-        }
-        if etag in [tag.strip() for tag in ctx.request.headers.get("if-none-match", "").split(",")]:
+        headers = _headers(etag, max_age)
+        if _matches(ctx, etag):
             return Response(status_code=304, headers=headers)
         return Response(body, media_type="application/json", headers=headers)
+
+    @staticmethod
+    def prepare(body: bytes, etag: str, max_age: int) -> PreparedDocument:
+        """The document's answers, made once for every request that asks
+        (the same bytes :meth:`respond` answers)."""
+        headers = _headers(etag, max_age)
+        ok = Response(body, media_type="application/json", headers=headers).raw_headers
+        return PreparedDocument(body, etag, ok, Response(status_code=304, headers=headers).raw_headers)
+
+
+def _headers(etag: str, max_age: int) -> dict[str, str]:
+    return {
+        "cache-control": f"public, max-age={max_age}, stale-while-revalidate={max(10, 5 * max_age)}",
+        "etag": etag,
+    }
+
+
+def _matches(ctx: Ctx, etag: str) -> bool:
+    given = ctx.request.headers.get("if-none-match")
+    return given is not None and etag in [tag.strip() for tag in given.split(",")]

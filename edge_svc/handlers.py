@@ -32,7 +32,7 @@ from boxoffice.errors import (
     Unauthenticated,
 )
 from edge_svc import errors
-from edge_svc.cache import PublicCache, etag_of
+from edge_svc.cache import PreparedDocument, PublicCache, etag_of
 from edge_svc.challenge import PROOF_HEADER, Attempt, HumanCheck, ProofOfWork, proof_required
 from edge_svc.config import EdgeConfig
 from edge_svc.http import PRIVATE, Cookie, Ctx, Handler, json_response, read_body
@@ -149,8 +149,8 @@ class Handlers:
         self._ip_limit = Limit(config.ip_rate_per_second, config.ip_burst)
         self._account_limit = Limit(config.account_rate_per_second, config.account_burst)
         self._positions = PositionStream(deps, self._claim)
-        # The progress document of each event: (its snapshot, body, ETag).
-        self._progress_documents: dict[int, tuple[queue_pb.AdmissionProgress, bytes, str]] = {}
+        # The progress document of each event: its snapshot and prepared answers.
+        self._progress_documents: dict[int, tuple[queue_pb.AdmissionProgress, PreparedDocument]] = {}
 
     def table(self, others: Mapping[str, Handler] | None = None) -> Mapping[str, Handler]:
         """Every route's handler, by route name: ``others`` (the pages), else
@@ -301,15 +301,15 @@ class Handlers:
     async def _get_admission_progress(self, ctx: Ctx) -> Response:
         event_id = event_id_of(ctx)
         snapshot = await self._d.hub.latest(event_id, wait_seconds=_FIRST_SNAPSHOT_SECONDS)
-        # One body and ETag per snapshot, however many fans poll it.
+        # One body, ETag and answer head per snapshot, however many fans poll it.
         cached = self._progress_documents.get(event_id)
         if cached is None or cached[0] is not snapshot:
             body = to_json(queue_pb.WatchAdmissionProgressResponse(progress=snapshot))
-            cached = (snapshot, body, etag_of(body))
+            cached = (snapshot, PublicCache.prepare(body, etag_of(body), self._d.config.progress_max_age_seconds))
             self._progress_documents[event_id] = cached
             while len(self._progress_documents) > 10_000:
                 self._progress_documents.pop(next(iter(self._progress_documents)))
-        return PublicCache.respond(ctx, cached[1], cached[2], self._d.config.progress_max_age_seconds)
+        return cached[1].answer(ctx)
 
     async def _get_pre_queue_proof(self, ctx: Ctx) -> Response:
         event_id = event_id_of(ctx)

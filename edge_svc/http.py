@@ -93,6 +93,7 @@ class EdgeApp:
         self._config = config
         self._metrics = metrics
         self._paths: list[tuple[re.Pattern[str], dict[str, tuple[Route, Handler]]]] = []
+        templates: list[str] = []
         for route in ROUTES:
             handler = handlers[route.name]
             pattern = _compile(route.path)
@@ -102,13 +103,32 @@ class EdgeApp:
                     break
             else:
                 self._paths.append((pattern, {route.method: (route, handler)}))
+                templates.append(route.path)
+        # Candidate paths by (segment count, first segments): a request's
+        # path is matched only against the templates that can match it, in
+        # the route table's order.
+        self._buckets: dict[tuple[int, str, str], list[int]] = {}
+        self._open: list[int] = []
+        for index, template in enumerate(templates):
+            key = _bucket_key(template)
+            (self._open if key is None else self._buckets.setdefault(key, [])).append(index)
+        for key, bucket in self._buckets.items():
+            self._buckets[key] = sorted([*bucket, *self._open])
         self._log_budget = LogBudget(50)
+        self._randomness = _Randomness()
         # Metric children, resolved once per label set (the hot path).
         self._durations: dict[tuple[str, str], Any] = {}
         self._counts: dict[tuple[str, str, int], Any] = {}
 
+    def _candidates(self, path: str) -> list[int]:
+        key = _bucket_key(path)
+        bucket = self._buckets.get(key) if key is not None else None
+        return self._open if bucket is None else bucket
+
     def _match(self, method: str, path: str) -> tuple[Route, Handler, dict[str, str]]:
-        for pattern, methods in self._paths:
+        paths = self._paths
+        for index in self._candidates(path):
+            pattern, methods = paths[index]
             found = pattern.match(path)
             if found is None:
                 continue
@@ -130,10 +150,14 @@ class EdgeApp:
         method = scope["method"]
         metrics.in_flight.inc()
         request = Request(scope, receive)
-        # One read of the OS's randomness for the request id and trace ids.
-        fresh = os.urandom(40).hex()
-        request_id = _request_id(request, fresh[:32])
-        traceparent, trace_id = _trace(request, fresh[32:64], fresh[64:])
+        # The request id and trace ids from the OS's randomness, read in
+        # batches (one read per 256 requests).
+        fresh = self._randomness.hex40()
+        # The headers every request reads, in one pass over the raw list
+        # (the first of each, as Starlette's Headers.get answers).
+        heads = _heads(scope)
+        request_id = _request_id(heads.get(b"x-request-id"), fresh[:32])
+        traceparent, trace_id = _trace(heads.get(b"traceparent", ""), fresh[32:64], fresh[64:])
         ctx: Ctx | None = None
         try:
             try:
@@ -147,12 +171,13 @@ class EdgeApp:
                     traceparent=traceparent,
                     trace_id=trace_id,
                     client_ip=client_ip(scope, request.headers, self._config.trusted_proxies),
-                    origin=_origin(request, scope, self._config.trusted_proxies),
+                    origin=_origin(request, scope, heads.get(b"host", ""), self._config.trusted_proxies),
                 )
-                with deadline.scope(self._timeout(request)):
+                with deadline.scope(self._timeout(heads.get(b"x-server-timeout"))):
                     response = await handler(ctx)
                 for cookie in ctx.cookies_out:
                     response.headers.append("set-cookie", self._set_cookie(cookie))
+                ctx.cookies_out.clear()
             except BoxofficeError as err:
                 response = self._error(err, ctx, request_id, method, scope["path"])
             except Exception:
@@ -160,11 +185,14 @@ class EdgeApp:
                 response = self._error(
                     Internal("the edge failed unexpectedly", reason="INTERNAL"), ctx, request_id, method, scope["path"]
                 )
-            response.headers["x-request-id"] = request_id
+            # Appended as is: no handler sets it, so there is none to replace.
+            response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
             # The answer starts now (a stream's head goes first): its status
             # and duration are known without wrapping every message it sends.
             status = response.status_code
             self._duration(method, route_label).observe(time.perf_counter() - started)
+            # What a stream need not keep while it lasts.
+            del request, heads, fresh, traceparent
             await response(scope, receive, send)
         finally:
             metrics.in_flight.dec()
@@ -200,9 +228,8 @@ class EdgeApp:
             parts.append("Secure")
         return "; ".join(parts)
 
-    def _timeout(self, request: Request) -> float:
+    def _timeout(self, stated: str | None) -> float:
         limit = self._config.request_timeout_seconds
-        stated = request.headers.get("x-server-timeout")
         if stated is None:
             return limit
         try:
@@ -240,17 +267,57 @@ class EdgeApp:
         return response
 
 
-def _request_id(request: Request, fresh: str) -> str:
-    given = request.headers.get("x-request-id")
+class _Randomness:
+    """Bytes of the OS's randomness for request and trace ids, read 10 KB
+    at a time instead of one system call per request."""
+
+    _CHUNK = 40 * 256
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._at = 0
+
+    def hex40(self) -> str:
+        """80 hex digits from 40 fresh random bytes."""
+        at = self._at
+        if at + 40 > len(self._buffer):
+            self._buffer, at = os.urandom(self._CHUNK), 0
+        self._at = at + 40
+        return self._buffer[at : at + 40].hex()
+
+
+def _bucket_key(path: str) -> tuple[int, str, str] | None:
+    """A path's (segment count, second and third segments), None when a
+    template's own first segments hold a parameter."""
+    segments = path.split("/", 3)
+    count = path.count("/")
+    first = segments[1] if len(segments) > 1 else ""
+    second = segments[2] if len(segments) > 2 else ""
+    if "{" in first or "{" in second:
+        return None
+    return count, first, second
+
+
+_HEADS = frozenset({b"x-request-id", b"traceparent", b"x-server-timeout", b"host"})
+
+
+def _heads(scope: Scope) -> dict[bytes, str]:
+    found: dict[bytes, str] = {}
+    for name, value in scope["headers"]:
+        if name in _HEADS and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def _request_id(given: str | None, fresh: str) -> str:
     if given is not None and _REQUEST_ID.match(given):
         return given
     return fresh
 
 
-def _trace(request: Request, fresh_trace: str, fresh_span: str) -> tuple[str, str]:
+def _trace(given: str, fresh_trace: str, fresh_span: str) -> tuple[str, str]:
     """The traceparent to pass on (the caller's trace, a new span of ours)
     and the trace id for logs; a new trace when the caller sent none."""
-    given = request.headers.get("traceparent", "")
     found = _TRACEPARENT.match(given)
     # Version 00 is exactly four fields; a later one is read for its first four
     # (W3C Trace Context, "versioning of traceparent"); ff is no version.
@@ -301,11 +368,10 @@ def client_ip(scope: Scope, headers: Mapping[str, str], proxies: tuple[Network, 
     return address
 
 
-def _origin(request: Request, scope: Scope, proxies: tuple[Network, ...]) -> str:
+def _origin(request: Request, scope: Scope, host: str, proxies: tuple[Network, ...]) -> str:
     scheme = scope.get("scheme", "http")
     if _trusted(_peer(scope), proxies):
         scheme = request.headers.get("x-forwarded-proto", scheme).split(",")[0].strip() or scheme
-    host = request.headers.get("host", "")
     return f"{scheme}://{host}"
 
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Send
 
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
@@ -52,6 +53,23 @@ def event_id_of_position(position: queue_pb.QueuePosition) -> str:
     return f"{position.state}.{position.ahead}.{position.admission_state}"
 
 
+class EventStream(StreamingResponse):
+    """A StreamingResponse that keeps neither its head once sent nor its
+    last event while it waits for the next: a stream lasts for minutes, and
+    20,000 of them hold that memory the whole time."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        # Emptied in place: the response's header view shares the list.
+        self.raw_headers.clear()
+        async for chunk in self.body_iterator:
+            body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            # Not kept while the stream waits for its next event.
+            del chunk, body
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 class PositionStream:
     def __init__(self, deps: EdgeDeps, claim: Claim) -> None:
         self._d = deps
@@ -69,7 +87,7 @@ class PositionStream:
         place = positions.place(ctx, event_id, session.customer_id)
         body = self._events(ctx, event_id, session, first, place, watch)
         headers = {"cache-control": PRIVATE, "x-accel-buffering": "no"}
-        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+        return EventStream(body, media_type="text/event-stream", headers=headers)
 
     def _format(self, ctx: Ctx, session: Session, name: str, position: queue_pb.QueuePosition) -> str:
         from edge_svc.handlers import shown_to, to_json
@@ -105,6 +123,7 @@ class PositionStream:
             # json_format would write, with only the fan's numbers put in).
             template = PositionJson(place, self._templates)
             position: queue_pb.QueuePosition | None = first
+            del first
             version = watch.version
             beats = watch.beats
             while True:

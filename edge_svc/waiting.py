@@ -295,14 +295,12 @@ class PositionJson:
     without running it per update: the fan's values are put in a shared
     template (:class:`PositionTemplates`)."""
 
-    __slots__ = ("_customer", "_event", "_place", "_score", "_templates")
+    __slots__ = ("_customer", "_place", "_templates")
 
     def __init__(self, place: Place, templates: PositionTemplates) -> None:
         self._place = place
         self._templates = templates
-        self._event = str(place.event_id)
         self._customer = json.dumps(place.customer_id)
-        self._score = str(place.base.score)
 
     def render(self, found: Estimate, admission_state: queue_pb.AdmissionState.ValueType) -> str:
         eta = found.eta
@@ -320,9 +318,9 @@ class PositionJson:
         )
         pieces, slots = self._templates.get(shape)
         values = (
-            self._event,
+            str(place.event_id),
             self._customer,
-            self._score,
+            str(place.base.score),
             str(found.ahead),
             _duration_json(found.poll_after),
             "" if eta is None else _duration_json(eta),
