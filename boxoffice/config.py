@@ -316,8 +316,9 @@ _TLS_FILES = ("BOXOFFICE_TLS_CA_FILE", "BOXOFFICE_TLS_CERT_FILE", "BOXOFFICE_TLS
 
 # Each role's Postgres pool (min, max) when BOXOFFICE_DB_POOL_MIN / _MAX
 # are not set: one replica of every role holds at most the sum of the maxima
-# plus the admitter's leader session (31 of a default Postgres's 100), and
-# a second replica of each server role still leaves half of it free. The key
+# plus the admitter's leader session (30 of a default Postgres's 100; 11
+# while idle), and a second replica of each server role (44) still leaves
+# half of it free. The key
 # is ``<component>-<role>``; a process that runs every role (``boxoffice up``)
 # or none named here takes DEFAULT_POOL_BUDGET.
 POOL_BUDGETS: Mapping[str, tuple[int, int]] = {
