@@ -62,7 +62,6 @@ class AdmitterMetrics:
     expired: Counter
     tick_seconds: Histogram
     stale_ticks: Counter
-    leading: Gauge
     dropped: Counter
     no_shows: Counter
     target_rate: Gauge
@@ -99,11 +98,6 @@ class AdmitterMetrics:
                 "boxoffice_queue_admit_stale_epoch",
                 "Admit ticks refused because a newer leader has written.",
                 registry=registry,
-            ),
-            # Not exported (boxoffice_leader_is_leader{name="admitter"} says the
-            # same); kept unregistered while the admitter still sets it.
-            leading=Gauge(
-                "boxoffice_queue_admitter_leading", "1 while this process leads the admitters.", registry=None
             ),
             dropped=Counter(
                 "boxoffice_queue_dropped",

@@ -91,15 +91,11 @@ class Admitter:
     async def lead(self, epoch: int) -> None:
         """Tick until cancelled (leadership lost or shutdown)."""
         _log.info("leading the admitters", extra={"epoch": epoch})
-        self._metrics.leading.set(1)
         loop = asyncio.get_running_loop()
-        try:
-            while True:
-                began = loop.time()
-                await self.tick(epoch)
-                await asyncio.sleep(max(0.0, self._settings.tick_seconds - (loop.time() - began)))
-        finally:
-            self._metrics.leading.set(0)
+        while True:
+            began = loop.time()
+            await self.tick(epoch)
+            await asyncio.sleep(max(0.0, self._settings.tick_seconds - (loop.time() - began)))
 
     async def refresh(self) -> None:
         """Re-read the waiting rooms and re-mirror their configuration to
