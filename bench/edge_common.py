@@ -34,21 +34,17 @@ def upstream_server() -> Iterator[ServerProcess]:
 
 
 @contextlib.contextmanager
-def bare_server(loop: str, upstream: str = "", *, nodelay: bool = True) -> Iterator[ServerProcess]:
+def bare_server(loop: str, upstream: str = "") -> Iterator[ServerProcess]:
     """The bare HTTP server (``edge-bare``) on ``loop``."""
     argv = ["-m", "bench.serve", "edge-bare", "--loop", loop, *(["--upstream", upstream] if upstream else [])]
-    argv += ["--nodelay"] if nodelay else []
     with server_process(argv, role="edge") as server:
         yield server
 
 
 @contextlib.contextmanager
-def edge_server(
-    loop: str, queue_addr: str, redis_url: str, *extra: str, nodelay: bool = True
-) -> Iterator[ServerProcess]:
+def edge_server(loop: str, queue_addr: str, redis_url: str, *extra: str) -> Iterator[ServerProcess]:
     """The edge (``edge``) on ``loop``, calling QueueService at ``queue_addr``."""
     argv = ["-m", "bench.serve", "edge", "--loop", loop, "--queue-addr", queue_addr, *extra]
-    argv += ["--nodelay"] if nodelay else []
     with server_process(argv, env={"REDIS_URL": redis_url}, role="edge") as server:
         yield server
 

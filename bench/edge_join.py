@@ -19,9 +19,6 @@ interleave every server on both loops so that all see the same machine.
 The first round also drives the baseline from two client processes: when
 that is no faster, the client is not what limits it.
 
-Servers listen with the TCP_NODELAY fix (bench/edge_serve.py, ``--nodelay``);
-bench/edge_progress.py measures the edge as shipped, without it.
-
 Run: ``python -m bench.edge_join [--rounds 3] [--seconds 5] [--connections 64]
 [--loops asyncio,uvloop]`` (a private redis-server and a scratch database on
 DATABASE_URL's server, default the local Postgres).

@@ -11,10 +11,7 @@ third goal).
   private Redis and a scratch database). Goal: >= 0.8 requests/s.
 
 Closed loops from a client process of its own (bench/edge_load.py), the
-server's CPU per request from /proc. Servers listen with the TCP_NODELAY
-fix (bench/edge_serve.py, ``--nodelay``); a last pair measures one
-connection's latency on asyncio with the edge as shipped (no fix) and with
-the fix.
+server's CPU per request from /proc.
 
 Run: ``python -m bench.edge_progress [--rounds 3] [--seconds 5] [--connections 64]
 [--loops asyncio,uvloop]``
@@ -37,7 +34,6 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
     pki()
     runs: dict[tuple[str, str], list[Load]] = defaultdict(list)
     shape = Shape(connections, seconds)
-    single = Shape(1, 2.0, 0.5)
     async with private_database() as database_url:
         with (
             private_redis() as (redis_url, _),
@@ -53,10 +49,6 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
                     with edge_server(loop, queue.address, redis_url) as edge:
                         runs[loop, "edge"].append(await load(edge, shape, method="GET", path=path))
                 print(f"round {n + 1} of {rounds} done", flush=True)
-            with edge_server("asyncio", queue.address, redis_url, nodelay=False) as edge:
-                shipped = await load(edge, single, method="GET", path=path)
-            with edge_server("asyncio", queue.address, redis_url) as edge:
-                fixed = await load(edge, single, method="GET", path=path)
 
     def med(loop: str, kind: str, attr: str) -> float:
         return statistics.median(float(getattr(run, attr)) for run in runs[loop, kind])
@@ -95,10 +87,6 @@ async def _main(rounds: int, seconds: float, connections: int, loops: list[str])
             )  # fmt: skip
     failed = sum(r.failed for runs_ in runs.values() for r in runs_)
     figures += [
-        Figure(
-            "asyncio, 1 connection: p50 as shipped vs with TCP_NODELAY",
-            shipped.p50_ms, fixed.p50_ms, "ms", "", 0.0, f"{shipped.rps:,.0f} /s vs {fixed.rps:,.0f} /s",
-        ),
         Figure("requests failed, all rounds", failed, 0, "", "", 0.0, ""),
     ]  # fmt: skip
     table(

@@ -23,13 +23,9 @@
 
 Every process raises its soft open-file limit to the hard one.
 
-``--nodelay`` (edge and edge-bare): the listening socket is made again as
-IPPROTO_TCP. ``edge_svc.server.bind`` makes it with protocol 0, and
-asyncio's transports set TCP_NODELAY only on sockets whose protocol is
-IPPROTO_TCP, so on the asyncio loop every answer written in two pieces
-(head, then body) waits for the client's delayed ACK, about 40 ms; uvloop
-sets TCP_NODELAY itself. Both servers use the edge's ``bind``, with or
-without the fix, so that they always share it.
+Both servers listen on a socket made by the edge's own
+``edge_svc.server.bind`` (an IPPROTO_TCP socket, so that asyncio sets
+TCP_NODELAY on accepted connections).
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -117,24 +112,6 @@ def run_on(loop: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         asyncio.run(main())
 
 
-_shipped_bind = edge_server.bind
-
-
-def _tcp_bind(host: str, port: int) -> socket.socket:
-    """The edge's listening socket, as an IPPROTO_TCP socket object (the
-    same descriptor): accepted connections inherit the protocol, and asyncio
-    then sets TCP_NODELAY on them."""
-    sock = _shipped_bind(host, port)
-    if sock.proto == socket.IPPROTO_TCP:
-        return sock
-    return socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
-
-
-def use_nodelay_fix(enabled: bool) -> None:
-    """Whether the edge's ``bind`` (and the bare server's) is the fixed one."""
-    edge_server.bind = _tcp_bind if enabled else _shipped_bind
-
-
 def _announce(port: int) -> None:
     print(f"PORT {port}", flush=True)
 
@@ -181,9 +158,7 @@ def serve_edge(argv: Sequence[str]) -> None:
     parser.add_argument("--booking-addr", default="")
     parser.add_argument("--payment-addr", default="")
     parser.add_argument("--sse-heartbeat-seconds", type=float, default=15.0, help="the edge's SSE heartbeat interval")
-    parser.add_argument("--nodelay", action="store_true", help="listen with an IPPROTO_TCP socket (see above)")
     args = parser.parse_args(argv)
-    use_nodelay_fix(args.nodelay)
     raise_open_files()
     settings = {"sse_heartbeat_seconds": args.sse_heartbeat_seconds}
     run_on(
@@ -289,9 +264,7 @@ def serve_bare(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.serve edge-bare")
     parser.add_argument("--loop", choices=LOOPS, default="asyncio")
     parser.add_argument("--upstream", default="", help="the edge-upstream address /forward calls")
-    parser.add_argument("--nodelay", action="store_true", help="listen with an IPPROTO_TCP socket (see above)")
     args = parser.parse_args(argv)
-    use_nodelay_fix(args.nodelay)
     raise_open_files()
     run_on(args.loop, lambda: _bare(args.upstream))
 
