@@ -110,6 +110,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: Seq
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _pairs(values: Json) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
+
+
 def _bucket(bucket: Json) -> str:
     low, high = bucket["from"], bucket["to"]
     return f"{low:g}+ s" if high is None else f"{low:g}-{high:g} s"
@@ -242,10 +246,10 @@ def to_html(report: Json) -> str:
         )
         out.append(
             f"<h3>{_e(line['line'].replace('_', ' '))}: {verdict}</h3>"
-            f'<p class="sub">expected {_e(line["expected"])}, found {_e(line["actual"])}</p>'
+            f'<p class="sub">expected {_e(_pairs(line["expected"]))}; found {_e(_pairs(line["actual"]))}</p>'
         )
         if line["items"]:
-            keys = list(line["items"][0])
+            keys = list(dict.fromkeys(k for item in line["items"] for k in item))
             out.append(_table(keys, [[item.get(k, "") for k in keys] for item in line["items"]]))
     out.append("</section></main></body></html>\n")
     return "".join(out)

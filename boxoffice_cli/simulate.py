@@ -202,6 +202,7 @@ class Crowd:
         self._bar = ProgressBar(out, self.tally, scenario.seats) if out is not None else None
         self._on_sold_out = on_sold_out
         self._closing: asyncio.Task[None] | None = None
+        self._transport = httpx.AsyncHTTPTransport()
 
     async def _call(self, client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> httpx.Response:
         async with self._gate:
@@ -209,6 +210,8 @@ class Crowd:
 
     async def run(self) -> Tally:
         fans = plan(self._scenario)
+        limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
+        self._transport = httpx.AsyncHTTPTransport(limits=limits)
         tasks = [asyncio.create_task(self._fan(f)) for f in fans]
         drawing = asyncio.create_task(self._draw())
         try:
@@ -217,6 +220,7 @@ class Crowd:
                 await self._closing
         finally:
             drawing.cancel()
+            await self._transport.aclose()
             if self._bar is not None:
                 self._bar.draw(final=True)
         return self.tally
@@ -235,11 +239,16 @@ class Crowd:
         delay = self._started + fan.arrives_at - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
+        # A client per fan (its cookies, its address) on the crowd's one
+        # connection pool; closing it would close the pool, so it is left to go.
+        client = httpx.AsyncClient(
+            base_url=self._url,
+            timeout=CALL_SECONDS,
+            headers={"X-Forwarded-For": self._address(fan)},
+            transport=self._transport,
+        )
         try:
-            async with httpx.AsyncClient(
-                base_url=self._url, timeout=CALL_SECONDS, headers={"X-Forwarded-For": self._address(fan)}
-            ) as client:
-                await self._visit(client, fan)
+            await self._visit(client, fan)
         except httpx.HTTPError as err:
             self.tally.error(f"fan {fan.index}: {type(err).__name__}: {err}")
         finally:
