@@ -134,5 +134,5 @@ def _headers(etag: str, max_age: int) -> dict[str, str]:
 
 
 def _matches(ctx: Ctx, etag: str) -> bool:
-    given = ctx.request.headers.get("if-none-match")
+    given = ctx.if_none_match
     return given is not None and etag in [tag.strip() for tag in given.split(",")]

@@ -150,7 +150,7 @@ class Handlers:
         self._account_limit = Limit(config.account_rate_per_second, config.account_burst)
         self._positions = PositionStream(deps, self._claim)
         # The progress document of each event: its snapshot and prepared answers.
-        self._progress_documents: dict[int, tuple[queue_pb.AdmissionProgress, PreparedDocument]] = {}
+        self._progress_documents: dict[tuple[int, str], tuple[queue_pb.AdmissionProgress, PreparedDocument]] = {}
 
     def table(self, others: Mapping[str, Handler] | None = None) -> Mapping[str, Handler]:
         """Every route's handler, by route name: ``others`` (the pages), else
@@ -300,13 +300,15 @@ class Handlers:
 
     async def _get_admission_progress(self, ctx: Ctx) -> Response:
         event_id = event_id_of(ctx)
-        snapshot = await self._d.hub.latest(event_id, wait_seconds=_FIRST_SNAPSHOT_SECONDS)
+        lane = _lane_query(ctx.request.query_params.get("lane"))
+        snapshot = await self._d.hub.latest(event_id, wait_seconds=_FIRST_SNAPSHOT_SECONDS, lane=lane)
         # One body, ETag and answer head per snapshot, however many fans poll it.
-        cached = self._progress_documents.get(event_id)
+        key = (event_id, lane)
+        cached = self._progress_documents.get(key)
         if cached is None or cached[0] is not snapshot:
             body = to_json(queue_pb.WatchAdmissionProgressResponse(progress=snapshot))
             cached = (snapshot, PublicCache.prepare(body, etag_of(body), self._d.config.progress_max_age_seconds))
-            self._progress_documents[event_id] = cached
+            self._progress_documents[key] = cached
             while len(self._progress_documents) > 10_000:
                 self._progress_documents.pop(next(iter(self._progress_documents)))
         return cached[1].answer(ctx)
@@ -414,7 +416,7 @@ class Handlers:
         """Keeps a waiting fan's exact place (in memory and in their cookie),
         with the event's progress as the edge sees it now."""
         try:
-            progress = await self._d.hub.latest(position.event_id, wait_seconds=0.5)
+            progress = await self._d.hub.latest(position.event_id, wait_seconds=0.5, lane=position.lane)
         except BoxofficeError:
             progress = None
         place = place_from(position, progress, now_ms=int(self._d.clock.now() * 1000))
@@ -448,7 +450,7 @@ class Handlers:
             return _admitted(event_id, customer, admission)
         place = self.place(ctx, event_id, customer)
         if place is not None:
-            progress = await self._d.hub.latest(event_id, wait_seconds=_FIRST_SNAPSHOT_SECONDS)
+            progress = await self._d.hub.latest(event_id, wait_seconds=_FIRST_SNAPSHOT_SECONDS, lane=place.lane)
             estimated = estimate(place, progress)
             if estimated is not None:
                 return estimated
@@ -477,7 +479,7 @@ class Handlers:
         if position.state == ADMITTED and position.access_token:
             self._d.metrics.admissions_fetched.inc()
             self._d.book.admitted(
-                event_id, customer, Admission(position.access_token, position.access_token_expires_at)
+                event_id, customer, Admission(position.access_token, position.access_token_expires_at, position.lane)
             )
         elif position.state == WAITING:
             await self._remember_waiting(ctx, position)
@@ -646,7 +648,7 @@ def shown_to(session: Session, position: queue_pb.QueuePosition) -> queue_pb.Que
 
 def _admitted(event_id: int, customer: str, admission: Admission) -> queue_pb.QueuePosition:
     position = queue_pb.QueuePosition(
-        event_id=event_id, customer_id=customer, state=ADMITTED, access_token=admission.token
+        event_id=event_id, customer_id=customer, state=ADMITTED, access_token=admission.token, lane=admission.lane
     )
     position.access_token_expires_at.CopyFrom(admission.expires_at)
     return position
@@ -665,6 +667,18 @@ def _unknown_query(names: set[str]) -> InvalidArgument:
     return InvalidArgument(
         f"unknown query parameter {name[:64]!r}", reason="INVALID_FIELD", metadata={"field": name[:64]}
     )
+
+
+_LANE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+
+
+def _lane_query(value: str | None) -> str:
+    """A lane named in a query ("" or "general": the general lane)."""
+    if value is None or value in ("", "general"):
+        return ""
+    if not _LANE.fullmatch(value):
+        raise InvalidArgument("lane must be a lane's name", reason="INVALID_FIELD", metadata={"field": "lane"})
+    return value
 
 
 def _int_query(value: str | None, name: str, *, maximum: int = 1000) -> int:

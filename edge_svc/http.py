@@ -63,6 +63,8 @@ class Ctx:
     # The request's origin as the client sees it (scheme://host).
     origin: str
     cookies_out: list[Cookie] = field(default_factory=list)
+    # The request's If-None-Match header, if it has one.
+    if_none_match: str | None = None
     # Set by the handler once the fan is known, for logs.
     customer_id: str | None = None
 
@@ -163,6 +165,7 @@ class EdgeApp:
             try:
                 route, handler, params = self._match(method, scope["path"])
                 route_label = route.path
+                proxies = self._config.trusted_proxies
                 ctx = Ctx(
                     request=request,
                     route=route,
@@ -170,8 +173,10 @@ class EdgeApp:
                     request_id=request_id,
                     traceparent=traceparent,
                     trace_id=trace_id,
-                    client_ip=client_ip(scope, request.headers, self._config.trusted_proxies),
-                    origin=_origin(request, scope, heads.get(b"host", ""), self._config.trusted_proxies),
+                    # The headers are read for X-Forwarded-For only through trusted proxies.
+                    client_ip=client_ip(scope, request.headers if proxies else _NO_HEADERS, proxies),
+                    origin=_origin(request, scope, heads.get(b"host", ""), proxies),
+                    if_none_match=heads.get(b"if-none-match"),
                 )
                 with deadline.scope(self._timeout(heads.get(b"x-server-timeout"))):
                     response = await handler(ctx)
@@ -298,7 +303,8 @@ def _bucket_key(path: str) -> tuple[int, str, str] | None:
     return count, first, second
 
 
-_HEADS = frozenset({b"x-request-id", b"traceparent", b"x-server-timeout", b"host"})
+_HEADS = frozenset({b"x-request-id", b"traceparent", b"x-server-timeout", b"host", b"if-none-match"})
+_NO_HEADERS: Mapping[str, str] = {}
 
 
 def _heads(scope: Scope) -> dict[bytes, str]:

@@ -55,8 +55,9 @@ class Mesh(Protocol):
     async def call(self, service: str, method: str, request: Any, ctx: CallContext) -> Any:
         """One unary call; a failure raises the domain error it carries."""
 
-    def watch_progress(self, event_id: int) -> AsyncIterator[queue_pb.AdmissionProgress]:
-        """An event's admission progress, as QueueService streams it."""
+    def watch_progress(self, event_id: int, lane: str = "") -> AsyncIterator[queue_pb.AdmissionProgress]:
+        """The admission progress of an event's lane ("" the general one),
+        as QueueService streams it."""
 
 
 class GrpcMesh:
@@ -82,8 +83,10 @@ class GrpcMesh:
         except grpc.aio.AioRpcError as err:
             raise self._failed(service, err) from None
 
-    async def watch_progress(self, event_id: int) -> AsyncIterator[queue_pb.AdmissionProgress]:
-        call = self._stub(QUEUE).WatchAdmissionProgress(queue_pb.WatchAdmissionProgressRequest(event_id=event_id))
+    async def watch_progress(self, event_id: int, lane: str = "") -> AsyncIterator[queue_pb.AdmissionProgress]:
+        call = self._stub(QUEUE).WatchAdmissionProgress(
+            queue_pb.WatchAdmissionProgressRequest(event_id=event_id, lane=lane)
+        )
         try:
             async for reply in call:
                 yield reply.progress

@@ -47,8 +47,10 @@ class _Follower:
     and wakes all the watchers at once (each SSE stream then sends its
     keep-alive), instead of a timeout per stream re-armed at every wait."""
 
-    def __init__(self, event_id: int, now: float) -> None:
+    def __init__(self, event_id: int, now: float, lane: str = "") -> None:
         self.event_id = event_id
+        # The lane ("" the general one): each lane has its own progress.
+        self.lane = lane
         self.snapshot: queue_pb.AdmissionProgress | None = None
         self.view: ProgressView | None = None
         self.version = 0
@@ -118,9 +120,9 @@ class ProgressHub:
         self._max_events = max_events
         self._unknown_ttl = unknown_ttl_seconds
         self._monotonic = monotonic
-        self._followers: dict[int, _Follower] = {}
-        # Events the waiting room said it does not know, until when.
-        self._unknown: OrderedDict[int, tuple[float, BoxofficeError]] = OrderedDict()
+        self._followers: dict[tuple[int, str], _Follower] = {}
+        # Events (and lanes) the waiting room said it does not know, until when.
+        self._unknown: OrderedDict[tuple[int, str], tuple[float, BoxofficeError]] = OrderedDict()
         self._reaper: asyncio.Task[None] | None = None
         self._stopping = False
         self.draining = False
@@ -144,29 +146,31 @@ class ProgressHub:
             follower.stop_beating()
         self._followers.clear()
 
-    def _follower(self, event_id: int) -> _Follower:
-        known = self._unknown.get(event_id)
+    def _follower(self, event_id: int, lane: str = "") -> _Follower:
+        key = (event_id, lane)
+        known = self._unknown.get(key)
         if known is not None:
             until, failure = known
             if until > self._monotonic():
                 raise failure
-            del self._unknown[event_id]
-        follower = self._followers.get(event_id)
+            del self._unknown[key]
+        follower = self._followers.get(key)
         if follower is None:
             if self._stopping:
                 raise _unavailable(event_id)
             if len(self._followers) >= self._max_events:
                 raise _unavailable(event_id)
-            follower = self._followers[event_id] = _Follower(event_id, self._monotonic())
-            follower.task = asyncio.create_task(self._follow(follower), name=f"edge-progress-{event_id}")
+            follower = self._followers[key] = _Follower(event_id, self._monotonic(), lane)
+            follower.task = asyncio.create_task(self._follow(follower), name=f"edge-progress-{event_id}-{lane}")
         follower.last_asked = self._monotonic()
         return follower
 
-    async def latest(self, event_id: int, *, wait_seconds: float) -> queue_pb.AdmissionProgress:
-        """The event's latest snapshot, waiting up to ``wait_seconds`` for
-        the first one; NOT_FOUND for an event without a waiting room,
-        UNAVAILABLE (PROGRESS_UNAVAILABLE) when there is none in time."""
-        follower = self._follower(event_id)
+    async def latest(self, event_id: int, *, wait_seconds: float, lane: str = "") -> queue_pb.AdmissionProgress:
+        """The latest snapshot of the event's lane ("" the general one),
+        waiting up to ``wait_seconds`` for the first one; NOT_FOUND for an
+        event without a waiting room (or such a lane), UNAVAILABLE
+        (PROGRESS_UNAVAILABLE) when there is none in time."""
+        follower = self._follower(event_id, lane)
         if follower.snapshot is not None:
             return follower.snapshot
         if follower.failure is not None and not isinstance(follower.failure, NotFound):
@@ -181,11 +185,11 @@ class ProgressHub:
             raise follower.failure
         raise _unavailable(event_id)
 
-    def watch(self, event_id: int, *, heartbeat_seconds: float = 0.0) -> Watch:
-        """A watcher of the event's snapshots (the SSE streams); it keeps
-        the event followed while open. With ``heartbeat_seconds``, the
-        event's one heartbeat timer wakes its watchers that often."""
-        follower = self._follower(event_id)
+    def watch(self, event_id: int, *, heartbeat_seconds: float = 0.0, lane: str = "") -> Watch:
+        """A watcher of the snapshots of the event's lane (the SSE streams);
+        it keeps them followed while open. With ``heartbeat_seconds``, the
+        one heartbeat timer of the lane wakes its watchers that often."""
+        follower = self._follower(event_id, lane)
         follower.watched(heartbeat_seconds)
         return Watch(self, follower)
 
@@ -210,12 +214,12 @@ class ProgressHub:
 
     async def _follow(self, follower: _Follower) -> None:
         backoff = _BACKOFF_MIN_SECONDS
-        event_id = follower.event_id
+        event_id, key = follower.event_id, (follower.event_id, follower.lane)
         try:
             while not self._stopping:
                 opened = False
                 try:
-                    async for snapshot in self._mesh.watch_progress(event_id):
+                    async for snapshot in self._mesh.watch_progress(event_id, follower.lane):
                         if not opened:
                             opened = True
                             self.streams_open += 1
@@ -241,15 +245,16 @@ class ProgressHub:
                 await asyncio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(_BACKOFF_MAX_SECONDS, backoff * 2)
         finally:
-            if self._followers.get(event_id) is follower and not self._stopping and follower.failure is None:
-                self._followers.pop(event_id, None)
+            if self._followers.get(key) is follower and not self._stopping and follower.failure is None:
+                self._followers.pop(key, None)
 
     def _forget_unknown(self, follower: _Follower, err: NotFound) -> None:
         follower.failure = err
-        self._unknown[follower.event_id] = (self._monotonic() + self._unknown_ttl, err)
+        key = (follower.event_id, follower.lane)
+        self._unknown[key] = (self._monotonic() + self._unknown_ttl, err)
         while len(self._unknown) > 10 * self._max_events:
             self._unknown.popitem(last=False)
-        self._followers.pop(follower.event_id, None)
+        self._followers.pop(key, None)
         follower.stop_beating()
         follower.wake()
 
@@ -258,9 +263,9 @@ class ProgressHub:
         while True:
             await asyncio.sleep(max(0.05, self._idle_seconds / 4))
             now = self._monotonic()
-            for event_id, follower in list(self._followers.items()):
+            for key, follower in list(self._followers.items()):
                 if follower.watchers <= 0 and now - follower.last_asked > self._idle_seconds:
-                    self._followers.pop(event_id, None)
+                    self._followers.pop(key, None)
                     follower.stop_beating()
                     if follower.task is not None:
                         follower.task.cancel()

@@ -83,8 +83,11 @@ class PositionStream:
         # unknown event or a fan who is not queued gets a plain HTTP error.
         first = await positions.position(ctx, event_id, session)
         heartbeat = self._d.config.sse_heartbeat_seconds
-        watch = None if first.state in FINAL_STATES else self._d.hub.watch(event_id, heartbeat_seconds=heartbeat)
         place = positions.place(ctx, event_id, session.customer_id)
+        lane = "" if place is None else place.lane
+        watch = (
+            None if first.state in FINAL_STATES else self._d.hub.watch(event_id, heartbeat_seconds=heartbeat, lane=lane)
+        )
         body = self._events(ctx, event_id, session, first, place, watch)
         headers = {"cache-control": PRIVATE, "x-accel-buffering": "no"}
         return EventStream(body, media_type="text/event-stream", headers=headers)

@@ -51,6 +51,8 @@ class Place:
     # When the exact reading was made (the edge's clock, ms): a progress
     # snapshot from before about then may not count the fan yet.
     read_at_ms: int = 0
+    # The fan's lane ("" the general one): its progress is the lane's.
+    lane: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class Admission:
 
     token: str
     expires_at: timestamp_pb2.Timestamp
+    lane: str = ""
 
 
 class PlaceBook:
@@ -116,6 +119,7 @@ class PlaceCookies:
                 base.admitted_total,
                 base.pre_queue_joined,
                 place.read_at_ms,
+                place.lane,
             ]
         )
 
@@ -124,13 +128,16 @@ class PlaceCookies:
         if len(cookie) > 1024:
             return None
         try:
-            event, customer, score, ahead, admitted_total, pre_queue_joined, read_at_ms = self._sealer.open(cookie)
+            fields = self._sealer.open(cookie)
+            # A cookie set before lanes has no lane: the general one.
+            event, customer, score, ahead, admitted_total, pre_queue_joined, read_at_ms, *rest = fields
+            lane = str(rest[0]) if rest else ""
             base = places.PlaceBase(int(score), int(ahead), int(admitted_total), int(pre_queue_joined))
         except (Unsealed, ValueError, TypeError):
             return None
-        if event != event_id or customer != customer_id:
+        if event != event_id or customer != customer_id or len(rest) > 1:
             return None
-        return Place(event_id, customer_id, base, int(read_at_ms))
+        return Place(event_id, customer_id, base, int(read_at_ms), lane)
 
 
 def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionProgress | None, *, now_ms: int) -> Place:
@@ -146,6 +153,7 @@ def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionPro
             pre_queue_joined=0 if progress is None else progress.pre_queue_joined,
         ),
         now_ms,
+        position.lane,
     )
 
 

@@ -56,11 +56,11 @@ export const api = {
   signOut: () => call('DELETE', '/v1/session'),
   event: (id) => call('GET', `/v1/events/${enc(id)}`),
   seatMap: (id) => call('GET', `/v1/events/${enc(id)}/seatmap`),
-  join: (id, proof) =>
-    call('POST', `/v1/events/${enc(id)}/queue:join`, { body: {}, headers: proof ? { 'Boxoffice-Proof': proof } : {} }),
+  join: (id, proof, door = {}) =>
+    call('POST', `/v1/events/${enc(id)}/queue:join`, { body: door, headers: proof ? { 'Boxoffice-Proof': proof } : {} }),
   challenge: (id) => call('GET', `/v1/events/${enc(id)}/queue/challenge`),
   position: (id) => call('GET', `/v1/events/${enc(id)}/queue/position`),
-  progress: (id) => call('GET', `/v1/events/${enc(id)}/queue/progress`),
+  progress: (id, lane) => call('GET', `/v1/events/${enc(id)}/queue/progress${lane ? `?lane=${enc(lane)}` : ''}`),
   leave: (id) => call('POST', `/v1/events/${enc(id)}/queue:leave`, { body: {} }),
   hold: (id, body) => call('POST', `/v1/events/${enc(id)}/holds`, { body }),
   getHold: (holdId) => call('GET', `/v1/holds/${enc(holdId)}`),

@@ -150,6 +150,8 @@ function renderEvent() {
   $('sign-in').hidden = !!state.me || !config.devSignIn;
   $('sign-in-needed').hidden = !!state.me || config.devSignIn;
   $('join').hidden = !state.me;
+  $('code-row').hidden = !state.me || !!state.staffPass;
+  $('staff-note').hidden = !state.me || !state.staffPass;
   $('join').disabled = soldOut();
   $('show-tickets').hidden = !state.me || state.tickets.length === 0;
 }
@@ -203,16 +205,33 @@ function prove(challenge, bits) {
   });
 }
 
+// The way into a lane: a code the fan types, or the staff pass of a staff
+// link (taken out of the address bar as soon as the page reads it).
+function door() {
+  const code = $('access-code').value.trim();
+  if (state.staffPass) return { staffPass: state.staffPass };
+  return code ? { accessCode: code } : {};
+}
+
+function takeStaffPass() {
+  const url = new URL(window.location.href);
+  const pass = url.searchParams.get('staff');
+  if (!pass) return;
+  state.staffPass = pass;
+  url.searchParams.delete('staff');
+  window.history.replaceState(window.history.state, '', url.pathname + url.search + url.hash);
+}
+
 async function joinQueue() {
   try {
-    return await api.join(state.eventId);
+    return await api.join(state.eventId, null, door());
   } catch (err) {
     if (err.reason !== 'PROOF_REQUIRED' && err.reason !== 'PROOF_INVALID') throw err;
     const asked = await api.challenge(state.eventId);
     if (asked.kind !== 'proof-of-work') throw err;
     $('join-status').textContent = t('proving');
     const proof = await prove(asked.challenge, asked.difficultyBits);
-    return api.join(state.eventId, proof);
+    return api.join(state.eventId, proof, door());
   } finally {
     $('join-status').textContent = '';
   }
@@ -264,6 +283,7 @@ function enterWaiting(position) {
     },
   });
   state.waiting = waiting;
+  waiting.lane = position.lane || '';
   waiting.start();
   // The event's counters (public and cached by the CDN) tell when it sells out.
   clearInterval(state.eventRefresh);
@@ -736,6 +756,7 @@ async function start() {
   // The catalog and the fan's state are read at once, not one after another.
   const match = /^\/e\/([0-9]{1,19})\/?$/.exec(window.location.pathname);
   state.eventId = match ? match[1] : null;
+  takeStaffPass();
   const language = setLanguage(lang);
   const eventRead = match ? api.event(state.eventId).then((r) => r.event) : null;
   const sessionRead = match ? api.session().then((r) => r.customerId, () => null) : null;

@@ -152,6 +152,8 @@ export class Waiting {
         return;
       }
       this.base = { score: Number(position.score), ahead: Number(position.ahead), admittedTotal: null, preQueue: null };
+      // A lane's scores are its own: its progress is the lane's.
+      this.lane = position.lane || this.lane || '';
       pace = seconds(position.pollAfter) || pace;
       this.onPosition(position);
     } catch {
@@ -160,7 +162,7 @@ export class Waiting {
     const tick = async () => {
       if (!this.polling || this.stopped) return;
       try {
-        const { progress } = await api.progress(this.eventId);
+        const { progress } = await api.progress(this.eventId, this.lane);
         this.progress(progress);
       } catch {
         // Keep trying at the same pace.

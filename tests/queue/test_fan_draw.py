@@ -128,7 +128,7 @@ async def test_the_draws_order_does_not_follow_registration_order(stores: Stores
     clock = ManualClock()
     async with queue_service(stores, clock=clock) as q, admin_client(stores, q) as admin:
         event_id, _ = await _room_with_draw(admin, clock, winners=100)
-        pseudonyms = []
+        pseudonyms: list[str] = []
         for start in range(0, 1000, 200):
             replies = await asyncio.gather(
                 *(
