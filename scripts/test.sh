@@ -33,3 +33,4 @@ mypy
 echo "== tests"
 python -m pytest "$@"
 scripts/pgbouncer_test.sh  # booking, payment and leader election through a transaction-mode PgBouncer
+scripts/redis_cluster_test.sh  # the queue and stream tests on a local Redis Cluster (3 primaries, 3 replicas), with failovers
