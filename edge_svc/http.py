@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError, Internal, InvalidArgument, NotFound
 from boxoffice.logs import LogBudget
+from boxoffice.tracing import Tracing
 from edge_svc import errors
 from edge_svc.config import EdgeConfig, Network
 from edge_svc.metrics import EdgeMetrics
@@ -91,9 +93,11 @@ class EdgeApp:
         handlers: Mapping[str, Handler],
         *,
         extra: Mapping[tuple[str, str], Handler] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._config = config
         self._metrics = metrics
+        self._tracing = tracing or Tracing.off()
         self._paths: list[tuple[re.Pattern[str], dict[str, tuple[Route, Handler]]]] = []
         templates: list[str] = []
         for route in ROUTES:
@@ -116,6 +120,11 @@ class EdgeApp:
             (self._open if key is None else self._buckets.setdefault(key, [])).append(index)
         for key, bucket in self._buckets.items():
             self._buckets[key] = sorted([*bucket, *self._open])
+        self._seen: dict[tuple[str, str], tuple[Route, Handler, Mapping[str, str]]] = {}
+        # Requests in flight, counted on the event loop's thread and read by
+        # the gauge when scraped (no lock taken twice per request).
+        self._in_flight = 0
+        metrics.in_flight.set_function(lambda: self._in_flight)
         self._log_budget = LogBudget(50)
         self._randomness = _Randomness()
         # Metric children, resolved once per label set (the hot path).
@@ -127,7 +136,20 @@ class EdgeApp:
         bucket = self._buckets.get(key) if key is not None else None
         return self._open if bucket is None else bucket
 
-    def _match(self, method: str, path: str) -> tuple[Route, Handler, dict[str, str]]:
+    def _match(self, method: str, path: str) -> tuple[Route, Handler, Mapping[str, str]]:
+        """The route, its handler and the path's parameters; the answers of
+        the most recent paths are remembered (the progress document's path
+        is asked a million times)."""
+        key = (method, path)
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = self._find(method, path)
+            if len(self._seen) >= 4096:
+                self._seen.clear()
+            self._seen[key] = seen
+        return seen
+
+    def _find(self, method: str, path: str) -> tuple[Route, Handler, Mapping[str, str]]:
         paths = self._paths
         for index in self._candidates(path):
             pattern, methods = paths[index]
@@ -139,7 +161,8 @@ class EdgeApp:
                 # HEAD is answered wherever GET is.
                 allowed = {*methods, "HEAD"} if "GET" in methods else set(methods)
                 raise errors.MethodNotAllowed(tuple(sorted(allowed)))
-            return entry[0], entry[1], found.groupdict()
+            # Read-only: one answer serves every request of the path.
+            return entry[0], entry[1], MappingProxyType(found.groupdict())
         raise NotFound("no such route", reason="ROUTE_NOT_FOUND", metadata={"path": path[:200]})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,10 +170,9 @@ class EdgeApp:
             return
         started = time.perf_counter()
         status = 500
-        metrics = self._metrics
         route_label = "unmatched"
         method = scope["method"]
-        metrics.in_flight.inc()
+        self._in_flight += 1
         request = Request(scope, receive)
         # The request id and trace ids from the OS's randomness, read in
         # batches (one read per 256 requests).
@@ -160,6 +182,13 @@ class EdgeApp:
         heads = _heads(scope)
         request_id = _request_id(heads.get(b"x-request-id"), fresh[:32])
         traceparent, trace_id = _trace(heads.get(b"traceparent", ""), fresh[32:64], fresh[64:])
+        # The request's trace, current while it is handled (for the calls it
+        # makes and its log lines): a server span, child of the client's
+        # traceparent, when spans are recorded.
+        span, token, traceparent = self._tracing.enter_request(
+            method, heads.get(b"traceparent"), traceparent, request_id, {"http.request.method": method}
+        )
+        trace_id = traceparent[3:35]
         ctx: Ctx | None = None
         try:
             try:
@@ -200,8 +229,12 @@ class EdgeApp:
             del request, heads, fresh, traceparent
             await response(scope, receive, send)
         finally:
-            metrics.in_flight.dec()
+            self._in_flight -= 1
             self._requests(method, route_label, status).inc()
+            if span is not None:
+                span.update_name(f"{method} {route_label}")
+                span.set_attribute("http.response.status_code", status)
+            self._tracing.exit(span, token, None if status < 500 else str(status))
 
     def _duration(self, method: str, route: str) -> Any:
         key = (method, route)
