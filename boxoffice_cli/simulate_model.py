@@ -87,6 +87,8 @@ class Prediction:
     active_cap: int
     suggested_rate: int
     suggested_active_cap: int
+    slot_seconds: float
+    pods_given: int
     pods: dict[str, int]
     utilisation: dict[str, float]
     peak_active: int
@@ -173,6 +175,7 @@ def predict(scenario: Scenario, caps: Capacities, fans: list[FanPlan] | None = N
     # Admitted so far after each tick (the polls' ``ahead``).
     tick_times: list[float] = []
     tick_totals: list[int] = []
+    lags: list[float] = []
 
     def push(at: float, kind: str, fan: FanPlan) -> None:
         nonlocal seq
@@ -226,6 +229,7 @@ def predict(scenario: Scenario, caps: Capacities, fans: list[FanPlan] | None = N
             waits.append(t - joined)
             if fan.shows:
                 claim = _next_poll(fan, t, admitted, rate, opens, tick_times, tick_totals)
+                lags.append(claim - t)
                 push(claim + fan.think, "hold", fan)
             else:
                 push(t + scenario.claim_grace_seconds, "lapse", fan)
@@ -238,9 +242,13 @@ def predict(scenario: Scenario, caps: Capacities, fans: list[FanPlan] | None = N
             break
         t += TICK_SECONDS
 
-    # The slot a shopper holds: from admission to the end of their payment.
-    shopping = POLL_SECONDS / 2 + sum(scenario.think_seconds) / 2 + sum(scenario.pay_seconds) / 2 + pay_latency
-    slot_seconds = scenario.show_rate * shopping + (1 - scenario.show_rate) * scenario.claim_grace_seconds
+    # The slot an admission holds: a shopper's from admission to the end of
+    # their payment (their claim as the model found it), a no-show's the claim grace.
+    lag = sum(lags) / len(lags) if lags else POLL_SECONDS / 2
+    shopping = lag + sum(scenario.think_seconds) / 2 + sum(scenario.pay_seconds) / 2 + hold_latency + pay_latency
+    showing = (1 - scenario.bot_share) * scenario.show_rate
+    slot_seconds = showing * shopping + (1 - showing) * scenario.claim_grace_seconds
+    # What the shop's pods (--pods) sustain at the target utilisation.
     backend = (
         min(
             caps.booking_holds * caps.pods / 1.2,
@@ -264,7 +272,9 @@ def predict(scenario: Scenario, caps: Capacities, fans: list[FanPlan] | None = N
         admission_rate=scenario.admission_rate,
         active_cap=cap,
         suggested_rate=suggested_rate,
-        suggested_active_cap=max(1, math.ceil(suggested_rate * slot_seconds * 1.2)),
+        suggested_active_cap=max(1, math.ceil(rate * slot_seconds * 1.2)),
+        slot_seconds=slot_seconds,
+        pods_given=caps.pods,
         pods=_pods(scenario, rate, caps)[0],
         utilisation=utilisation,
         peak_active=peak_active,
@@ -293,7 +303,12 @@ def describe(scenario: Scenario, prediction: Prediction) -> list[str]:
             for b in waits["histogram"]  # type: ignore[attr-defined]
             if b["count"]
         ),
-        f"  suggested           admission rate {p.suggested_rate:,}/s, active cap {p.suggested_active_cap:,}",
-        "  pods at that rate   " + ", ".join(f"{tier} {n:,}" for tier, n in p.pods.items()),
+        f"  suggested           active cap {p.suggested_active_cap:,} for {scenario.admission_rate:,} admissions/s"
+        f" (an admission holds a slot {p.slot_seconds:.1f} s on average; the cap should not bind)",
+        "  pods at that rate   "
+        + ", ".join(f"{tier} {n:,}" for tier, n in p.pods.items())
+        + f" (each {TARGET_UTILISATION:.0%} busy; bots' join bursts included)",
+        f"  admission rate      {p.suggested_rate:,}/s is what {p.pods_given} booking and payment pod(s) sustain"
+        f" {TARGET_UTILISATION:.0%} busy (--pods N)",
     ]
     return lines
