@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object a line on stderr."""
+"""Structured logs: one JSON object a line on stderr, with the trace,
+span and request ids of the call or request being handled."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from boxoffice.tracing import current_ids
 
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
@@ -22,6 +25,13 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        # The ids of the call or request being handled (its own fields win).
+        trace_id, span_id, request_id = current_ids()
+        if trace_id is not None:
+            entry["trace_id"] = trace_id
+            entry["span_id"] = span_id
+        if request_id is not None:
+            entry["request_id"] = request_id
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 entry[key] = value

@@ -32,6 +32,7 @@ from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.redis import RedisComponent, create_client
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
 from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, server_credentials
+from boxoffice.tracing import Tracing, TracingConfig
 from boxoffice.wire import StreamBudget
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
@@ -52,6 +53,7 @@ class Runtime:
         registry: CollectorRegistry,
         tokens: TokenConfig,
         tls: TlsConfig,
+        tracing: Tracing | None = None,
     ) -> None:
         self.env = env
         self.server = server
@@ -70,6 +72,9 @@ class Runtime:
         self.streams = StreamBudget(server.max_open_streams)
         self.grpc_metrics = GrpcServerMetrics.create(registry)
         self.tls = tls
+        # The process's one tracer provider (a test may replace it before it
+        # builds the services: servers and channels read it when made).
+        self.tracing = tracing or Tracing.off()
         source = "tls" if tls.enabled else (tls.mesh_identity or "none")
         self.gate = Gate(CallerResolver(source, tls.trust_domain), Gate.refused_counter(registry))
         # `boxoffice up` (and tests) give each component its own identity;
@@ -111,6 +116,8 @@ class Runtime:
             registry=registry or CollectorRegistry(),
             tokens=TokenConfig.from_env(env),
             tls=TlsConfig.from_env(env, default_health_port=default_health_port),
+            # service.name: the component and role (``boxoffice`` for `boxoffice up`'s one process).
+            tracing=Tracing.from_config(TracingConfig.from_env(env), role or "boxoffice"),
         )
 
     def pool(self) -> Pool:
@@ -149,8 +156,9 @@ class Runtime:
 
     def infrastructure(self) -> list[Component]:
         """Pools and clients asked for so far; they start before the services
-        and stop after them."""
-        return list(self._infrastructure)
+        and stop after them (the tracer provider, when it records, first and
+        last)."""
+        return [self.tracing, *self._infrastructure] if self.tracing.enabled else list(self._infrastructure)
 
     def grpc_server(self, name: str, services: Sequence[Registration]) -> GrpcServer:
         """A server for component ``name`` on its port (``grpc_ports`` when
@@ -175,6 +183,7 @@ class Runtime:
             credentials=credentials,
             health_port=health_port,
             streams=self.streams,
+            tracing=self.tracing,
         )
 
     def identity(self, component: str) -> CertFiles | None:
@@ -205,7 +214,13 @@ class Runtime:
         closes it."""
         files = self.identity(component)
         try:
-            return ClientChannel(target, files, options=options, server_name=server_name)
+            return ClientChannel(
+                target,
+                files,
+                options=options,
+                server_name=server_name,
+                interceptors=self.tracing.client_interceptors(),
+            )
         except (OSError, ValueError) as err:
             raise ConfigError(f"the TLS certificate of {component} cannot be used: {err}") from None
 

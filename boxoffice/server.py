@@ -48,6 +48,7 @@ from boxoffice.errors import (
 from boxoffice.logs import LogBudget
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.tls import CallerResolver
+from boxoffice.tracing import Tracing
 from boxoffice.wire import StreamBudget
 
 _log = logging.getLogger("boxoffice.server")
@@ -313,8 +314,9 @@ class FailedCalls:
 
 class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     """Admits each call's caller through the gate, maps domain errors to
-    rich statuses, sets each unary call's deadline scope, and records
-    go-grpc-prometheus metrics."""
+    rich statuses, sets each unary call's deadline scope, records
+    go-grpc-prometheus metrics, and handles each call in the caller's trace
+    (a server span when ``tracing`` records)."""
 
     def __init__(
         self,
@@ -322,8 +324,12 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         default_deadline_seconds: float,
         gate: Gate,
         streams: StreamBudget | None = None,
+        tracing: Tracing | None = None,
+        component: str = "",
     ) -> None:
         self._metrics = metrics
+        self._tracing = tracing or Tracing.off()
+        self._component = component
         self._default_deadline = default_deadline_seconds
         self._gate = gate
         self._streams = streams or StreamBudget(1 << 62)
@@ -386,11 +392,13 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         started, handled, handling_seconds = self._children(labels)
         check_reason = _reason_check(labels[1], labels[2])
         failed = self.failed_calls.record
+        enter, leave, span_name, span_attributes = self._spans(labels)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started.inc()
             began = time.perf_counter()
             code = grpc.StatusCode.OK
+            span, token = enter(span_name, context.invocation_metadata(), span_attributes)
             try:
                 who = check(context)
                 wire.check(request)
@@ -419,10 +427,18 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
                 await context.abort_with_status(_internal_status())
             finally:
+                leave(span, token, None if code is grpc.StatusCode.OK else code.name)
                 handled(code).inc()
                 handling_seconds.observe(time.perf_counter() - began)
 
         return behavior
+
+    def _spans(self, labels: tuple[str, str, str]) -> tuple[Any, Any, str, dict[str, str]]:
+        """What a call of one method needs of the tracing, resolved once."""
+        attributes = {"rpc.system": "grpc", "rpc.service": labels[1], "rpc.method": labels[2]}
+        if self._component:
+            attributes["boxoffice.component"] = self._component
+        return self._tracing.enter_call, self._tracing.exit, f"{labels[1]}/{labels[2]}", attributes
 
     def _children(
         self, labels: tuple[str, str, str]
@@ -451,11 +467,13 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         streams = self._streams
         check_reason = _reason_check(labels[1], labels[2])
         failed = self.failed_calls.record
+        enter, leave, span_name, span_attributes = self._spans(labels)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started.inc()
             began = time.perf_counter()
             code = grpc.StatusCode.OK
+            span, token = enter(span_name, context.invocation_metadata(), span_attributes)
             try:
                 who = check(context)
                 wire.check(request)
@@ -479,6 +497,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
                 await context.abort_with_status(_internal_status())
             finally:
+                leave(span, token, None if code is grpc.StatusCode.OK else code.name)
                 handled(code).inc()
                 handling_seconds.observe(time.perf_counter() - began)
 
@@ -545,6 +564,7 @@ class GrpcServer:
         credentials: grpc.ServerCredentials | None = None,
         health_port: int | None = None,
         streams: StreamBudget | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.name = name
         self._config = config
@@ -555,7 +575,11 @@ class GrpcServer:
         self._health = health_aio.HealthServicer()
         self._grpc_metrics = metrics
         self._server = grpc.aio.server(
-            interceptors=[ObservabilityInterceptor(metrics, config.default_deadline_seconds, gate, streams)],
+            interceptors=[
+                ObservabilityInterceptor(
+                    metrics, config.default_deadline_seconds, gate, streams, tracing=tracing, component=name
+                )
+            ],
             options=server_options(config),
         )
         self._health_port = health_port

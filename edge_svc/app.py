@@ -122,7 +122,9 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         presence=presence,
         human_check=_human_check(config, rt),
     )
-    app = EdgeApp(config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()))
+    app = EdgeApp(
+        config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()), tracing=rt.tracing
+    )
     server = EdgeServer(
         app,
         state,

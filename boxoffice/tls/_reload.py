@@ -141,9 +141,12 @@ class ClientChannel:
         *,
         options: Sequence[tuple[str, Any]] = (),
         server_name: str | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         self.target = target
         self._options = list(options)
+        # On every channel this one dials (the trace context's, say).
+        self._interceptors = list(interceptors)
         if not any(name == "grpc.service_config" for name, _ in self._options):
             self._options.append(("grpc.service_config", ROUND_ROBIN))
         if server_name is not None and files is not None:
@@ -155,11 +158,11 @@ class ClientChannel:
 
     def _dial(self, pair: _Pair | None) -> grpc.aio.Channel:
         if pair is None:
-            return grpc.aio.insecure_channel(self.target, options=self._options)
+            return grpc.aio.insecure_channel(self.target, options=self._options, interceptors=self._interceptors)
         credentials = grpc.ssl_channel_credentials(
             root_certificates=pair.ca, private_key=pair.key, certificate_chain=pair.cert
         )
-        return grpc.aio.secure_channel(self.target, credentials, options=self._options)
+        return grpc.aio.secure_channel(self.target, credentials, options=self._options, interceptors=self._interceptors)
 
     def channel(self) -> grpc.aio.Channel:
         if self._watch is not None:
