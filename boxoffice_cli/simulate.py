@@ -517,11 +517,33 @@ async def _real(args: argparse.Namespace, scenario: Scenario, out: TextIO, err: 
         out.write(f"report: {args.report}\n")
     else:
         out.write(f"report: boxoffice report {event_id}\n")
-    out.write(
-        f"sold out after {_seconds(measured.sold_out_after_seconds)}, median wait "
-        f"{_seconds(measured.median_wait_seconds)}\n"
-    )
+    out.write("\n".join(summary_lines(measured.report)) + "\n")
     return measured
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The report's main figures as text (the whole report: boxoffice report)."""
+    f, w, t, r = report["funnel"], report["wait_seconds"], report["tickets"], report["reconciliation"]
+    sold_out = [s["sold_out_after_seconds"] for s in t["sections"]]
+    refusals = {**report["refusals"]["queue_joins"], **report["refusals"]["payments"]}
+    return [
+        f"report of event {report['event_id']}:",
+        f"  funnel        {f['fans_joined']:,} joined ({f['pre_queue_at_opening']:,} in the pre-queue), "
+        f"{f['fans_admitted']:,} admitted, {f['claimed']:,} claimed, {f['admissions_never_claimed']:,} never claimed, "
+        f"{f['fans_held']:,} held, {f['fans_paid']:,} paid; {f['left_while_waiting']['count']:,} left and "
+        f"{f['dropped_while_waiting']['count']:,} dropped while waiting",
+        f"  wait          p50 {_seconds(w['p50'])}, p90 {_seconds(w['p90'])}, p99 {_seconds(w['p99'])}",
+        f"  sold out      after {_seconds(max(sold_out) if sold_out and None not in sold_out else None)}, "
+        f"{t['seats_sold']:,} seats, {t['valid_tickets']:,} valid tickets",
+        "  refusals      " + (", ".join(f"{k} {v:,}" for k, v in refusals.items()) or "none"),
+        "  reconciliation "
+        + (
+            "balanced"
+            if r["ok"]
+            else "MISMATCH: "
+            + ", ".join(f"{line['line']} {line['mismatches']:,}" for line in r["lines"] if not line["ok"])
+        ),
+    ]
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str], out: TextIO | None = None) -> int:

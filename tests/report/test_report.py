@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from boxoffice_cli import report as report_cli
-from boxoffice_cli.simulate import Crowd, Tally, create_event, pause_room, settled_report
+from boxoffice_cli.simulate import Crowd, Tally, create_event, pause_room, settled_report, summary_lines
 from boxoffice_cli.simulate_scenario import Scenario
 from queue_svc.adapters import EventKeys
 from tests.edge.harness import EdgeStack, edge_stack
@@ -257,3 +257,8 @@ async def test_the_command_writes_json_csv_and_a_self_contained_html(
         assert report_cli.main(argv, env, out) == 2
         assert out.getvalue() == "" and message in capsys.readouterr().err
     assert report_cli.main([str(on_sale.event_id)], {}, io.StringIO()) == 2
+    # The simulator's closing lines carry the same figures.
+    text = "\n".join(summary_lines(on_sale.report))
+    funnel = on_sale.report["funnel"]
+    assert f"{funnel['fans_admitted']:,} admitted, {funnel['claimed']:,} claimed" in text
+    assert "reconciliation balanced" in text
