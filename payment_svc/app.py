@@ -215,7 +215,7 @@ def compose_issuer(rt: Runtime, *, name: str | None = None, hooks: ConsumerHooks
     """The ``issuer`` role's object graph (``name`` and ``hooks`` for tests)."""
     config = PaymentConfig.from_env(rt.env)
     metrics = IssuerMetrics.create(rt.registry)
-    handler = TicketIssuer(PgTicketStore(rt.pool()), metrics)
+    handler = TicketIssuer(PgTicketStore(rt.pool()), metrics, tracing=rt.tracing)
     consumer = _consumer(
         rt, config, group=ISSUER_GROUP, handler=handler, metrics=metrics.consumer, name=name, hooks=hooks
     )

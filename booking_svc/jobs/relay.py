@@ -36,7 +36,7 @@ _log = logging.getLogger("booking_svc.relay")
 
 _BATCH_SQL = """
 WITH candidates AS (
-    SELECT id, aggregatetype, aggregateid, type, payload, created_at, seq
+    SELECT id, aggregatetype, aggregateid, type, payload, created_at, seq, traceparent
       FROM outbox
      WHERE published_at IS NULL
      ORDER BY seq
@@ -48,7 +48,7 @@ WITH candidates AS (
      WHERE published_at IS NULL AND aggregateid IN (SELECT aggregateid FROM candidates)
      GROUP BY aggregateid
 )
-SELECT c.id::text, c.aggregatetype, c.aggregateid, c.type, c.payload::text, c.created_at, c.seq
+SELECT c.id::text, c.aggregatetype, c.aggregateid, c.type, c.payload::text, c.created_at, c.seq, c.traceparent
   FROM candidates c JOIN heads h ON h.aggregateid = c.aggregateid AND h.seq = c.seq
  ORDER BY c.seq
 """
@@ -63,9 +63,11 @@ class OutboxRow:
     payload: str
     created_at: datetime
     seq: int
+    # The trace context of the call that wrote the row (None: none).
+    traceparent: str | None = None
 
     def fields(self) -> dict[str, str]:
-        return {
+        fields = {
             "event_id": self.id,
             "aggregatetype": self.aggregatetype,
             "aggregateid": self.aggregateid,
@@ -74,6 +76,10 @@ class OutboxRow:
             "created_at": f"{self.created_at.timestamp():.6f}",
             "seq": str(self.seq),
         }
+        if self.traceparent:
+            # The consumer's work joins the writer's trace.
+            fields["traceparent"] = self.traceparent
+        return fields
 
 
 @dataclass

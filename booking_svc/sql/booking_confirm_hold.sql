@@ -30,6 +30,11 @@
 -- confirm fails TICKET_LIMIT_REACHED (metadata hold_id, limit, held,
 -- bought) and the payment refunds; the lapsed hold is left to the sweeper.
 
+-- p_traceparent is the confirm's trace context, kept with its outbox row
+-- (NULL: none; a replica of the previous release passes seven arguments).
+-- The seven-argument function it replaces goes in the same transaction.
+DROP FUNCTION IF EXISTS booking_confirm_hold(uuid, text, text, bigint, text, timestamptz, integer);
+
 CREATE OR REPLACE FUNCTION booking_confirm_hold(
     p_hold_id      uuid,
     p_key          text,
@@ -37,7 +42,8 @@ CREATE OR REPLACE FUNCTION booking_confirm_hold(
     p_amount_minor bigint,
     p_currency     text,
     p_now          timestamptz,
-    p_timeout_ms   integer
+    p_timeout_ms   integer,
+    p_traceparent  text DEFAULT NULL
 ) RETURNS TABLE (outcome jsonb, in_flight boolean, key_reused boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -149,7 +155,7 @@ BEGIN
         IF v_error IS NULL THEN
             UPDATE holds h SET state = 'CONFIRMED', confirmed_at = p_now, payment_id = p_payment_id
              WHERE h.hold_id = p_hold_id;
-            INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+            INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
             SELECT gen_random_uuid(), 'booking', p_hold_id::text, 'BookingConfirmed',
                    jsonb_build_object(
                        'event_id', v_hold.event_id, 'hold_id', p_hold_id::text, 'customer_id', v_hold.customer_id,
@@ -158,7 +164,8 @@ BEGIN
                                                            ORDER BY hs.seat_id)
                                             FROM hold_seats hs WHERE hs.hold_id = p_hold_id), '[]'::jsonb),
                        'quantity', v_hold.quantity, 'payment_id', p_payment_id,
-                       'amount_minor', v_hold.amount_minor, 'currency', v_hold.currency);
+                       'amount_minor', v_hold.amount_minor, 'currency', v_hold.currency),
+                   p_traceparent;
             PERFORM booking_move_counters(
                 booking_hold_moves(v_hold.event_id, v_hold.section_id, v_sold, v_hold.quantity, -1, 1));
         END IF;

@@ -42,6 +42,8 @@ class StreamEntry:
     payload: dict[str, Any]
     # When the outbox row was written (epoch seconds).
     created_at: float
+    # The W3C trace context of what wrote the row (None: none given).
+    traceparent: str | None = None
 
     @classmethod
     def parse(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> StreamEntry:
@@ -58,6 +60,7 @@ class StreamEntry:
             type=text("type"),
             payload=payload,
             created_at=float(text("created_at")),
+            traceparent=fields[b"traceparent"].decode("latin-1") if b"traceparent" in fields else None,
         )
 
 

@@ -7,6 +7,10 @@ stays pending and is retried (the cancellation that frees the seat may not
 have been handled yet); ``boxoffice_ticket_conflicts_total`` counts them. A
 malformed event can never succeed: it is recorded as processed (so the
 relay's repair does not send it again) and logged loudly.
+
+Each entry is handled in a consumer span, child of (and linked to) the
+span of the call that wrote its outbox row (the entry's ``traceparent``):
+a ticket's issuance is in the trace of its booking's confirm.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import uuid
 from typing import Any
 
 from boxoffice.streams import StreamEntry
+from boxoffice.tracing import Tracing
 from payment_svc.metrics import IssuerMetrics
 from payment_svc.ports import ConfirmedBooking, TicketConflict, TicketStore, TicketUnit
 
@@ -59,12 +64,35 @@ def confirmed_booking(entry: StreamEntry) -> ConfirmedBooking:
 class TicketIssuer:
     """The issuer's entry handler."""
 
-    def __init__(self, tickets: TicketStore, metrics: IssuerMetrics, *, group: str = ISSUER_GROUP) -> None:
+    def __init__(
+        self,
+        tickets: TicketStore,
+        metrics: IssuerMetrics,
+        *,
+        group: str = ISSUER_GROUP,
+        tracing: Tracing | None = None,
+    ) -> None:
         self._tickets = tickets
         self._metrics = metrics
         self._group = group
+        self._tracing = tracing or Tracing.off()
 
     async def handle(self, entry: StreamEntry) -> None:
+        span, token = self._tracing.consume(
+            f"issue {entry.type}",
+            entry.traceparent,
+            {"messaging.system": "redis", "messaging.message.id": entry.event_id, "boxoffice.event_type": entry.type},
+        )
+        error: str | None = None
+        try:
+            await self._handle(entry)
+        except BaseException as err:
+            error = type(err).__name__
+            raise
+        finally:
+            self._tracing.exit(span, token, error)
+
+    async def _handle(self, entry: StreamEntry) -> None:
         try:
             if entry.type == "BookingConfirmed":
                 await self._issue(confirmed_booking(entry), entry.created_at)

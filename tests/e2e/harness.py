@@ -15,6 +15,7 @@ from typing import TypeVar
 from google.protobuf import timestamp_pb2
 
 from boxoffice.lifecycle import Component
+from boxoffice.tracing import Tracing
 from tests.support import Stores, all_migrations, make_runtime, running
 
 T = TypeVar("T")
@@ -44,10 +45,13 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, second
 
 
 @contextlib.asynccontextmanager
-async def whole_mesh(stores: Stores, stream_prefix: str) -> AsyncIterator[dict[str, str]]:
+async def whole_mesh(
+    stores: Stores, stream_prefix: str, *, tracing: Tracing | None = None
+) -> AsyncIterator[dict[str, str]]:
     """Every role of queue, booking and payment running (fast timings, a
     ticket stream of its own named after ``stream_prefix``); the servers'
-    addresses by component name."""
+    addresses by component name. ``tracing``: the process's tracer
+    provider (a test's in-memory exporter), else none."""
     from booking_svc import app as booking_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
@@ -69,6 +73,8 @@ async def whole_mesh(stores: Stores, stream_prefix: str) -> AsyncIterator[dict[s
             "BOXOFFICE_DB_POOL_MAX": "20",
         },
     )
+    if tracing is not None:
+        rt.tracing = tracing
     rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
     components: list[Component] = []
     for module in (queue_app, booking_app, payment_app):

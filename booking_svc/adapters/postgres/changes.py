@@ -20,8 +20,9 @@ from booking_svc.model import Hold, HoldState, Money, RefundPolicy
 from boxoffice import deadline
 from boxoffice.db import transaction
 from boxoffice.errors import FailedPrecondition
+from boxoffice.tracing import current_traceparent
 
-_CONFIRM_SQL = b"SELECT outcome, in_flight, key_reused FROM booking_confirm_hold(%s, %s, %s, %s, %s, %s, %s)"
+_CONFIRM_SQL = b"SELECT outcome, in_flight, key_reused FROM booking_confirm_hold(%s, %s, %s, %s, %s, %s, %s, %s)"
 
 
 class PgHoldChanges(PgBase):
@@ -113,6 +114,8 @@ class PgHoldChanges(PgBase):
                     amount_paid.currency,
                     now,
                     deadline.statement_timeout_ms(),
+                    # The outbox row carries the confirm's trace to the issuer.
+                    current_traceparent(),
                 ),
             )
             stored, in_flight, key_reused = rows[0]
@@ -127,8 +130,9 @@ class PgHoldChanges(PgBase):
         self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID, kind: str, payload: dict[str, Any]
     ) -> None:
         await conn.execute(
-            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s, 'booking', %s, %s, %s)",
-            (uuid.uuid4(), str(hold_id), kind, json.dumps(payload)),
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, traceparent) "
+            "VALUES (%s, 'booking', %s, %s, %s, %s)",
+            (uuid.uuid4(), str(hold_id), kind, json.dumps(payload), current_traceparent()),
         )
 
     async def cancel_booking(

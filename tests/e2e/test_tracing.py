@@ -1,0 +1,252 @@
+"""One checkout is one trace: every role of queue, booking and payment
+records into the SDK's in-memory exporter, the test calls as the edge inside
+a span of its own, and every span of the checkout (each gRPC hop's client
+and server spans, payment's call to booking, and the ticket issuer's work on
+the outbox event) shares the edge's trace id and has its parent in it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from boxoffice import access
+from boxoffice.tracing import Tracing
+from edge_svc import app as edge_app
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
+from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.e2e.harness import eventually, ts, whole_mesh
+from tests.edge.asserting import as_fan, edge_mesh_client
+from tests.edge.fans import signed_in
+from tests.edge.harness import GENEROUS, EdgeStack
+from tests.support import MeshClient, Stores, channel_credentials, make_runtime, running
+
+FAN = "fan-traced"
+
+
+@pytest.fixture
+async def traced(stores: Stores) -> AsyncIterator[tuple[InMemorySpanExporter, Tracing, dict[str, str]]]:
+    exporter = InMemorySpanExporter()
+    tracing = Tracing.exporting_to(exporter, "boxoffice-e2e")
+    async with whole_mesh(stores, "ticket-issued-tracing", tracing=tracing) as addresses:
+        yield exporter, tracing, addresses
+
+
+def _edge(stores: Stores, address: str, tracing: Tracing) -> grpc.aio.Channel:
+    """A channel as the edge that carries the current trace, as the edge's
+    own channels do."""
+    files = stores.pki.files(access.EDGE)
+    return grpc.aio.secure_channel(
+        address, channel_credentials(files, files.ca), interceptors=tracing.client_interceptors()
+    )
+
+
+async def _event(addresses: dict[str, str], stores: Stores) -> int:
+    event_id = int(uuid.uuid4().int % 10**12) + 10**6
+    now = datetime.now(UTC)
+    async with (
+        edge_mesh_client(stores, addresses["queue"]) as queue_client,
+        edge_mesh_client(stores, addresses["booking"]) as booking_client,
+    ):
+        booking = booking_client.stub(bpb_grpc.BookingServiceStub)
+        queue = queue_client.stub(qpb_grpc.QueueServiceStub)
+        await booking.CreateEvent(
+            bpb.CreateEventRequest(
+                event_id=event_id,
+                display_name="Traced",
+                kind=bpb.EVENT_KIND_CONCERT,
+                starts_at=ts(now + timedelta(days=30)),
+                sections=[
+                    bpb.SectionSpec(
+                        section_id="A",
+                        display_name="Stalls",
+                        kind=bpb.SECTION_KIND_SEATED,
+                        price=bpb.Money(currency_code="EUR", amount_minor=4500),
+                    )
+                ],
+            )
+        )
+        await booking.LoadInventory(
+            bpb.LoadInventoryRequest(
+                event_id=event_id,
+                rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=4)],
+            )
+        )
+        await queue.CreateEventQueue(
+            qpb.CreateEventQueueRequest(
+                config=qpb.EventQueueConfig(
+                    event_id=event_id,
+                    opens_at=ts(now - timedelta(seconds=1)),
+                    admission_rate_per_second=100,
+                    max_active_shoppers=10,
+                )
+            )
+        )
+    return event_id
+
+
+def _named(spans: Sequence[ReadableSpan], name: str, kind: trace.SpanKind) -> ReadableSpan:
+    found = [s for s in spans if s.name == name and s.kind is kind]
+    assert len(found) == 1, (name, kind, [(s.name, s.kind) for s in spans])
+    return found[0]
+
+
+def _parent_of(span: ReadableSpan, spans: Sequence[ReadableSpan]) -> ReadableSpan:
+    assert span.parent is not None, span.name
+    parents = [s for s in spans if s.context is not None and s.context.span_id == span.parent.span_id]
+    assert len(parents) == 1, f"{span.name}'s parent is not in the trace"
+    return parents[0]
+
+
+async def test_one_checkout_is_one_connected_trace_through_every_hop_and_the_outbox(
+    stores: Stores, traced: tuple[InMemorySpanExporter, Tracing, dict[str, str]]
+) -> None:
+    exporter, tracing, addresses = traced
+    event_id = await _event(addresses, stores)
+    assert tracing.tracer is not None
+    fan: Any = as_fan(FAN)
+    queue_channel = _edge(stores, addresses["queue"], tracing)
+    booking_channel = _edge(stores, addresses["booking"], tracing)
+    payment_channel = _edge(stores, addresses["payment"], tracing)
+    try:
+        queue = qpb_grpc.QueueServiceStub(queue_channel)
+        booking = bpb_grpc.BookingServiceStub(booking_channel)
+        payment = ppb_grpc.PaymentServiceStub(payment_channel)
+        with tracing.tracer.start_as_current_span("checkout", kind=trace.SpanKind.SERVER) as root:
+            await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=FAN), metadata=fan)
+
+            async def token() -> str | None:
+                reply = await queue.GetQueuePosition(
+                    qpb.GetQueuePositionRequest(event_id=event_id, customer_id=FAN), metadata=fan
+                )
+                position = reply.position
+                admitted = position.state == qpb.QUEUE_STATE_ADMITTED
+                return position.access_token if admitted and position.access_token else None
+
+            access_token = await eventually(token, "the fan admitted")
+            held = await booking.HoldSeats(
+                bpb.HoldSeatsRequest(
+                    access_token=access_token,
+                    event_id=event_id,
+                    best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
+                ),
+                metadata=fan,
+            )
+            started = await payment.StartPayment(
+                ppb.StartPaymentRequest(
+                    access_token=access_token, hold_id=held.hold.hold_id, payment_method="pm_card_ok"
+                ),
+                metadata=fan,
+            )
+            confirmed = await payment.ConfirmPayment(
+                ppb.ConfirmPaymentRequest(
+                    payment_id=started.payment.payment_id, idempotency_key=f"traced-{held.hold.hold_id}"
+                ),
+                metadata=fan,
+            )
+            assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
+        trace_id = root.get_span_context().trace_id
+
+        def issued() -> list[ReadableSpan] | None:
+            spans = [s for s in exporter.get_finished_spans() if s.context and s.context.trace_id == trace_id]
+            return spans if any(s.kind is trace.SpanKind.CONSUMER for s in spans) else None
+
+        async def ready() -> list[ReadableSpan] | None:
+            return issued()
+
+        spans = await eventually(ready, "the issuer's span in the checkout's trace")
+    finally:
+        for channel in (queue_channel, booking_channel, payment_channel):
+            await channel.close()
+
+    # Every span but the edge's own has its parent in the trace: one tree.
+    for span in spans:
+        if span is not _named(spans, "checkout", trace.SpanKind.SERVER):
+            _parent_of(span, spans)
+    # Each hop crossed gRPC with its context: a server span's parent is the
+    # caller's client span of the same method.
+    servers = [s for s in spans if s.kind is trace.SpanKind.SERVER and s.name != "checkout"]
+    for server in servers:
+        client = _parent_of(server, spans)
+        assert client.kind is trace.SpanKind.CLIENT and client.name == server.name, server.name
+    names = {s.name for s in servers}
+    for method in (
+        "boxoffice.queue.v1.QueueService/JoinQueue",
+        "boxoffice.booking.v1.BookingService/HoldSeats",
+        "boxoffice.payment.v1.PaymentService/StartPayment",
+        "boxoffice.payment.v1.PaymentService/ConfirmPayment",
+        "boxoffice.booking.v1.BookingService/ConfirmHold",
+    ):
+        assert method in names, (method, sorted(names))
+    # Payment's call to booking is under the fan's ConfirmPayment.
+    confirm_hold = _named(spans, "boxoffice.booking.v1.BookingService/ConfirmHold", trace.SpanKind.SERVER)
+    payment_client = _parent_of(confirm_hold, spans)
+    assert _parent_of(payment_client, spans).name == "boxoffice.payment.v1.PaymentService/ConfirmPayment"
+    # The ticket's issuance is the child of, and linked to, the confirm that
+    # wrote the outbox row.
+    issue = _named(spans, "issue BookingConfirmed", trace.SpanKind.CONSUMER)
+    assert _parent_of(issue, spans) is confirm_hold
+    assert [link.context.span_id for link in issue.links] == [confirm_hold.context.span_id]
+
+
+async def test_the_edges_span_is_the_child_of_the_clients_traceparent_and_the_parent_of_the_mesh(
+    stores: Stores, traced: tuple[InMemorySpanExporter, Tracing, dict[str, str]]
+) -> None:
+    exporter, tracing, addresses = traced
+    rt = make_runtime(stores)
+    rt.tracing = tracing
+    edge = edge_app.compose(
+        rt,
+        edge_app.Overrides(
+            settings={
+                "host": "127.0.0.1",
+                "port": 0,
+                "queue_addr": addresses["queue"],
+                "booking_addr": addresses["booking"],
+                "payment_addr": addresses["payment"],
+                "dev_sign_in": True,
+                "drain_seconds": 0.0,
+                **GENEROUS,
+            }
+        ),
+    )
+    operators = {name: MeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment")}
+    trace_id, parent_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    try:
+        async with running([*edge.components]):
+            stack = EdgeStack(edge=edge, url=edge.server.url, addresses=addresses, operators=operators)
+            event_id = await stack.event(seats=4, max_active=10)
+            async with signed_in(stack) as client:
+                joined = await client.post(
+                    f"/v1/events/{event_id}/queue:join",
+                    json={},
+                    headers={"traceparent": f"00-{trace_id}-{parent_id}-01", "X-Request-Id": "join-1"},
+                )
+                assert joined.status_code == 200, joined.text
+                # A malformed traceparent: a new trace, the request served all the same.
+                again = await client.get(f"/v1/events/{event_id}/queue/position", headers={"traceparent": "00-zz-01"})
+                assert again.status_code == 200, again.text
+    finally:
+        for operator in operators.values():
+            await operator.close()
+
+    spans = exporter.get_finished_spans()
+    in_trace = [s for s in spans if s.context is not None and f"{s.context.trace_id:032x}" == trace_id]
+    edge_span = _named(in_trace, "POST /v1/events/{event_id}/queue:join", trace.SpanKind.SERVER)
+    assert edge_span.parent is not None and f"{edge_span.parent.span_id:016x}" == parent_id
+    join = _named(in_trace, "boxoffice.queue.v1.QueueService/JoinQueue", trace.SpanKind.SERVER)
+    assert _parent_of(_parent_of(join, in_trace), in_trace) is edge_span
+    position = _named(spans, "GET /v1/events/{event_id}/queue/position", trace.SpanKind.SERVER)
+    assert position.parent is None and position.context is not None
+    assert f"{position.context.trace_id:032x}" != trace_id
