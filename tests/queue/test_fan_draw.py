@@ -82,8 +82,9 @@ async def test_register_draw_win_and_verify(stores: Stores) -> None:
             q.stub.RegisterForFanDraw(pb.RegisterForFanDrawRequest(event_id=event_id), metadata=_as("late"))
         )
         assert (late.code, late.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "FAN_DRAW_CLOSED")
-        assert await q.app.fan_draws.draw_due() == [event_id]
-        assert await q.app.fan_draws.draw_due() == []  # drawn once
+        # (Other tests' draws in the same database may be due too.)
+        assert event_id in await q.app.fan_draws.draw_due()
+        assert event_id not in await q.app.fan_draws.draw_due()  # drawn once
 
         results = {
             fan: await q.stub.GetFanDrawResult(pb.GetFanDrawResultRequest(event_id=event_id), metadata=_as(fan))
