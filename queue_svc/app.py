@@ -112,7 +112,9 @@ class QueueApp:
 
     @functools.cached_property
     def door(self) -> LaneDoor:
-        return LaneDoor(rooms=self.rooms, codes=self.codes, staff=self.staff_passes, clock=self.rt.clock)
+        return LaneDoor(
+            rooms=self.rooms, codes=self.codes, staff=self.staff_passes, clock=self.rt.clock, refusals=self.store
+        )
 
     # -- the server role ------------------------------------------------------
 

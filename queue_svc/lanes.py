@@ -6,13 +6,18 @@ general lane has no door (a general join reads nothing here)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from boxoffice.clock import Clock
+from boxoffice.errors import BoxofficeError
 from queue_svc import errors, passes
 from queue_svc.model import LaneEntry, LaneView, WaitingRoomConfig
 from queue_svc.passes import StaffPasses, StaffPassInvalid
-from queue_svc.ports import AccessCodeRepository, CodeUse, WaitingRoomRepository
+from queue_svc.ports import AccessCodeRepository, CodeUse, RefusalCounter, WaitingRoomRepository
+
+# The refusals of a lane's door that the on-sale report counts.
+_COUNTED = frozenset({"ACCESS_CODE_REQUIRED", "ACCESS_CODE_INVALID", "ACCESS_CODE_USED", "STAFF_PASS_INVALID"})
 
 # How long a room's configuration read for a lane join is reused.
 _ROOM_SECONDS = 2.0
@@ -27,7 +32,9 @@ class LaneDoor:
         codes: AccessCodeRepository,
         staff: StaffPasses,
         clock: Clock,
+        refusals: RefusalCounter | None = None,
     ) -> None:
+        self._refusals = refusals
         self._rooms = rooms
         self._codes = codes
         self._staff = staff
@@ -80,7 +87,17 @@ class LaneDoor:
     async def enter(self, event_id: int, customer_id: str, lane: str, *, access_code: str, staff_pass: str) -> None:
         """Lets the fan through the lane's door, or raises why not
         (LANE_NOT_FOUND, ACCESS_CODE_*, STAFF_PASS_INVALID). A code is used
-        (bound to the account) here, before the join itself."""
+        (bound to the account) here, before the join itself. A refusal is
+        counted per reason for the on-sale report."""
+        try:
+            await self._enter(event_id, customer_id, lane, access_code=access_code, staff_pass=staff_pass)
+        except BoxofficeError as err:
+            if self._refusals is not None and err.reason in _COUNTED:
+                with contextlib.suppress(BoxofficeError):  # the refusal stands without its count
+                    await self._refusals.count_refusal(event_id, err.reason.lower())
+            raise
+
+    async def _enter(self, event_id: int, customer_id: str, lane: str, *, access_code: str, staff_pass: str) -> None:
         view = await self.lane(event_id, lane)
         if view.entry is LaneEntry.OPEN:
             return

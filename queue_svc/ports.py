@@ -298,3 +298,11 @@ class FanDrawRepository(Protocol):
     async def run(self, event_id: int, *, now_ms: int, code_of: Callable[[str], bytes]) -> bool:
         """Draw once: the winners' code hashes stored, the draw revealed;
         whether this call drew it."""
+
+
+class RefusalCounter(Protocol):
+    """Where joins refused before the join script are counted per reason
+    (the event's refusal counters, copied to Postgres with the lifecycle)."""
+
+    async def count_refusal(self, event_id: int, reason: str) -> None:
+        """Count one refusal of the event's joins for ``reason``."""

@@ -180,6 +180,7 @@ class RedisQueueStore:
         self._pre_queue = load_script("queue_svc", "prequeue")
         self._lifecycle = load_script("queue_svc", "lifecycle")
         self._lane = load_script("queue_svc", "lane")
+        self._refuse = load_script("queue_svc", "refuse")
         self._keys: dict[tuple[int, str], EventKeys] = {}
 
     def keys(self, event_id: int, lane: str = "") -> EventKeys:
@@ -189,6 +190,9 @@ class RedisQueueStore:
                 self._keys.clear()
             keys = self._keys[(event_id, lane)] = EventKeys.of(event_id, lane)
         return keys
+
+    async def count_refusal(self, event_id: int, reason: str) -> None:
+        await self._batcher.call(self._refuse, (self.keys(event_id).refusals,), (reason,))
 
     async def _bound_lane(self, event_id: int, customer_id: str, want: str, bound: str) -> str:
         """The lane a fan's call goes to, after their script answered that

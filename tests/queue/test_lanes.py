@@ -131,6 +131,9 @@ async def test_a_code_is_needed_and_must_be_the_lanes_and_valid_now(queue: Queue
     err = await _refused(handler.join(event_id, "ann", "", lane="vip"))
     assert (err.code.name, err.reason) == ("NOT_FOUND", "LANE_NOT_FOUND")
     assert (await handler.position(event_id, "ann")).state is QueueState.NOT_IN_QUEUE
+    # Each refusal is counted for the on-sale report (an unknown lane is no door's refusal).
+    counted = await queue.rt.redis().hgetall(keys_of(event_id).refusals)
+    assert counted == {b"access_code_required": b"1", b"access_code_invalid": b"5"}
     # The foreign code was not used up by those attempts.
     assert (await handler.join(other_event, "cy", "", lane="presale", access_code=foreign)).newly_joined
 
