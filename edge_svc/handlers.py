@@ -314,26 +314,19 @@ class Handlers:
         return cached[1].answer(ctx)
 
     async def _get_pre_queue_proof(self, ctx: Ctx) -> Response:
-        event_id = event_id_of(ctx)
-        query = ctx.request.query_params
-        unknown = set(query) - {"pageSize", "pageToken"}
-        if unknown:
-            raise _unknown_query(unknown)
-        page_size = _int_query(query.get("pageSize"), "pageSize", maximum=10_000)
-        page_token = query.get("pageToken", "")
-
-        async def load() -> bytes:
-            reply = await self._d.mesh.call(
-                QUEUE,
-                "GetPreQueueProof",
-                queue_pb.GetPreQueueProofRequest(event_id=event_id, page_size=page_size, page_token=page_token),
-                _ctx_call(ctx, None),
-            )
-            return to_json(reply)
-
-        return await self._d.events.answer(ctx, ("proof", event_id, page_size, page_token), load)
+        return await self._proof(ctx, "GetPreQueueProof", queue_pb.GetPreQueueProofRequest)
 
     async def _get_fan_draw_proof(self, ctx: Ctx) -> Response:
+        return await self._proof(ctx, "GetFanDrawProof", queue_pb.GetFanDrawProofRequest)
+
+    async def _proof(
+        self,
+        ctx: Ctx,
+        method: str,
+        request_type: type[queue_pb.GetPreQueueProofRequest] | type[queue_pb.GetFanDrawProofRequest],
+    ) -> Response:
+        """A draw's public proof (the pre-queue's or the verified-fan
+        draw's), one page, loaded once per page and max age."""
         event_id = event_id_of(ctx)
         query = ctx.request.query_params
         unknown = set(query) - {"pageSize", "pageToken"}
@@ -343,15 +336,10 @@ class Handlers:
         page_token = query.get("pageToken", "")
 
         async def load() -> bytes:
-            reply = await self._d.mesh.call(
-                QUEUE,
-                "GetFanDrawProof",
-                queue_pb.GetFanDrawProofRequest(event_id=event_id, page_size=page_size, page_token=page_token),
-                _ctx_call(ctx, None),
-            )
-            return to_json(reply)
+            request = request_type(event_id=event_id, page_size=page_size, page_token=page_token)
+            return to_json(await self._d.mesh.call(QUEUE, method, request, _ctx_call(ctx, None)))
 
-        return await self._d.events.answer(ctx, ("fan-draw-proof", event_id, page_size, page_token), load)
+        return await self._d.events.answer(ctx, (method, event_id, page_size, page_token), load)
 
     async def _register_for_fan_draw(self, ctx: Ctx) -> Response:
         session = await self._fan(ctx)
