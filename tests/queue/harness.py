@@ -61,6 +61,21 @@ def room_config(event_id: int, *, opens_at_ms: int, **changes: Any) -> WaitingRo
     return replace(base, **changes)
 
 
+def race_room(event_id: int, clock: ManualClock, cap: int, **changes: Any) -> WaitingRoomConfig:
+    """A room for a race of admitters: open a second ago, admitting fast
+    under ``cap``, with short claim windows and sessions so that slots free
+    up and refill while the race runs."""
+    settings: dict[str, Any] = {
+        "opens_at_ms": int(clock.now() * 1000) - 1000,
+        "admission_rate_per_second": 2000,
+        "max_active_shoppers": cap,
+        "claim_grace_ms": 500,
+        "session_length_ms": 1_000,
+        **changes,
+    }
+    return room_config(event_id, **settings)
+
+
 class AlwaysLeader:
     """A Leadership double: leads at once with a fixed epoch."""
 

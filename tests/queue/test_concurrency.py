@@ -20,6 +20,7 @@ from tests.queue.harness import (
     new_event_id,
     queue_app,
     queue_service,
+    race_room,
     room_config,
     started,
 )
@@ -62,15 +63,8 @@ async def test_two_admitters_racing_never_exceed_maxactive_count(stores: Stores)
     first, second = (build_app(stores, clock=clock) for _ in range(2))
     async with started(first), started(second):
         store = first.store
-        opens_ms = int(clock.now() * 1000) - 1000
-        config = room_config(
-            event_id,
-            opens_at_ms=opens_ms,
-            admission_rate_per_second=2000,
-            max_active_shoppers=MAX_ACTIVE,
-            claim_grace_ms=500,
-            session_length_ms=1_000,
-        )
+        config = race_room(event_id, clock, MAX_ACTIVE)
+        opens_ms = config.opens_at_ms
         await store.put_config(config)
         await _queue_fans(store, event_id, opens_ms, 3000)
 

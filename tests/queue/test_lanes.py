@@ -26,6 +26,7 @@ from tests.queue.harness import (
     members,
     new_event_id,
     queue_app,
+    race_room,
     room_config,
     started,
 )
@@ -286,16 +287,8 @@ async def test_two_admitters_with_three_lanes_never_exceed_the_cap(stores: Store
     event_id = new_event_id()
     first, second = (build_app(stores, clock=clock) for _ in range(2))
     async with started(first), started(second):
-        opens_ms = int(clock.now() * 1000) - 1000
-        config = room_config(
-            event_id,
-            opens_at_ms=opens_ms,
-            admission_rate_per_second=2000,
-            max_active_shoppers=cap,
-            claim_grace_ms=500,
-            session_length_ms=1_000,
-            lanes=LANES,
-        )
+        config = race_room(event_id, clock, cap, lanes=LANES)
+        opens_ms = config.opens_at_ms
         await first.handler.create_waiting_room(config)
         for admitter in (first.admitter, second.admitter):
             await admitter.refresh()

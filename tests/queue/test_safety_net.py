@@ -25,6 +25,7 @@ from tests.queue.harness import (
     new_event_id,
     queue_app,
     queue_service,
+    race_room,
     room_config,
     started,
 )
@@ -138,16 +139,7 @@ async def test_concurrent_joins_and_two_admitters_never_exceed_max_active(stores
     event_id = new_event_id()
     first, second = (build_app(stores, clock=clock) for _ in range(2))
     async with started(first), started(second):
-        opens_ms = int(clock.now() * 1000) - 1000
-        config = room_config(
-            event_id,
-            opens_at_ms=opens_ms,
-            admission_rate_per_second=2000,
-            max_active_shoppers=MAX_ACTIVE,
-            claim_grace_ms=500,
-            session_length_ms=1_000,
-            safety_net=True,
-        )
+        config = race_room(event_id, clock, MAX_ACTIVE, safety_net=True)
         await first.store.put_config(config)
         at_once = 0
         admitted = 0
