@@ -220,6 +220,7 @@ class Runtime:
                 options=options,
                 server_name=server_name,
                 interceptors=self.tracing.client_interceptors(),
+                stub_channel=self.tracing.stub_channel,
             )
         except (OSError, ValueError) as err:
             raise ConfigError(f"the TLS certificate of {component} cannot be used: {err}") from None

@@ -26,7 +26,7 @@ import re
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from opentelemetry import context as otel_context
@@ -280,9 +280,16 @@ class Tracing:
     # Client side -----------------------------------------------------------
 
     def client_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
-        """What a client channel carries: the current trace (a client span
-        when recorded) and request id on every call."""
-        return [_UnaryUnary(self), _UnaryStream(self)]
+        """What a client channel carries when spans are recorded: a client
+        span of each call, whose context goes on with the request id. None
+        otherwise: aio's interceptor machinery costs a task per call, and
+        :meth:`stub_channel` passes the context on for much less."""
+        return [_UnaryUnary(self), _UnaryStream(self)] if self.tracer is not None else []
+
+    def stub_channel(self, channel: grpc.aio.Channel) -> grpc.aio.Channel:
+        """The channel a stub is made on: when nothing is recorded, one whose
+        calls carry the current trace context and request id as they are."""
+        return channel if self.tracer is not None else cast(grpc.aio.Channel, _Propagating(channel))
 
     def outgoing(self, details: grpc.aio.ClientCallDetails) -> tuple[grpc.aio.ClientCallDetails, trace.Span | None]:
         span_context = trace.get_current_span().get_span_context()
@@ -309,6 +316,51 @@ class Tracing:
             ),
             span,
         )
+
+
+def outgoing_metadata(metadata: Any) -> Any:
+    """``metadata`` with the current trace context (replacing a
+    ``traceparent`` it has) and request id (unless it has one); itself when
+    there is neither."""
+    span_context = trace.get_current_span().get_span_context()
+    request_id = otel_context.get_value(_REQUEST_ID_KEY)
+    if not span_context.is_valid and request_id is None:
+        return metadata
+    items = [(k, v) for k, v in metadata or () if k != TRACEPARENT or not span_context.is_valid]
+    if span_context.is_valid:
+        items.append((TRACEPARENT, traceparent_of(span_context)))
+    if isinstance(request_id, str) and not any(k == REQUEST_ID for k, _ in items):
+        items.append((REQUEST_ID, request_id))
+    return tuple(items)
+
+
+class _Propagating:
+    """A channel whose unary-unary and unary-stream calls pass the current
+    context on (:func:`outgoing_metadata`); the rest is the channel's."""
+
+    __slots__ = ("_channel",)
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return _PropagatingCall(self._channel.unary_unary(method, *args, **kwargs))
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return _PropagatingCall(self._channel.unary_stream(method, *args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._channel, name)
+
+
+class _PropagatingCall:
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __call__(self, request: Any, *, metadata: Any = None, **kwargs: Any) -> Any:
+        return self._inner(request, metadata=outgoing_metadata(metadata), **kwargs)
 
 
 def _end(span: trace.Span, code: Any) -> None:

@@ -142,11 +142,14 @@ class ClientChannel:
         options: Sequence[tuple[str, Any]] = (),
         server_name: str | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        stub_channel: Callable[[grpc.aio.Channel], grpc.aio.Channel] | None = None,
     ) -> None:
         self.target = target
         self._options = list(options)
         # On every channel this one dials (the trace context's, say).
         self._interceptors = list(interceptors)
+        # What stubs are made on (the channel, or one that adds to each call's metadata).
+        self._stub_channel = stub_channel
         if not any(name == "grpc.service_config" for name, _ in self._options):
             self._options.append(("grpc.service_config", ROUND_ROBIN))
         if server_name is not None and files is not None:
@@ -181,7 +184,9 @@ class ClientChannel:
         channel = self.channel()
         stub = self._stubs.get(factory)
         if stub is None:
-            stub = self._stubs[factory] = factory(channel)
+            stub = self._stubs[factory] = factory(
+                channel if self._stub_channel is None else self._stub_channel(channel)
+            )
         return stub
 
     async def close(self, grace: float | None = None) -> None:

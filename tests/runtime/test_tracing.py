@@ -42,6 +42,11 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
+def _leaf_of(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    """A stub of Leaf alone."""
+    return channel.unary_unary(f"/{SERVICE}/Leaf", request_serializer=_identity, response_deserializer=_identity)
+
+
 @dataclass
 class _Service:
     """Hop calls Leaf through a client channel as a Runtime makes them;
@@ -52,10 +57,8 @@ class _Service:
 
     async def do_hop(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         assert self.hop is not None
-        leaf = self.hop.channel().unary_unary(
-            f"/{SERVICE}/Leaf", request_serializer=_identity, response_deserializer=_identity
-        )
-        return bytes(await leaf(request))
+        _log.warning("hop reached")
+        return bytes(await self.hop.stub(_leaf_of)(request))
 
     async def leaf(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         self.sent.append({key: str(value) for key, value in context.invocation_metadata() or ()})
@@ -114,7 +117,10 @@ async def _served(stores: Stores, tracing: Tracing) -> AsyncIterator[Served]:
     )
     await server.start()
     service.hop = ClientChannel(
-        server.address, stores.pki.files(access.EDGE), interceptors=tracing.client_interceptors()
+        server.address,
+        stores.pki.files(access.EDGE),
+        interceptors=tracing.client_interceptors(),
+        stub_channel=tracing.stub_channel,
     )
     channel = client_channel(stores, server.address, access.EDGE)
     lines = _Lines()
@@ -171,10 +177,11 @@ async def test_a_hop_is_handled_in_the_callers_trace_and_passes_it_on(
     (sent,) = recording.service.sent
     assert sent["traceparent"] == f"00-{TRACE_ID}-{client.context.span_id:016x}-01"
     assert sent["x-request-id"] == "req-42"
-    (line,) = recording.lines.lines
-    assert line["trace_id"] == TRACE_ID
-    assert line["span_id"] == f"{leaf.context.span_id:016x}"
-    assert line["request_id"] == "req-42"
+    ids = [(line["msg"], line["trace_id"], line["span_id"], line["request_id"]) for line in recording.lines.lines]
+    assert ids == [
+        ("hop reached", TRACE_ID, f"{hop.context.span_id:016x}", "req-42"),
+        ("leaf reached", TRACE_ID, f"{leaf.context.span_id:016x}", "req-42"),
+    ]
 
 
 async def test_a_failed_call_is_a_failed_span(recording: Served, exporter: InMemorySpanExporter) -> None:
@@ -215,16 +222,17 @@ async def test_with_no_exporter_the_callers_context_goes_on_as_it_came(off: Serv
     (sent,) = off.service.sent
     assert sent["traceparent"] == TRACEPARENT
     assert sent["x-request-id"] == "req-7"
-    (line,) = off.lines.lines
-    assert (line["trace_id"], line["span_id"], line["request_id"]) == (TRACE_ID, PARENT_ID, "req-7")
+    # Both hops log the caller's ids: nothing of their own is recorded.
+    ids = [(line["trace_id"], line["span_id"], line["request_id"]) for line in off.lines.lines]
+    assert ids == [(TRACE_ID, PARENT_ID, "req-7")] * 2
 
 
 async def test_with_no_exporter_and_no_context_nothing_is_added(off: Served) -> None:
     assert await _call(off, "Hop")(b"x") == b"ok"
     (sent,) = off.service.sent
     assert "traceparent" not in sent and "x-request-id" not in sent
-    (line,) = off.lines.lines
-    assert "trace_id" not in line and "request_id" not in line
+    assert len(off.lines.lines) == 2
+    assert all("trace_id" not in line and "request_id" not in line for line in off.lines.lines)
 
 
 def test_an_outbox_entry_carries_its_writers_trace_to_the_consumers_span(exporter: InMemorySpanExporter) -> None:
