@@ -226,7 +226,7 @@ class EdgeApp:
             status = response.status_code
             self._duration(method, route_label).observe(time.perf_counter() - started)
             # What a stream need not keep while it lasts.
-            del request, heads, fresh, traceparent
+            del request, heads, fresh, traceparent, ctx
             await response(scope, receive, send)
         finally:
             self._in_flight -= 1

@@ -14,10 +14,12 @@ another replica by itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
@@ -88,7 +90,11 @@ class PositionStream:
         watch = (
             None if first.state in FINAL_STATES else self._d.hub.watch(event_id, heartbeat_seconds=heartbeat, lane=lane)
         )
-        body = self._events(ctx, event_id, session, first, place, watch)
+        last_id = ctx.request.headers.get("last-event-id", "")
+        # The stream keeps a request without the parsed headers and cookies
+        # it no longer reads (held for the stream's whole life otherwise).
+        kept = dataclasses.replace(ctx, request=Request(ctx.request.scope))
+        body = self._events(kept, event_id, session, first, place, watch, last_id)
         headers = {"cache-control": PRIVATE, "x-accel-buffering": "no"}
         return EventStream(body, media_type="text/event-stream", headers=headers)
 
@@ -107,6 +113,7 @@ class PositionStream:
         first: queue_pb.QueuePosition,
         place: Place | None,
         watch: Watch | None,
+        last_id: str,
     ) -> AsyncIterator[str]:
         config = self._d.config
         state = self._d.state
@@ -116,7 +123,6 @@ class PositionStream:
         if watch is not None:
             # Reported to the waiting room as present while the stream is open.
             presence.watching(event_id, session.customer_id)
-        last_id = ctx.request.headers.get("last-event-id", "")
         try:
             yield f"retry: {config.sse_retry_ms}\n\n"
             if watch is None or place is None:
