@@ -59,6 +59,8 @@ export const api = {
   join: (id, proof, door = {}) =>
     call('POST', `/v1/events/${enc(id)}/queue:join`, { body: door, headers: proof ? { 'Boxoffice-Proof': proof } : {} }),
   challenge: (id) => call('GET', `/v1/events/${enc(id)}/queue/challenge`),
+  fanDraw: (id) => call('GET', `/v1/events/${enc(id)}/fan-draw`),
+  registerForFanDraw: (id) => call('POST', `/v1/events/${enc(id)}/fan-draw:register`, { body: {} }),
   position: (id) => call('GET', `/v1/events/${enc(id)}/queue/position`),
   progress: (id, lane) => call('GET', `/v1/events/${enc(id)}/queue/progress${lane ? `?lane=${enc(lane)}` : ''}`),
   leave: (id) => call('POST', `/v1/events/${enc(id)}/queue:leave`, { body: {} }),

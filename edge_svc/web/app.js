@@ -31,6 +31,8 @@ const state = {
   eventId: null,
   event: null,
   me: null,
+  fanDraw: null, // the fan's part in the event's verified-fan draw, if it has one
+  staffPass: null, // from a staff link
   waiting: null,
   position: null,
   shown: null, // the rounded place last announced
@@ -154,6 +156,7 @@ function renderEvent() {
   $('staff-note').hidden = !state.me || !state.staffPass;
   $('join').disabled = soldOut();
   $('show-tickets').hidden = !state.me || state.tickets.length === 0;
+  renderFanDraw();
 }
 
 async function openEvent(notice) {
@@ -172,6 +175,7 @@ async function openEvent(notice) {
     } catch {
       state.tickets = [];
     }
+    await loadFanDraw();
     renderEvent();
   }
 }
@@ -203,6 +207,46 @@ function prove(challenge, bits) {
     };
     worker.postMessage({ challenge, bits });
   });
+}
+
+// The event's verified-fan draw, when it has one: register while it is
+// open, then the result; a winner's code goes into the code field.
+async function loadFanDraw() {
+  try {
+    state.fanDraw = await api.fanDraw(state.eventId);
+  } catch {
+    state.fanDraw = null;
+  }
+  renderFanDraw();
+}
+
+function renderFanDraw() {
+  const draw = state.fanDraw;
+  $('fan-draw').hidden = !draw || !state.me;
+  if (!draw) return;
+  const closes = state.i18n.dateTime(draw.closesAt);
+  const open = Date.parse(draw.closesAt) > Date.now();
+  const outcome = {
+    FAN_DRAW_OUTCOME_NOT_REGISTERED: open ? ['draw.open', true] : ['draw.closed', false],
+    FAN_DRAW_OUTCOME_REGISTERED: ['draw.registered', false],
+    FAN_DRAW_OUTCOME_WON: ['draw.won', false],
+    FAN_DRAW_OUTCOME_NOT_DRAWN: ['draw.lost', false],
+  }[draw.outcome] || ['draw.closed', false];
+  $('fan-draw-text').textContent = t(outcome[0], { closes, code: draw.accessCode || '' });
+  $('fan-draw-register').hidden = !outcome[1];
+  if (draw.accessCode && !$('access-code').value) $('access-code').value = draw.accessCode;
+}
+
+async function registerForFanDraw() {
+  $('fan-draw-register').disabled = true;
+  try {
+    await api.registerForFanDraw(state.eventId);
+    await loadFanDraw();
+  } catch (err) {
+    $('fan-draw-text').textContent = errorText(err);
+  } finally {
+    $('fan-draw-register').disabled = false;
+  }
 }
 
 // The way into a lane: a code the fan types, or the staff pass of a staff
@@ -778,6 +822,7 @@ async function start() {
   });
   $('sign-in').addEventListener('submit', signIn);
   $('join').addEventListener('click', join);
+  $('fan-draw-register').addEventListener('click', registerForFanDraw);
   $('show-tickets').addEventListener('click', () => openTickets(null));
   $('leave').addEventListener('click', leave);
   $('shop-leave').addEventListener('click', leave);

@@ -79,3 +79,39 @@ async def test_a_presale_code_and_a_staff_link_on_the_page(browser: Browser, mes
     await view(page, "shop", timeout_ms=30_000)
     assert (await _position(page, event_id)).get("lane") == "staff"
     await crew.context.close()
+
+
+async def test_the_verified_fan_draw_on_the_event_page(browser: Browser, mesh: Mesh) -> None:
+    """A fan registers on the event page; once drawn, the page shows the
+    win and puts the code in the field, and the join lands in the lane."""
+    event_id = await mesh.event(seats=12, max_active=5)
+    await _lanes(mesh, event_id)
+    admin = mesh.operators["queue"].stub(apb_grpc.QueueAdminServiceStub, role=access.OPERATOR)
+    draw = apb.CreateFanDrawRequest(event_id=event_id, lane="presale", winners=1)
+    draw.closes_at.FromDatetime(datetime.now(UTC) + timedelta(seconds=3))
+    await admin.CreateFanDraw(draw)
+
+    fan = await new_fan(browser, mesh.url)
+    page = fan.page
+    await page.goto(f"{mesh.url}/e/{event_id}")
+    await view(page, "event")
+    await page.fill("#sign-in-name", "drawn-cy")
+    await page.press("#sign-in-name", "Enter")
+    await expect(page.locator("#fan-draw-register")).to_be_visible()
+    await check_axe(page, "event page with the draw")
+    await page.click("#fan-draw-register")
+    await expect(page.locator("#fan-draw-text")).to_contain_text("You are registered")
+    # The admitter role's drawer draws it once it closes: the page tells on its next load.
+    for _ in range(60):
+        await page.reload()
+        await view(page, "event")
+        await expect(page.locator("#fan-draw-text")).not_to_be_empty()
+        if "You were drawn" in await page.locator("#fan-draw-text").inner_text():
+            break
+    await expect(page.locator("#fan-draw-text")).to_contain_text("You were drawn")
+    code = await page.input_value("#access-code")
+    assert code and code in await page.locator("#fan-draw-text").inner_text()
+    await page.click("#join")
+    await view(page, "shop", timeout_ms=30_000)
+    assert (await _position(page, event_id)).get("lane") == "presale"
+    await fan.context.close()
