@@ -28,7 +28,7 @@ from edge_svc.metrics import EdgeMetrics
 from edge_svc.pages import Pages
 from edge_svc.presence import PresenceReporter
 from edge_svc.progress import ProgressHub
-from edge_svc.ratelimit import RateLimiter, RedisRateLimiter
+from edge_svc.ratelimit import RateLimiter, RedisRateLimiter, RedisRefusals, RefusalCounter
 from edge_svc.server import EdgeServer
 from edge_svc.state import EdgeState
 from edge_svc.waiting import PlaceBook, PlaceCookies
@@ -90,10 +90,12 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         mesh = grpc_mesh
         components.append(_Closing(grpc_mesh))
     limiter = overrides.limiter
+    refusals: RefusalCounter | None = None
     if limiter is None:
         batcher = ScriptBatcher(rt.redis(), name="edge-rate-limits")
         components.append(batcher)
         limiter = RedisRateLimiter(batcher, rt.clock, on_unavailable=metrics.rate_limit_unavailable.inc)
+        refusals = RedisRefusals(batcher)
     hub = ProgressHub(mesh, metrics)
     presence = PresenceReporter(mesh, interval_seconds=config.presence_report_seconds)
     state = EdgeState()
@@ -121,6 +123,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         ),
         presence=presence,
         human_check=_human_check(config, rt),
+        refusals=refusals,
     )
     app = EdgeApp(
         config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()), tracing=rt.tracing

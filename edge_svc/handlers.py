@@ -41,7 +41,7 @@ from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, CallContext, Mesh
 from edge_svc.metrics import EdgeMetrics
 from edge_svc.presence import PresenceReporter
 from edge_svc.progress import ProgressHub
-from edge_svc.ratelimit import Limit, RateLimiter
+from edge_svc.ratelimit import Limit, RateLimiter, RefusalCounter
 from edge_svc.routes import ROUTES, Who
 from edge_svc.sse import PositionStream
 from edge_svc.state import EdgeState
@@ -138,6 +138,8 @@ class EdgeDeps:
     seatmaps: PublicCache
     presence: PresenceReporter
     human_check: HumanCheck
+    # Where joins refused at the door are counted per event (None: nowhere).
+    refusals: RefusalCounter | None = None
 
 
 class Handlers:
@@ -375,13 +377,19 @@ class Handlers:
         return json_response(json.dumps(body).encode())
 
     async def _join_queue(self, ctx: Ctx) -> Response:
-        session = await self._fan(ctx)
         event_id = event_id_of(ctx)
-        request = queue_pb.JoinQueueRequest()
-        parse_json(
-            await read_body(ctx.request, self._d.config.max_body_bytes), request, edge_fields=ctx.route.edge_fields
-        )
-        await self._human(ctx, event_id, session)
+        try:
+            session = await self._fan(ctx)
+            request = queue_pb.JoinQueueRequest()
+            parse_json(
+                await read_body(ctx.request, self._d.config.max_body_bytes), request, edge_fields=ctx.route.edge_fields
+            )
+            await self._human(ctx, event_id, session)
+        except BoxofficeError as err:
+            # The on-sale report counts the joins refused at the door.
+            if err.reason in _DOOR_REFUSALS and self._d.refusals is not None:
+                await self._d.refusals.count(event_id, err.reason.lower())
+            raise
         request.event_id = event_id
         request.client_id = ctx.client_ip
         reply = await self._d.mesh.call(QUEUE, "JoinQueue", request, _ctx_call(ctx, session.customer_id))
@@ -656,6 +664,9 @@ def _unknown_query(names: set[str]) -> InvalidArgument:
         f"unknown query parameter {name[:64]!r}", reason="INVALID_FIELD", metadata={"field": name[:64]}
     )
 
+
+# The refusals of a join at the edge's door that the on-sale report counts.
+_DOOR_REFUSALS = frozenset({"TOO_MANY_REQUESTS", "PROOF_REQUIRED", "PROOF_INVALID", "PROOF_REUSED"})
 
 _LANE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 

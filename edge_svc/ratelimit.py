@@ -11,7 +11,7 @@ from typing import Protocol
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
-from boxoffice.redis import Script, ScriptBatcher, load_script
+from boxoffice.redis import Script, ScriptBatcher, event_key, load_script
 from edge_svc.errors import too_many
 
 
@@ -57,3 +57,25 @@ class RedisRateLimiter:
             return
         if not int(allowed):
             raise too_many(scope, int(retry_ms) / 1000)
+
+
+class RefusalCounter(Protocol):
+    async def count(self, event_id: int, reason: str) -> None:
+        """Count one join of the event refused at the door for ``reason``."""
+
+
+class RedisRefusals:
+    """The event's refusal counters in Redis (``{ev:<id>}:refused``, the
+    hash the queue's join script counts its own refusals in). A count that
+    Redis cannot take is dropped: the refusal stands without it."""
+
+    def __init__(self, batcher: ScriptBatcher) -> None:
+        self._batcher = batcher
+        self._script: Script = load_script("edge_svc", "refused")
+
+    async def count(self, event_id: int, reason: str) -> None:
+        try:
+            with deadline.scope(0.25):
+                await self._batcher.call(self._script, [event_key(event_id, "refused")], [reason])
+        except BoxofficeError:
+            return

@@ -17,6 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from boxoffice.errors import PermissionDenied
+from boxoffice.redis import event_key
 from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
 from edge_svc.challenge import Attempt, ExternalCheck, ProofOfWork, RedisProofUsed, leading_zero_bits, solve
@@ -194,3 +195,10 @@ async def test_a_join_through_the_edge_answers_its_proof_of_work(stores: Stores)
                 assert replay.status_code == 200
                 reused = await again_client.post(join, json={}, headers={"Boxoffice-Proof": proof})
                 assert error_of(reused) == (403, "PERMISSION_DENIED", "PROOF_REUSED")
+        # Each refusal at the door is counted for the event's on-sale report.
+        client = aioredis.Redis.from_url(stores.redis_url)
+        try:
+            counted = await client.hgetall(event_key(event_id, "refused"))
+        finally:
+            await client.aclose()
+        assert counted == {b"proof_required": b"1", b"proof_invalid": b"1", b"proof_reused": b"1"}
