@@ -12,7 +12,9 @@ control characters, so a tab never occurs in one):
 kind   meaning                                    fields after kind, ms,
                                                   customer
 =====  =========================================  =======================
-``J``  joined                                     score, 1 pre-queue / 0
+``J``  joined                                     score, 1 pre-queue / 0,
+                                                  and the lane (only when
+                                                  not the general one)
 ``A``  admitted                                   ``tick`` or ``net`` (at
                                                   once, the safety net)
 ``C``  claimed (the session began)
@@ -100,9 +102,12 @@ def parse(index: int, entry: str) -> LifecycleRow | None:
         at_ms = int(fields[1])
         kind = KINDS[fields[0]]
         if kind == "joined":
-            if len(fields) != 5 or fields[4] not in ("0", "1"):
+            if len(fields) not in (5, 6) or fields[4] not in ("0", "1"):
                 return None
-            return LifecycleRow(index, kind, at_ms, fields[2], score=int(fields[3]), pre_queue=fields[4] == "1")
+            lane = fields[5] if len(fields) == 6 else None
+            return LifecycleRow(
+                index, kind, at_ms, fields[2], score=int(fields[3]), pre_queue=fields[4] == "1", detail=lane
+            )
     except ValueError:
         return None
     if kind in ("admitted", "ended"):

@@ -52,6 +52,11 @@ if not cfg[1] then
   return {-1}
 end
 local customer = ARGV[1]
+-- A lane's joins say their lane in the lifecycle log (the general lane's say nothing).
+local in_lane = ''
+if ARGV[10] and ARGV[10] ~= '' then
+  in_lane = '\t' .. ARGV[10]
+end
 if cfg[8] == '1' then
   local bound = redis.call('HGET', KEYS[15], customer) or ''
   if bound ~= ARGV[10] then
@@ -175,7 +180,7 @@ if now < opens and admitted_total == 0 and not prog[4] then
   if ARGV[9] ~= '' then
     redis.call('RPUSH', KEYS[12], ARGV[9] .. ' ' .. ARGV[3])
   end
-  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. ARGV[3] .. '\t1')
+  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. ARGV[3] .. '\t1' .. in_lane)
 elseif admit_at_once() then
   score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
   redis.call('ZADD', KEYS[3], now + tonumber(cfg[6]), customer)
@@ -184,12 +189,12 @@ elseif admit_at_once() then
   admitted_total = redis.call('HINCRBY', KEYS[6], 'admitted', 1)
   local through = tonumber(redis.call('HGET', KEYS[6], 'through') or '0')
   redis.call('HSET', KEYS[6], 'through', math.max(through, score))
-  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. string.format('%d', score) .. '\t0',
+  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. string.format('%d', score) .. '\t0' .. in_lane,
              'A\t' .. ARGV[2] .. '\t' .. customer .. '\tnet')
   return {2, score, 0, 1, opens, paused, admitted_total, rate, last_tick}
 else
   score = tonumber(ARGV[8]) + redis.call('INCR', KEYS[10])
-  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. string.format('%d', score) .. '\t0')
+  redis.call('RPUSH', KEYS[13], 'J\t' .. ARGV[2] .. '\t' .. customer .. '\t' .. string.format('%d', score) .. '\t0' .. in_lane)
 end
 redis.call('ZADD', KEYS[2], score, customer)
 redis.call('ZADD', KEYS[7], now, customer)

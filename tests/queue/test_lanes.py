@@ -348,3 +348,15 @@ async def test_a_code_alone_finds_its_lane_and_a_pass_alone_the_staff_lane(queue
     err = await _refused(queue.handler.join(event_id, "bob", "", access_code=passes.new_code()))
     assert err.reason == "ACCESS_CODE_INVALID"
     assert (await queue.handler.join(event_id, "bob", "")).position.lane == ""
+
+
+async def test_a_lanes_joins_say_their_lane_in_the_lifecycle_log(queue: QueueApp) -> None:
+    from queue_svc.jobs.lifecycle import parse
+
+    event_id = await _room(queue)
+    await queue.handler.join(event_id, "ann", "", lane="members")
+    await queue.handler.join(event_id, "bob", "")
+    raw = await queue.rt.redis().lrange(keys_of(event_id).lifecycle, 0, -1)
+    joined = [parse(i, entry.decode()) for i, entry in enumerate(raw)]
+    lanes = {row.customer_id: row.detail for row in joined if row is not None and row.kind == "joined"}
+    assert lanes == {"ann": "members", "bob": None}
