@@ -357,6 +357,6 @@ async def test_a_lanes_joins_say_their_lane_in_the_lifecycle_log(queue: QueueApp
     await queue.handler.join(event_id, "ann", "", lane="members")
     await queue.handler.join(event_id, "bob", "")
     raw = await queue.rt.redis().lrange(keys_of(event_id).lifecycle, 0, -1)
-    joined = [parse(i, entry.decode()) for i, entry in enumerate(raw)]
+    joined = [parse(i, entry.decode() if isinstance(entry, bytes) else entry) for i, entry in enumerate(raw)]
     lanes = {row.customer_id: row.detail for row in joined if row is not None and row.kind == "joined"}
     assert lanes == {"ann": "members", "bob": None}
