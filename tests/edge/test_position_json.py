@@ -34,6 +34,7 @@ CUSTOMERS = [
     "\u2028\u2029",
     "emoji 🎟️",
     "</script>",
+    "100% a fan %s %%",
     "x" * 64,
 ]
 SCORES = [0, 1, places.PRE_QUEUE_BAND - 1, places.PRE_QUEUE_BAND, places.PRE_QUEUE_BAND + 12_345, 2**53 - 1]
