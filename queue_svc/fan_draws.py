@@ -19,17 +19,16 @@ from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.draw import Entry
 from boxoffice.errors import BoxofficeError
-from queue_svc import errors, passes
+from queue_svc import errors, passes, proofs
 from queue_svc.lanes import LaneDoor
 from queue_svc.model import (
-    DrawSecrets,
+    DrawRecord,
     FanDraw,
     FanDrawOutcome,
     FanDrawResult,
     LaneEntry,
     PreQueueProof,
     ProofCursor,
-    RankedEntry,
 )
 from queue_svc.ports import FanDrawRepository
 
@@ -52,12 +51,12 @@ class FanDraws:
     def _now_ms(self) -> int:
         return int(self._clock.now() * 1000)
 
-    async def _draw(self, event_id: int) -> tuple[FanDraw, DrawSecrets]:
+    async def _draw(self, event_id: int) -> tuple[FanDraw, DrawRecord]:
         found = await self._repo.get(event_id)
         record = None if found is None else await self._repo.secrets.get_or_create(event_id)
         if found is None or record is None:
             raise errors.fan_draw_not_found(event_id)
-        return found, record.secrets
+        return found, record
 
     async def create(self, fan_draw: FanDraw) -> str:
         """The draw of an event's lane by code; its commitment."""
@@ -68,7 +67,8 @@ class FanDraws:
         return record.secrets.commitment
 
     async def register(self, event_id: int, customer_id: str) -> Registration:
-        found, secrets = await self._draw(event_id)
+        found, record = await self._draw(event_id)
+        secrets = record.secrets
         if self._now_ms() >= found.closes_at_ms:
             raise errors.fan_draw_closed(event_id, found.closes_at_ms)
         pseudonym = secrets.pseudonym(customer_id)
@@ -76,7 +76,8 @@ class FanDraws:
         return Registration(newly, pseudonym, found.closes_at_ms)
 
     async def result(self, event_id: int, customer_id: str) -> FanDrawResult:
-        found, secrets = await self._draw(event_id)
+        found, record = await self._draw(event_id)
+        secrets = record.secrets
         pseudonym = secrets.pseudonym(customer_id)
         rank = await self._repo.rank(event_id, pseudonym)
         base = FanDrawResult(FanDrawOutcome.NOT_REGISTERED, found.lane, found.closes_at_ms)
@@ -92,36 +93,16 @@ class FanDraws:
     async def proof(self, event_id: int, *, page_size: int, after: ProofCursor | None) -> tuple[PreQueueProof, FanDraw]:
         """The public proof: the commitment always; once drawn the seed and
         one page of the registrations in the draw's order."""
-        found, secrets = await self._draw(event_id)
-        record = await self._repo.secrets.get_or_create(event_id)
-        assert record is not None
-        proof = PreQueueProof(
-            event_id=event_id,
-            algorithm=secrets.algorithm,
-            commitment=secrets.commitment,
-            committed_at_ms=record.committed_at_ms,
+        found, record = await self._draw(event_id)
+        proof = await proofs.published(
+            self._repo.secrets,
+            record,
             opens_at_ms=found.closes_at_ms,
+            page_size=page_size,
+            after=after,
+            revealed=found.drawn_at_ms is not None,
         )
-        if found.drawn_at_ms is None or record.sealed_at_ms is None:
-            return proof, found
-        entries = await self._repo.secrets.entries(
-            event_id, after=None if after is None else (after.score, after.pseudonym), limit=page_size + 1
-        )
-        first = 1 if after is None else after.rank + 1
-        page = tuple(RankedEntry(first + i, e.pseudonym, e.score) for i, e in enumerate(entries[:page_size]))
-        next_page = None
-        if len(entries) > page_size and page:
-            last = page[-1]
-            next_page = ProofCursor(last.rank, last.score, last.pseudonym)
-        revealed = dataclasses.replace(
-            proof,
-            seed=secrets.seed,
-            revealed_at_ms=record.sealed_at_ms,
-            participant_count=record.participant_count,
-            participants=page,
-            next_page=next_page,
-        )
-        return revealed, found
+        return proof, found
 
     async def draw_due(self) -> list[int]:
         """Draws every draw whose registration has closed; the events drawn."""

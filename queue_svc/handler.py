@@ -16,7 +16,7 @@ from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 from boxoffice.sessions import EndedSessions
 from boxoffice.tokens import TokenSigner
-from queue_svc import errors
+from queue_svc import errors, proofs
 from queue_svc.config import QueueSettings
 from queue_svc.fan_draws import FanDraws
 from queue_svc.jobs.progress import EventFeed, ProgressHub
@@ -31,7 +31,6 @@ from queue_svc.model import (
     Progress,
     ProofCursor,
     QueueState,
-    RankedEntry,
     WaitingRoomConfig,
     WatchBase,
     admission_state,
@@ -479,32 +478,8 @@ class QueueHandler:
         record = None if config is None else await self._draws.get_or_create(event_id)
         if config is None or record is None:
             raise errors.unknown_event(event_id)
-        draw = record.secrets
-        proof = PreQueueProof(
-            event_id=event_id,
-            algorithm=draw.algorithm,
-            commitment=draw.commitment,
-            committed_at_ms=record.committed_at_ms,
-            opens_at_ms=config.opens_at_ms,
-        )
-        if record.sealed_at_ms is None:
-            return proof
-        entries = await self._draws.entries(
-            event_id, after=None if after is None else (after.score, after.pseudonym), limit=page_size + 1
-        )
-        first = 1 if after is None else after.rank + 1
-        page = tuple(RankedEntry(first + i, e.pseudonym, e.score) for i, e in enumerate(entries[:page_size]))
-        next_page = None
-        if len(entries) > page_size and page:
-            last = page[-1]
-            next_page = ProofCursor(last.rank, last.score, last.pseudonym)
-        return dataclasses.replace(
-            proof,
-            seed=draw.seed,
-            revealed_at_ms=record.sealed_at_ms,
-            participant_count=record.participant_count,
-            participants=page,
-            next_page=next_page,
+        return await proofs.published(
+            self._draws, record, opens_at_ms=config.opens_at_ms, page_size=page_size, after=after
         )
 
 
