@@ -10,6 +10,8 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from boxoffice.errors import BoxofficeError
+
 _log = logging.getLogger("boxoffice.lifecycle")
 
 
@@ -23,6 +25,26 @@ class Component(Protocol):
 
     async def stop(self, grace_seconds: float) -> None:
         """Stop: finish or hand back in-flight work within the grace period."""
+
+
+async def every(
+    interval_seconds: float,
+    body: Callable[[], Awaitable[object]],
+    *,
+    failed: Callable[[BoxofficeError], None],
+) -> None:
+    """Runs ``body`` every ``interval_seconds`` (from the start of one pass
+    to the start of the next) until cancelled; a pass that fails with a
+    domain error (a store unreachable) is handed to ``failed`` and the next
+    pass comes as planned. The body of a :class:`Loop` that polls."""
+    loop = asyncio.get_running_loop()
+    while True:
+        began = loop.time()
+        try:
+            await body()
+        except BoxofficeError as err:
+            failed(err)
+        await asyncio.sleep(max(0.0, interval_seconds - (loop.time() - began)))
 
 
 class Loop:

@@ -11,7 +11,6 @@ as the pre-queue's placements."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 
@@ -19,6 +18,7 @@ from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.draw import Entry
 from boxoffice.errors import BoxofficeError
+from boxoffice.lifecycle import every
 from queue_svc import errors, passes, proofs
 from queue_svc.lanes import LaneDoor
 from queue_svc.model import (
@@ -129,19 +129,19 @@ class FanDrawer:
     def __init__(self, draws: FanDraws, *, interval_seconds: float) -> None:
         self._draws = draws
         self._interval = interval_seconds
+        # Whether the last pass failed: a failure is logged once per outage.
+        self._failing = False
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        failing = False
-        while True:
-            began = loop.time()
-            try:
-                with deadline.scope(max(self._interval, 1.0) * 30):
-                    for event_id in await self._draws.draw_due():
-                        _log.info("verified-fan draw drawn", extra={"event_id": event_id})
-                failing = False
-            except BoxofficeError as err:
-                if not failing:
-                    _log.warning("cannot draw the verified-fan draws", extra={"reason": err.reason})
-                failing = True
-            await asyncio.sleep(max(0.0, self._interval - (loop.time() - began)))
+        await every(self._interval, self.draw_once, failed=self._failed)
+
+    async def draw_once(self) -> None:
+        with deadline.scope(max(self._interval, 1.0) * 30):
+            for event_id in await self._draws.draw_due():
+                _log.info("verified-fan draw drawn", extra={"event_id": event_id})
+        self._failing = False
+
+    def _failed(self, err: BoxofficeError) -> None:
+        if not self._failing:
+            _log.warning("cannot draw the verified-fan draws", extra={"reason": err.reason})
+        self._failing = True

@@ -17,12 +17,12 @@ or not): each copy is idempotent (see ``adapters.pg_draws``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
+from boxoffice.lifecycle import every
 from queue_svc.metrics import DrawMetrics
 from queue_svc.model import UnsealedDraw
 from queue_svc.ports import DrawRepository, QueueStore
@@ -56,14 +56,11 @@ class DrawRecorder:
 
     async def run(self) -> None:
         """The body of the recorder's background loop."""
-        loop = asyncio.get_running_loop()
-        while True:
-            began = loop.time()
-            try:
-                await self.pass_once()
-            except BoxofficeError as err:
-                _log.warning("cannot list the draws to record", extra={"reason": err.reason})
-            await asyncio.sleep(max(0.0, self._interval - (loop.time() - began)))
+
+        def failed(err: BoxofficeError) -> None:
+            _log.warning("cannot list the draws to record", extra={"reason": err.reason})
+
+        await every(self._interval, self.pass_once, failed=failed)
 
     async def pass_once(self) -> list[int]:
         """Record every unsealed draw once; the events it sealed."""

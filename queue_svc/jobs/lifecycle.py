@@ -41,7 +41,6 @@ copied with the same pass; they only grow, so the larger total is kept.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from prometheus_client import CollectorRegistry, Counter
 from boxoffice import db, deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
+from boxoffice.lifecycle import every
 from boxoffice.runtime import Pool
 from queue_svc.ports import LifecycleLog
 
@@ -282,14 +282,11 @@ class LifecycleRecorder:
 
     async def run(self) -> None:
         """The body of the recorder's background loop."""
-        loop = asyncio.get_running_loop()
-        while True:
-            began = loop.time()
-            try:
-                await self.pass_once()
-            except BoxofficeError as err:
-                _log.warning("cannot list the events to record", extra={"reason": err.reason})
-            await asyncio.sleep(max(0.0, self._interval - (loop.time() - began)))
+
+        def failed(err: BoxofficeError) -> None:
+            _log.warning("cannot list the events to record", extra={"reason": err.reason})
+
+        await every(self._interval, self.pass_once, failed=failed)
 
     def _now_ms(self) -> int:
         return int(self._clock.now() * 1000)
