@@ -314,7 +314,7 @@ class _Lane:
                 _fail(call, _unavailable(error))
             self._batcher.refresh_soon()
         elif any(_no_script(reply) or _rerouted(reply) for reply in replies.result()):
-            self._batcher._spawn(self._retry(batch, replies.result())).add_done_callback(self._sent)
+            self._batcher._spawn(self._send(batch, replies.result())).add_done_callback(self._sent)
             return  # the task releases the slot
         else:
             _resolve(batch, replies.result())
@@ -329,24 +329,13 @@ class _Lane:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _send(self, batch: list[_Call], replies: list[Any] | None = None) -> None:
+        """Send ``batch`` (unless its ``replies`` came already) and resolve
+        it, first sending again the calls that found no script (loading it)
+        or were redirected."""
         try:
-            replies = await self._execute([call.command() for call in batch])
-        except asyncio.CancelledError:
-            for call in batch:
-                _fail(call, Unavailable("redis call cancelled", reason="REDIS_UNAVAILABLE"))
-            raise
-        except _FAILURES as err:
-            for call in batch:
-                _fail(call, _unavailable(err))
-            self._batcher.refresh_soon()
-            return
-        await self._retry(batch, replies)
-
-    async def _retry(self, batch: list[_Call], replies: list[Any]) -> None:
-        """Resolve ``batch`` from ``replies``, first sending again the calls
-        that found no script (loading it) or were redirected."""
-        try:
+            if replies is None:
+                replies = await self._execute([call.command() for call in batch])
             missing = [call for call, reply in zip(batch, replies, strict=True) if _no_script(reply)]
             if missing and self.pipe is None:
                 # Sent through redis-py: its client loads the scripts where needed.
