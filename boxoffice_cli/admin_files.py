@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from boxoffice import lanes
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bpb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qpb
 
@@ -181,7 +182,6 @@ _LANE_ENTRIES = {
     "code": qpb.WAITING_ROOM_LANE_ENTRY_CODE,
     "staff": qpb.WAITING_ROOM_LANE_ENTRY_STAFF,
 }
-_LANE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 _EVENT_KINDS = {"concert": bpb.MANAGED_EVENT_KIND_CONCERT, "flight": bpb.MANAGED_EVENT_KIND_FLIGHT}
 _SECTION_KINDS = {
     "seated": bpb.MANAGED_SECTION_KIND_SEATED,
@@ -350,9 +350,9 @@ def _waiting_room(doc: _Doc, node: yaml.Node, event_id: int) -> qpb.WaitingRoom:
     )
     room.safety_net = doc.flag(fields.get("safety_net"), "waiting_room.safety_net")
     _rate_bounds(doc, fields, room)
-    lanes = fields.get("lanes")
-    if lanes is not None:
-        _lanes(doc, lanes, room)
+    lane_nodes = fields.get("lanes")
+    if lane_nodes is not None:
+        _lanes(doc, lane_nodes, room)
     return room
 
 
@@ -367,7 +367,7 @@ def _lanes(doc: _Doc, node: yaml.Node, room: qpb.WaitingRoom) -> None:
         fields = doc.mapping(item, where, _LANE_FIELDS)
         lane = room.lanes.add()
         lane.name = doc.text(fields.get("name"), f"{where}.name")
-        if lane.name and (not _LANE_NAME.fullmatch(lane.name) or lane.name == "general"):
+        if lane.name and not lanes.is_name(lane.name):
             doc.problem(fields["name"], f"{where}.name {lane.name!r} must be 1 to 32 of a-z, 0-9 and '-' (not first)")
         lane.entry = qpb.WaitingRoomLaneEntry.ValueType(
             doc.choice(fields.get("entry"), f"{where}.entry", _LANE_ENTRIES)

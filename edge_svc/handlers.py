@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.responses import Response
 
-from boxoffice import validate
+from boxoffice import lanes, validate
 from boxoffice.clock import Clock
 from boxoffice.errors import (
     BoxofficeError,
@@ -668,14 +668,12 @@ def _unknown_query(names: set[str]) -> InvalidArgument:
 # The refusals of a join at the edge's door that the on-sale report counts.
 _DOOR_REFUSALS = frozenset({"TOO_MANY_REQUESTS", "PROOF_REQUIRED", "PROOF_INVALID", "PROOF_REUSED"})
 
-_LANE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
-
 
 def _lane_query(value: str | None) -> str:
     """A lane named in a query ("" or "general": the general lane)."""
     if value is None or value in ("", "general"):
         return ""
-    if not _LANE.fullmatch(value):
+    if not lanes.is_name(value):
         raise InvalidArgument("lane must be a lane's name", reason="INVALID_FIELD", metadata={"field": "lane"})
     return value
 

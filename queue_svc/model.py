@@ -8,7 +8,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from boxoffice import draw, places
+from boxoffice import draw, lanes, places
 
 # Scores, the pre-queue band and the polling hints are shared with the edge,
 # which estimates places the same way (boxoffice.places).
@@ -71,8 +71,8 @@ class LaneEntry(enum.IntEnum):
 
 # A lane's name: lowercase letters, digits and dashes, 1 to 32 characters;
 # "" is the general lane.
-LANE_NAME_MAX = 32
-GENERAL_LANE = ""
+LANE_NAME_MAX = lanes.NAME_MAX
+GENERAL_LANE = lanes.GENERAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +182,7 @@ def lane_problems(config: WaitingRoomConfig) -> list[str]:
     staff = 0
     for lane in config.lanes:
         name = lane.name
-        if not (0 < len(name) <= LANE_NAME_MAX) or not all(c in _LANE_NAME_CHARS for c in name) or name[0] == "-":
+        if not lanes.is_name(name) and name != "general":
             problems.append(
                 f"lane name {name!r} must be 1 to {LANE_NAME_MAX} of a-z, 0-9 and '-', not starting with '-'"
             )
@@ -205,7 +205,6 @@ def lane_problems(config: WaitingRoomConfig) -> list[str]:
     return problems
 
 
-_LANE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 MAX_LANES = 7
 
 
