@@ -5,7 +5,6 @@ no gate key keeping a free seat from sale for longer than its short TTL."""
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
@@ -21,28 +20,32 @@ from tests.support import Stores
 GATE = {"BOXOFFICE_BOOKING_SEAT_GATE": "true", "BOXOFFICE_BOOKING_SEAT_GATE_TTL_SECONDS": "0.5"}
 
 
-async def test_gate_scripts_on_redis_6_and_7(stores: Stores, embedded_redis_url: str) -> None:
-    # The suite's Redis (a cluster in the test command's cluster run: the
-    # client must follow the event's slot), then the embedded Redis 6.2.
-    for url, cluster in ((stores.redis_url, stores.redis_cluster), (embedded_redis_url, False)):
-        client = cast(aioredis.Redis, aioredis.RedisCluster.from_url(url)) if cluster else aioredis.Redis.from_url(url)
-        try:
-            metrics = BookingMetrics.create(CollectorRegistry())
-            gate = RedisSeatGate(client, ttl_seconds=0.5, metrics=metrics)
-            event_id = new_event_id()
-            assert await gate.claim(event_id, [1, 2], "t1") == []
-            assert await gate.claim(event_id, [3, 2, 1], "t2") == [1, 2]
-            assert await client.exists(event_key(event_id, "seatgate", 3)) == 0  # all or nothing
-            assert await gate.claim(event_id, [1, 2], "t1") == []  # its own keys
-            assert 0 < await client.pttl(event_key(event_id, "seatgate", 1)) <= 500
-            await gate.release(event_id, [1, 2], "t2")  # not t2's: nothing dropped
-            assert await client.exists(event_key(event_id, "seatgate", 1)) == 1
-            await gate.release(event_id, [1, 2], "t1")
-            assert await gate.claim(event_id, [3, 2, 1], "t2") == []
-            await gate.clear(event_id, [1, 2, 3])
-            assert await client.exists(*(event_key(event_id, "seatgate", s) for s in (1, 2, 3))) == 0
-        finally:
-            await client.aclose()
+async def _gate_scripts(client: aioredis.Redis) -> None:
+    metrics = BookingMetrics.create(CollectorRegistry())
+    gate = RedisSeatGate(client, ttl_seconds=0.5, metrics=metrics)
+    event_id = new_event_id()
+    assert await gate.claim(event_id, [1, 2], "t1") == []
+    assert await gate.claim(event_id, [3, 2, 1], "t2") == [1, 2]
+    assert await client.exists(event_key(event_id, "seatgate", 3)) == 0  # all or nothing
+    assert await gate.claim(event_id, [1, 2], "t1") == []  # its own keys
+    assert 0 < await client.pttl(event_key(event_id, "seatgate", 1)) <= 500
+    await gate.release(event_id, [1, 2], "t2")  # not t2's: nothing dropped
+    assert await client.exists(event_key(event_id, "seatgate", 1)) == 1
+    await gate.release(event_id, [1, 2], "t1")
+    assert await gate.claim(event_id, [3, 2, 1], "t2") == []
+    await gate.clear(event_id, [1, 2, 3])
+    assert await client.exists(*(event_key(event_id, "seatgate", s) for s in (1, 2, 3))) == 0
+
+
+async def test_gate_scripts_on_redis_6_and_7(redis_client: aioredis.Redis, embedded_redis_url: str) -> None:
+    # The suite's Redis (the suite's client follows the event's slot on a
+    # Redis Cluster), then the embedded Redis 6.2.
+    await _gate_scripts(redis_client)
+    embedded = aioredis.Redis.from_url(embedded_redis_url)
+    try:
+        await _gate_scripts(embedded)
+    finally:
+        await embedded.aclose()
 
 
 async def test_gate_fails_open_when_redis_is_down() -> None:
