@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import gc
 import logging
 import socket
 from collections.abc import Generator
@@ -49,26 +48,6 @@ def uvicorn_config(app: ASGIApp, *, grace_seconds: float) -> uvicorn.Config:
         timeout_graceful_shutdown=max(1, int(grace_seconds)),
         backlog=4096,
     )
-
-
-# The cyclic garbage collector's thresholds for a server holding many
-# long-lived objects (tens of thousands of open streams, each a task, a
-# transport and a request): a young collection every 50,000 surviving
-# allocations instead of 700, and a full one only after 100 of those. The
-# default thresholds ran a full collection, which walks every stream's
-# objects (seconds at 20,000 streams), again and again while streams opened
-# and in the middle of a fan-out.
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
-def settle_gc() -> None:
-    """Once the process has started: the start-up heap (modules, contracts'
-    descriptors, configuration) is frozen out of every later collection, and
-    collections run at :data:`GC_THRESHOLDS` (the benchmarks' bare servers
-    settle the same way)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -152,7 +131,6 @@ class EdgeServer:
                 self._task.result()
                 raise RuntimeError("the edge's HTTP server stopped while starting")
             await asyncio.sleep(0.01)
-        settle_gc()
         self._state.started()
 
     async def stop(self, grace_seconds: float) -> None:

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
-from boxoffice import deadline
+from boxoffice import deadline, lifecycle
 from boxoffice.errors import BoxofficeError
 from edge_svc import errors
 from edge_svc.http import PRIVATE, Ctx, attrs
@@ -64,11 +64,18 @@ class EventStream(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         # Emptied in place: the response's header view shares the list.
         self.raw_headers.clear()
-        async for chunk in self.body_iterator:
-            body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
-            await send({"type": "http.response.body", "body": body, "more_body": True})
-            # Not kept while the stream waits for its next event.
-            del chunk, body
+        events = self.body_iterator
+        try:
+            async for chunk in events:
+                body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                # Not kept while the stream waits for its next event.
+                del chunk, body
+        finally:
+            # A fan gone while an event was being sent leaves the events at
+            # their yield: closed here, so the watch, presence and the gauge
+            # let go now.
+            await lifecycle.close_here(events)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from boxoffice import deadline
 from boxoffice.leader._config import LeaderTimings
+from boxoffice.lifecycle import cancel_and_wait
 
 _log = logging.getLogger("boxoffice.leader")
 
@@ -196,9 +197,10 @@ class Elector:
                     break
         finally:
             # The work stops before anything else happens: only then may the
-            # role be handed on.
-            await _cancel_and_wait(work)
-            await _cancel_and_wait(renewer)
+            # role be handed on. It is cancelled again while it runs on (the
+            # admitter's database calls can swallow one cancellation).
+            await cancel_and_wait(work)
+            await cancel_and_wait(renewer)
             if not renewer.cancelled() and renewer.exception() is not None:
                 _log.error("leadership renewal failed", extra=self._log_extra, exc_info=renewer.exception())
             self._metrics.is_leader.labels(name).set(0)
@@ -243,8 +245,3 @@ class Elector:
 
 async def _call(lead: Callable[[int], Awaitable[None]], epoch: int) -> None:
     await lead(epoch)
-
-
-async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.wait((task,))
