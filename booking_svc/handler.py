@@ -148,8 +148,9 @@ class BookingHandler:
         self, customer_id: str, event_id: int, selection: Selection, request_id: str | None
     ) -> tuple[Hold, bool]:
         gated: tuple[int, ...] = ()
-        token = attempt_token(customer_id, request_id)
+        token = ""
         if isinstance(selection, SeatSelection) and self._config.seat_gate:
+            token = attempt_token(customer_id, request_id)
             taken = await self._gate.claim(event_id, selection.seat_ids, token)
             if taken:
                 ids = ",".join(str(s) for s in taken)
@@ -167,7 +168,9 @@ class BookingHandler:
                         selection=selection,
                         hold_id=uuid.uuid4(),
                         request_id=request_id,
-                        fingerprint=_fingerprint(selection),
+                        # What a retry with the same request id must ask for
+                        # (only such a retry compares it).
+                        fingerprint=_fingerprint(selection) if request_id else "",
                         now=self.now(),
                     )
                 except Aborted:

@@ -1,7 +1,7 @@
 """Who is calling: the mesh identity of the process on the other end, and the
 fan the edge says it acts for.
 
-The server's interceptor learns the caller once per call (from the peer's
+The server's call wrapper learns the caller once per call (from the peer's
 certificate, see :mod:`boxoffice.access`) and binds it here; handlers ask
 :func:`current` instead of trusting anything in a request body. A fan is
 never a mesh identity: the edge authenticates the fan and asserts them in
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 # The metadata key in which the edge names the fan it acts for.
@@ -58,9 +58,19 @@ def current() -> Caller:
     return _CALLER.get()
 
 
+def enter(caller: Caller) -> Token[Caller]:
+    """Serve what follows as ``caller`` until :func:`leave` (the call
+    wrapper's path, without a context manager's generator)."""
+    return _CALLER.set(caller)
+
+
+def leave(token: Token[Caller]) -> None:
+    _CALLER.reset(token)
+
+
 @contextlib.contextmanager
 def acting_as(caller: Caller) -> Iterator[None]:
-    """Serve the enclosed work as ``caller`` (the interceptor, and tests
+    """Serve the enclosed work as ``caller`` (the call wrapper, and tests
     that drive a handler without a server)."""
     token = _CALLER.set(caller)
     try:

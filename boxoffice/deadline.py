@@ -1,6 +1,6 @@
 """Deadlines that travel with a call, down to SQL and Redis.
 
-The server interceptor records each call's deadline (the client's, clamped to
+The server's call wrapper records each call's deadline (the client's, clamped to
 the server default) in a context variable; storage code asks
 :func:`remaining` for its budget, bounds its awaits with :func:`bounded` and
 its SQL with ``statement_timeout``. Background jobs open their own scope with
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from boxoffice.errors import DeadlineExceeded
 
@@ -43,6 +43,20 @@ def scope(seconds: float) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+def enter(seconds: float) -> Token[float | None]:
+    """What :func:`scope` does, until :func:`leave` (the call wrapper's
+    path, without a context manager's generator)."""
+    deadline = time.monotonic() + seconds
+    outer = _DEADLINE.get()
+    if outer is not None and outer < deadline:
+        deadline = outer
+    return _DEADLINE.set(deadline)
+
+
+def leave(token: Token[float | None]) -> None:
+    _DEADLINE.reset(token)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """Domain errors, the one registry of codes and reasons, and their one
 mapping to and from the gRPC wire.
 
-Every service raises a :class:`BoxofficeError` subclass; the server interceptor
+Every service raises a :class:`BoxofficeError` subclass; the server's call wrapper
 turns it into a canonical gRPC status carrying exactly one
 ``google.rpc.ErrorInfo`` (AIP-193). Clients turn a ``grpc.RpcError`` back into
 the same class with :func:`from_rpc_error`.
@@ -15,7 +15,7 @@ descriptors in ``gen`` (the contract), never from a service package. Values
 below :data:`SERVICE_REASONS_START` are the reasons every service shares
 (:data:`SHARED_REASONS`: validation, tokens, deadlines, stores, upstream
 calls); the test suite proves that the code raises no reason its package does
-not publish, and the interceptor reports one that slips through at run time
+not publish, and the call wrapper reports one that slips through at run time
 with :class:`UnpublishedReasonWarning`.
 """
 

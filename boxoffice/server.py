@@ -1,7 +1,10 @@
-"""gRPC serving shared by every service: one interceptor for errors,
-deadlines and metrics; health and reflection; graceful shutdown.
+"""gRPC serving shared by every service: one wrapper around every method
+handler for errors, deadlines and metrics; health and reflection; graceful
+shutdown.
 
-The interceptor is the one place a domain error becomes a status: every
+The wrapper (:class:`CallWrapper`, put around each handler once, as it is
+registered, so that a call pays no interceptor chain) is the one place a
+domain error becomes a status: every
 failed call carries one ``google.rpc.ErrorInfo`` (an unexpected exception
 answers ``INTERNAL`` with reason ``INTERNAL``), and a reason the service's
 contract package does not publish goes out unchanged but raises
@@ -29,10 +32,10 @@ import grpc
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from boxoffice import access, deadline, wire
+from boxoffice import access, caller, deadline, lifecycle, wire
 from boxoffice.caller import Caller, acting_as
 from boxoffice.config import ConfigError, ServerConfig
 from boxoffice.errors import (
@@ -233,10 +236,9 @@ def _guarded(
         return behavior
 
     def streaming(inner: Any) -> Any:
-        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             with acting_as(await admit(context)):
-                async for message in inner(request, context):
-                    yield message
+                await serve_stream(inner(request, context), context)
 
         return behavior
 
@@ -312,11 +314,56 @@ class FailedCalls:
         )
 
 
-class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
+class _WrappedGeneric(grpc.GenericRpcHandler):
+    """A generic handler whose handlers come out wrapped."""
+
+    def __init__(
+        self,
+        inner: grpc.GenericRpcHandler,
+        wrap: Callable[[grpc.RpcMethodHandler[Any, Any], str], grpc.RpcMethodHandler[Any, Any]],
+    ) -> None:
+        self._inner = inner
+        self._wrap = wrap
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = self._inner.service(handler_call_details)
+        if handler is None:
+            return None
+        return self._wrap(handler, handler_call_details.method)
+
+
+class _Registrar:
+    """The two methods of a server that generated ``add_*_to_server``
+    functions (and health and reflection) call, wrapping what they add."""
+
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        wrap: Callable[[grpc.RpcMethodHandler[Any, Any], str], grpc.RpcMethodHandler[Any, Any]],
+    ) -> None:
+        self._server = server
+        self._wrap = wrap
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_WrappedGeneric(h, self._wrap) for h in generic_rpc_handlers))
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self._server.add_registered_method_handlers(
+            service_name, {name: self._wrap(h, f"/{service_name}/{name}") for name, h in method_handlers.items()}
+        )
+
+
+class CallWrapper:
     """Admits each call's caller through the gate, maps domain errors to
     rich statuses, sets each unary call's deadline scope, records
     go-grpc-prometheus metrics, and handles each call in the caller's trace
-    (a server span when ``tracing`` records)."""
+    (a server span when ``tracing`` records).
+
+    It wraps each method handler once, when the handler is registered
+    (:meth:`registrar`), not per call as a server interceptor would: a
+    grpc.aio interceptor costs every call a coroutine chain and a lookup."""
 
     def __init__(
         self,
@@ -334,19 +381,16 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         self._gate = gate
         self._streams = streams or StreamBudget(1 << 62)
         self.failed_calls = FailedCalls()
-        # Wrapped handlers by method, built once: the hot path of every call
-        # reuses them (and their resolved metric children).
+        # Wrapped handlers by method, built once (a service registers its
+        # handlers both as a generic handler and by name: one wrapper serves both).
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        full_method = handler_call_details.method
+    def registrar(self, server: grpc.aio.Server) -> grpc.aio.Server:
+        """What a service's ``add_*_to_server`` is given instead of the
+        server: every handler it adds reaches ``server`` wrapped."""
+        return cast(grpc.aio.Server, _Registrar(server, self.wrap))
+
+    def wrap(self, handler: grpc.RpcMethodHandler[Any, Any], full_method: str) -> grpc.RpcMethodHandler[Any, Any]:
         cached = self._wrapped.get(full_method)
         if cached is not None and cached[0] is handler:
             return cached[1]
@@ -393,26 +437,34 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         check_reason = _reason_check(labels[1], labels[2])
         failed = self.failed_calls.record
         enter, leave, span_name, span_attributes = self._spans(labels)
+        finish = self._finisher(leave, handled, handling_seconds)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started.inc()
             began = time.perf_counter()
             code = grpc.StatusCode.OK
+            recorded = False
             span, token = enter(span_name, context.invocation_metadata(), span_attributes)
             try:
                 who = check(context)
                 wire.check(request)
-                budget = deadline.clamp(context.time_remaining(), default_deadline)
-                with acting_as(who), deadline.scope(budget):
+                acting = caller.enter(who)
+                bounded = deadline.enter(deadline.clamp(context.time_remaining(), default_deadline))
+                try:
                     return await inner(request, context)
+                finally:
+                    deadline.leave(bounded)
+                    caller.leave(acting)
             except BoxofficeError as err:
                 code = err.code
                 check_reason(err)
                 failed(labels, code, err.reason, context)
+                recorded = finish(span, token, code, began)
                 await context.abort_with_status(to_status(err))
             except TimeoutError:
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
                 failed(labels, code, "DEADLINE_EXCEEDED", context)
+                recorded = finish(span, token, code, began)
                 await context.abort_with_status(
                     to_status(DeadlineExceeded("deadline exceeded", reason="DEADLINE_EXCEEDED"))
                 )
@@ -425,13 +477,29 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             except Exception:
                 code = grpc.StatusCode.INTERNAL
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
+                recorded = finish(span, token, code, began)
                 await context.abort_with_status(_internal_status())
             finally:
-                leave(span, token, None if code is grpc.StatusCode.OK else code.name)
-                handled(code).inc()
-                handling_seconds.observe(time.perf_counter() - began)
+                if not recorded:
+                    finish(span, token, code, began)
 
         return behavior
+
+    @staticmethod
+    def _finisher(
+        leave: Any, handled: Callable[[grpc.StatusCode], Counter], seconds: Histogram
+    ) -> Callable[[Any, Any, grpc.StatusCode, float], bool]:
+        """What ends one call of a method: its span ended (``leave``) and its
+        figures recorded (before a failure's status goes out: the caller may
+        read them once it has the status)."""
+
+        def finish(span: Any, token: Any, code: grpc.StatusCode, began: float) -> bool:
+            leave(span, token, None if code is grpc.StatusCode.OK else code.name)
+            handled(code).inc()
+            seconds.observe(time.perf_counter() - began)
+            return True
+
+        return finish
 
     def _spans(self, labels: tuple[str, str, str]) -> tuple[Any, Any, str, dict[str, str]]:
         """What a call of one method needs of the tracing, resolved once."""
@@ -461,30 +529,31 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]],
         labels: tuple[str, str, str],
         check: Callable[[grpc.aio.ServicerContext[Any, Any]], Caller],
-    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]:
         started, handled, handling_seconds = self._children(labels)
-        sent = self._metrics.msg_sent.labels(*labels)
+        sent = self._metrics.msg_sent.labels(*labels).inc
         streams = self._streams
         check_reason = _reason_check(labels[1], labels[2])
         failed = self.failed_calls.record
         enter, leave, span_name, span_attributes = self._spans(labels)
+        finish = self._finisher(leave, handled, handling_seconds)
 
-        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             started.inc()
             began = time.perf_counter()
             code = grpc.StatusCode.OK
+            recorded = False
             span, token = enter(span_name, context.invocation_metadata(), span_attributes)
             try:
                 who = check(context)
                 wire.check(request)
                 with acting_as(who), streams.hold():
-                    async for message in inner(request, context):
-                        sent.inc()
-                        yield message
+                    await serve_stream(inner(request, context), context, sent)
             except BoxofficeError as err:
                 code = err.code
                 check_reason(err)
                 failed(labels, code, err.reason, context)
+                recorded = finish(span, token, code, began)
                 await context.abort_with_status(to_status(err))
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
@@ -495,13 +564,40 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
             except Exception:
                 code = grpc.StatusCode.INTERNAL
                 _log.exception("unhandled error", extra={"grpc_service": labels[1], "grpc_method": labels[2]})
+                recorded = finish(span, token, code, began)
                 await context.abort_with_status(_internal_status())
             finally:
-                leave(span, token, None if code is grpc.StatusCode.OK else code.name)
-                handled(code).inc()
-                handling_seconds.observe(time.perf_counter() - began)
+                if not recorded:
+                    finish(span, token, code, began)
 
         return behavior
+
+
+async def serve_stream(
+    messages: AsyncIterator[Any] | Awaitable[None],
+    context: grpc.aio.ServicerContext[Any, Any],
+    sent: Callable[[], None] | None = None,
+) -> None:
+    """Write a streaming handler's messages from the call's own task.
+
+    gRPC iterates an async-generator handler without closing it when the
+    call ends between two messages (the client cancelled, the deadline
+    passed), so its ``finally`` blocks (a stream budget's place, the
+    caller's context variable, a subscription) would run late, in another
+    task, or fail. Served as a coroutine that writes each message itself,
+    the handler's generator is closed here (:func:`lifecycle.close_here`)
+    however the call ends. A handler that writes for itself (returns an
+    awaitable) is awaited."""
+    if not isinstance(messages, AsyncIterator):
+        await messages
+        return
+    try:
+        async for message in messages:
+            await context.write(message)
+            if sent is not None:
+                sent()
+    finally:
+        await lifecycle.close_here(messages)
 
 
 def _aborted_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
@@ -574,13 +670,9 @@ class GrpcServer:
         self._credentials = credentials
         self._health = health_aio.HealthServicer()
         self._grpc_metrics = metrics
-        self._server = grpc.aio.server(
-            interceptors=[
-                ObservabilityInterceptor(
-                    metrics, config.default_deadline_seconds, gate, streams, tracing=tracing, component=name
-                )
-            ],
-            options=server_options(config),
+        self._server = grpc.aio.server(options=server_options(config))
+        self._wrapper = CallWrapper(
+            metrics, config.default_deadline_seconds, gate, streams, tracing=tracing, component=name
         )
         self._health_port = health_port
         self._health_server: grpc.aio.Server | None = None
@@ -603,13 +695,21 @@ class GrpcServer:
         return self.address
 
     async def start(self) -> None:
+        registrar = self._wrapper.registrar(self._server)
         for service in self._services:
-            service.add_to_server(self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+            service.add_to_server(registrar)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, registrar)
         names = [s.service_name for s in self._services]
-        reflection.enable_server_reflection(
-            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self._server,
+        # The asyncio servicer (enable_server_reflection picks it only for a
+        # grpc.aio.Server itself).
+        add_reflection: Callable[[Any, grpc.aio.Server], None] = (
+            reflection_pb2_grpc.add_ServerReflectionServicer_to_server
+        )
+        add_reflection(
+            reflection.aio.ReflectionServicer(
+                [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+            ),
+            registrar,
         )
         self._gate.label_services(names)
         self._metrics_from_zero(names)

@@ -50,7 +50,7 @@ def total(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
 
 def check(request: Any) -> None:
     """Raise INVALID_ARGUMENT for a request that did not decode (the
-    server's interceptor calls it first thing in every call it serves)."""
+    server's call wrapper calls it first thing in every call it serves)."""
     if type(request) is Malformed:
         raise InvalidArgument(
             "the request message could not be decoded", reason="MALFORMED_REQUEST", metadata={"detail": request.detail}

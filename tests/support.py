@@ -151,6 +151,12 @@ def make_runtime(
     return rt
 
 
+def server_config(**settings: str) -> ServerConfig:
+    """A bare server's settings on port 0 that stop without the drain delay,
+    with ``settings`` (BOXOFFICE_... names) over them."""
+    return ServerConfig.from_env(Env({"BOXOFFICE_DRAIN_SECONDS": "0", **settings}), default_grpc_port=0)
+
+
 def bare_server(
     stores: Stores,
     *,

@@ -17,6 +17,8 @@ _XFCC = "x-forwarded-client-cert"
 # (gRPC metadata is ASCII) at most 12 bytes a character.
 _MAX_CUSTOMER_LENGTH = 128
 _MAX_ENCODED_LENGTH = _MAX_CUSTOMER_LENGTH * 12
+# Identities whose role a resolver remembers.
+_MAX_IDENTITIES = 1024
 
 
 class CallerResolver:
@@ -33,6 +35,9 @@ class CallerResolver:
             raise ValueError(f"unknown identity source {source!r}")
         self._source = source
         self._trust_domain = trust_domain
+        # The role of each identity seen (a mesh has a handful of them);
+        # emptied if it ever grows past a bound.
+        self._roles: dict[str, str | None] = {}
 
     def _identity(self, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
         if self._source == "tls":
@@ -50,7 +55,13 @@ class CallerResolver:
         identity = self._identity(context)
         if identity is None:
             return NOBODY
-        role = access.role_of(identity, self._trust_domain)
+        roles = self._roles
+        if identity in roles:
+            role = roles[identity]
+        else:
+            if len(roles) >= _MAX_IDENTITIES:
+                roles.clear()
+            role = roles[identity] = access.role_of(identity, self._trust_domain)
         if role is None:
             return Caller(identity=identity, role=None)
         customer = None

@@ -15,7 +15,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from boxoffice import access
-from boxoffice.config import Env, ServerConfig
 from boxoffice.errors import (
     SHARED_REASONS,
     DeadlineExceeded,
@@ -30,7 +29,7 @@ from boxoffice.errors import (
     wire_reason,
 )
 from boxoffice.server import Drain, Registration
-from tests.support import Stores, bare_server, client_channel
+from tests.support import Stores, bare_server, client_channel, server_config
 
 # A stand-in served under a published package's name, so that the interceptor
 # checks its reasons against boxoffice.queue.v1.ErrorReason.
@@ -87,7 +86,7 @@ def _registration() -> Registration:
 @pytest.fixture
 async def channel(stores: Stores) -> AsyncIterator[grpc.aio.Channel]:
     drain = Drain()
-    config = ServerConfig.from_env(Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3"}), default_grpc_port=0)
+    config = server_config(BOXOFFICE_DEFAULT_DEADLINE_SECONDS="3")
     methods = ("Published", "Unpublished", "UnpublishedStream", "Crash", "Bare", "Slow")
     server = bare_server(
         stores,

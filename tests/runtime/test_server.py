@@ -13,16 +13,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from boxoffice import access, deadline
-from boxoffice.config import Env, ServerConfig
+from boxoffice import access, caller, deadline
 from boxoffice.errors import FailedPrecondition, from_rpc_error
 from boxoffice.server import Drain, FailedCalls, GrpcServer, Registration
 from boxoffice.wire import StreamBudget
-from tests.support import Stores, bare_server, client_channel
+from tests.e2e.harness import eventually
+from tests.support import Stores, bare_server, client_channel, server_config
 
 SERVICE = "boxoffice.test.v1.TestService"
 # The test service's methods; the edge may call them.
-_METHODS = ("Fail", "Budget", "Crash", "Slow", "Watch")
+_METHODS = ("Fail", "Budget", "Crash", "Slow", "Watch", "Flood")
 
 
 def _identity(data: bytes) -> bytes:
@@ -34,6 +34,10 @@ class _Handlers:
         self.drain = drain
         self.seen_budget: float | None = None
         self.release = asyncio.Event()
+        self.slow_entered = asyncio.Event()
+        self.flood_ended = asyncio.Event()
+        self.flood_tasks: list[asyncio.Task[Any] | None] = []
+        self.flood_caller: str | None = None
 
     async def fail(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         raise FailedPrecondition("seats taken", reason="SEAT_UNAVAILABLE", metadata={"seat_ids": "1,2"})
@@ -46,6 +50,7 @@ class _Handlers:
         raise RuntimeError("secret internals")
 
     async def slow(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        self.slow_entered.set()
         await self.release.wait()
         return b"done"
 
@@ -53,6 +58,18 @@ class _Handlers:
         yield b"first"
         await self.drain.wait()
         yield b"bye"
+
+    async def flood(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> AsyncIterator[bytes]:
+        """Messages without an await of its own: whenever the call's task
+        waits, it waits in gRPC's write, with this generator at its yield."""
+        self.flood_tasks.append(asyncio.current_task())
+        try:
+            while True:
+                yield b"x" * 16_384
+        finally:
+            self.flood_tasks.append(asyncio.current_task())
+            self.flood_caller = caller.current().role
+            self.flood_ended.set()
 
     def registration(self) -> Registration:
         handler = grpc.method_handlers_generic_handler(
@@ -63,6 +80,7 @@ class _Handlers:
                 "Crash": grpc.unary_unary_rpc_method_handler(self.crash, _identity, _identity),
                 "Slow": grpc.unary_unary_rpc_method_handler(self.slow, _identity, _identity),
                 "Watch": grpc.unary_stream_rpc_method_handler(self.watch, _identity, _identity),
+                "Flood": grpc.unary_stream_rpc_method_handler(self.flood, _identity, _identity),
             },
         )
         return Registration(SERVICE, lambda server: server.add_generic_rpc_handlers((handler,)))
@@ -80,10 +98,7 @@ async def served(
     registry = CollectorRegistry()
     drain = Drain()
     handlers = _Handlers(drain)
-    config = ServerConfig.from_env(
-        Env({"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "3", "BOXOFFICE_DRAIN_SECONDS": drain_seconds}),
-        default_grpc_port=0,
-    )
+    config = server_config(BOXOFFICE_DEFAULT_DEADLINE_SECONDS="3", BOXOFFICE_DRAIN_SECONDS=drain_seconds)
     server = bare_server(
         stores,
         services=[handlers.registration()],
@@ -169,12 +184,19 @@ async def test_stop_drains_inflight_calls_and_streams(
         b""
     )
     assert await stream.read() == b"first"
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(handlers.slow_entered.wait(), 10)
     stopping = asyncio.ensure_future(server.stop(5))
-    await asyncio.sleep(0.2)
-    # New calls are refused while draining; the health check says so too.
-    with pytest.raises(grpc.aio.AioRpcError):
-        await _unary(channel, "Budget")(b"", timeout=1)
+
+    async def refused() -> bool | None:
+        try:
+            await _unary(channel, "Budget")(b"", timeout=1)
+        except grpc.aio.AioRpcError:
+            return True
+        return None
+
+    # New calls are refused while draining, with the slow call still in flight.
+    await eventually(refused, "a new call refused while draining", seconds=10)
+    assert not inflight.done()
     handlers.release.set()
     assert await inflight == b"done"
     assert await stream.read() == b"bye"
@@ -193,7 +215,7 @@ async def test_a_process_keeps_at_most_its_stream_budget_open(stores: Stores) ->
         stores,
         services=[handlers.registration()],
         allow={f"/{SERVICE}/{method}": frozenset({access.EDGE}) for method in _METHODS},
-        config=ServerConfig.from_env(Env({}), default_grpc_port=0),
+        config=server_config(),
         registry=registry,
         drain=drain,
         streams=budget,
@@ -292,7 +314,7 @@ async def test_every_methods_series_exist_from_the_start(stores: Stores) -> None
         stores,
         services=[Registration(name, lambda server: None)],
         allow={},
-        config=ServerConfig.from_env(Env({"BOXOFFICE_DRAIN_SECONDS": "0"}), default_grpc_port=0),
+        config=server_config(),
         registry=registry,
         drain=Drain(),
     )
@@ -305,3 +327,20 @@ async def test_every_methods_series_exist_from_the_start(stores: Stores) -> None
             assert registry.get_sample_value("grpc_server_handling_seconds_count", labels) == 0.0
     finally:
         await server.stop(0)
+
+
+async def test_a_stream_cancelled_while_writing_closes_its_handler_in_its_own_task(
+    served: tuple[GrpcServer, _Handlers, grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    """A client that cancels while the server waits to write: the handler's
+    generator is closed at once, in the call's task and still acting as its
+    caller, not later by the event loop's finalizer in another context."""
+    _, handlers, channel, _ = served
+    flood = channel.unary_stream(f"/{SERVICE}/Flood", request_serializer=_identity, response_deserializer=_identity)
+    call = flood(b"")
+    assert await call.read() == b"x" * 16_384
+    call.cancel()
+    await asyncio.wait_for(handlers.flood_ended.wait(), timeout=10)
+    started, ended = handlers.flood_tasks
+    assert started is not None and ended is started
+    assert handlers.flood_caller == access.EDGE

@@ -25,13 +25,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from boxoffice import access, caller
-from boxoffice.config import ConfigError, Env, ServerConfig, TlsConfig
+from boxoffice.config import ConfigError, Env, TlsConfig
 from boxoffice.errors import PermissionDenied, from_rpc_error
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
 from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, identity_from_xfcc, local_pki, spiffe_ids_of
 from boxoffice_cli import main as cli
-from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, bare_server, channel_credentials
+from tests.e2e.harness import eventually
+from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, bare_server, channel_credentials, server_config
 
 SERVICE = "boxoffice.test.v1.TlsService"
 WHO = f"/{SERVICE}/Who"
@@ -53,6 +54,7 @@ class _Service:
     def __init__(self) -> None:
         self.calls = 0
         self.release = asyncio.Event()
+        self.slow_entered = asyncio.Event()
 
     async def who(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         self.calls += 1
@@ -62,6 +64,7 @@ class _Service:
         return f"{serial}|{who.role}|{who.customer_id}".encode()
 
     async def slow(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        self.slow_entered.set()
         await self.release.wait()
         return b"done"
 
@@ -86,10 +89,6 @@ class Served:
     registry: CollectorRegistry
 
 
-def _config() -> ServerConfig:
-    return ServerConfig.from_env(Env({}), default_grpc_port=0)
-
-
 @contextlib.asynccontextmanager
 async def served(
     stores: Stores, *, files: CertFiles | None = None, health_port: int | None = None
@@ -100,7 +99,7 @@ async def served(
         stores,
         services=[service.registration()],
         allow=_ALLOW,
-        config=_config(),
+        config=server_config(),
         registry=registry,
         drain=Drain(),
         files=files,
@@ -285,11 +284,16 @@ async def test_the_health_port_answers_without_a_certificate_and_follows_the_dra
                         b"", timeout=10
                     )
                 )
-                await asyncio.sleep(0.2)
+                await asyncio.wait_for(s.service.slow_entered.wait(), timeout=10)
                 stopping = asyncio.ensure_future(s.server.stop(5))
-                await asyncio.sleep(0.2)
-                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
-                assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+                async def not_serving() -> bool | None:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+                    return True if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING else None
+
+                # The health port answers NOT_SERVING while the call is still in flight.
+                await eventually(not_serving, "the health port answers NOT_SERVING", seconds=10)
+                assert not inflight.done()
                 s.service.release.set()
                 assert await inflight == b"done"
                 await stopping
@@ -305,7 +309,7 @@ def _plain_server(source: str) -> tuple[GrpcServer, _Service]:
     )
     server = GrpcServer(
         name="test",
-        config=_config(),
+        config=server_config(),
         metrics=GrpcServerMetrics.create(registry),
         services=[service.registration()],
         drain=Drain(),

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from booking_svc.jobs.relay import OutboxRow
 from boxoffice import access
-from boxoffice.config import ConfigError, Env, ServerConfig
+from boxoffice.config import ConfigError, Env
 from boxoffice.errors import FailedPrecondition
 from boxoffice.logs import JsonFormatter
 from boxoffice.metrics import GrpcServerMetrics
@@ -29,7 +29,7 @@ from boxoffice.streams import StreamEntry
 from boxoffice.tls import CallerResolver, ClientChannel, server_credentials
 from boxoffice.tracing import Tracing, TracingConfig, span_context_of
 from tests.runtime.test_config import _one_line, _run
-from tests.support import TRUST_DOMAIN, Stores, client_channel
+from tests.support import TRUST_DOMAIN, Stores, client_channel, server_config
 
 SERVICE = "boxoffice.test.v1.TraceService"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -107,7 +107,7 @@ async def _served(stores: Stores, tracing: Tracing) -> AsyncIterator[Served]:
     )
     server = GrpcServer(
         name="traced",
-        config=ServerConfig.from_env(Env({"BOXOFFICE_DRAIN_SECONDS": "0"}), default_grpc_port=0),
+        config=server_config(),
         metrics=GrpcServerMetrics.create(registry),
         services=[service.registration()],
         drain=Drain(),
