@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from boxoffice.tracing import current_ids
@@ -16,7 +16,12 @@ _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"m
 
 
 class JsonFormatter(logging.Formatter):
-    """Formats a record and its ``extra=`` fields as one JSON object."""
+    """Formats a record and its ``extra=`` fields as one JSON object, with
+    the process's own ``fields`` (which copy of a role it is) in every line."""
+
+    def __init__(self, fields: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self._fields = dict(fields or {})
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -24,6 +29,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **self._fields,
         }
         # The ids of the call or request being handled (its own fields win).
         trace_id, span_id, request_id = current_ids()
@@ -40,10 +46,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "info") -> None:
-    """Send every logger's records to stderr as JSON lines."""
+def configure(level: str = "info", fields: Mapping[str, Any] | None = None) -> None:
+    """Send every logger's records to stderr as JSON lines (each with
+    ``fields``)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter(fields))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

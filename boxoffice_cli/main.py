@@ -15,7 +15,7 @@ import psycopg
 import psycopg_pool
 import redis.exceptions
 
-from boxoffice import access, db, logs, secrets
+from boxoffice import access, db, logs, loops, secrets
 from boxoffice.config import ConfigError, Env, ServerConfig, StoreConfig, TlsConfig, TokenConfig
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis, default_data_dir
 from boxoffice.lifecycle import Component, run
@@ -23,6 +23,8 @@ from boxoffice.metrics import MetricsEndpoint
 from boxoffice.runtime import Runtime, ServiceModule
 from boxoffice.server import GrpcServer
 from boxoffice.tls import CertFiles, local_pki
+from boxoffice.tracing import TracingConfig
+from boxoffice_cli import workers
 
 _log = logging.getLogger("boxoffice.cli")
 
@@ -287,13 +289,20 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     for command, (module, role) in sorted(table.items()):
         sub.add_parser(command, help=f"run {module.COMPONENT} {role}")
     args = parser.parse_args(words)
-    env = Env(os.environ if environ is None else environ)
+    raw_environ = os.environ if environ is None else environ
+    env = Env(raw_environ)
+    processes = 1
     try:
-        logs.configure(env.choice("BOXOFFICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error")))
+        # A copy of a role run under BOXOFFICE_PROCESSES says which it is in every line.
+        index = env.raw("BOXOFFICE_PROCESS_INDEX")
+        fields = None if index is None else {"process": env.integer("BOXOFFICE_PROCESS_INDEX", 0, minimum=0)}
+        logs.configure(env.choice("BOXOFFICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error")), fields)
         store = StoreConfig.from_env(env)
         # Validate everything before starting anything.
         ServerConfig.from_env(env, default_grpc_port=0)
         TokenConfig.from_env(env)
+        TracingConfig.from_env(env)
+        loop = loops.loop_name(env)
         tls = TlsConfig.from_env(env, default_health_port=HEALTH_PORT)
         if args.command not in ("up", "migrate"):
             # Only `boxoffice up` makes its own CA.
@@ -307,9 +316,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         secrets.refuse_development_secrets(
             env, on_embedded_stores=store.database_url is None and store.redis_url is None, components=components
         )
+        if args.command not in ("up", "migrate"):
+            needs = _stores_of(table[args.command][0])
+            embedded = ("postgres" in needs and store.database_url is None) or (
+                "redis" in needs and store.redis_url is None
+            )
+            processes = workers.process_count(env, args.command, on_embedded_stores=embedded)
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
+    if processes > 1:
+        metrics_port = ServerConfig.from_env(env, default_grpc_port=0).metrics_port
+        return workers.supervise(args.command, processes, raw_environ, metrics_port)
     try:
         needs = ("postgres", "redis") if args.command in ("up", "migrate") else _stores_of(table[args.command][0])
         stores = _stores(
@@ -320,13 +338,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 1
     try:
         if args.command == "up":
-            asyncio.run(_up(env, modules, stores, store))
+            loops.run(_up(env, modules, stores, store), loop)
         elif args.command == "migrate":
             applied = asyncio.run(_migrate(store.direct_url or stores.database_url, modules))
             print("\n".join(applied) if applied else "schema is up to date")
         else:
             module, role = table[args.command]
-            asyncio.run(_one(env, module, role, stores, store))
+            loops.run(_one(env, module, role, stores, store), loop)
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2

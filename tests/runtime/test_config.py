@@ -114,3 +114,21 @@ def test_a_port_in_use_is_one_line(stores: Stores) -> None:
         f"boxoffice: configuration error: queue cannot listen on 127.0.0.1:{port}: "
         "the port is in use or the address is not this host's"
     )
+
+
+def test_an_unknown_event_loop_is_one_line_before_anything_starts() -> None:
+    line = _one_line(_run(["up"], BOXOFFICE_EVENT_LOOP="libuv"))
+    assert line == "boxoffice: configuration error: BOXOFFICE_EVENT_LOOP='libuv' must be one of uvloop, asyncio"
+
+
+def test_several_processes_are_refused_for_a_background_role_and_on_embedded_stores(stores: Stores) -> None:
+    line = _one_line(_run(["admitter"], BOXOFFICE_PROCESSES="2", DATABASE_URL=stores.database_url))
+    assert line.startswith("boxoffice: configuration error: BOXOFFICE_PROCESSES=2 applies to the server roles")
+    line = _one_line(_run(["queue-svc"], BOXOFFICE_PROCESSES="2"))
+    assert line == (
+        "boxoffice: configuration error: BOXOFFICE_PROCESSES=2 needs DATABASE_URL and REDIS_URL (not the embedded stores)"
+    )
+    line = _one_line(_run(["queue-svc"], BOXOFFICE_PROCESSES="0"))
+    assert line.startswith("boxoffice: configuration error: BOXOFFICE_PROCESSES")
+    line = _one_line(_run(["queue-svc"], BOXOFFICE_PROCESS_INDEX="first"))
+    assert line == "boxoffice: configuration error: BOXOFFICE_PROCESS_INDEX='first' is not an integer"
