@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from boxoffice import audit
 from boxoffice.db import Migration, load_migrations
@@ -37,6 +38,9 @@ from queue_svc.lanes import LaneDoor
 from queue_svc.metrics import AdmitterMetrics, DrawMetrics, ServerMetrics
 from queue_svc.passes import StaffPasses
 from queue_svc.ports import Leadership
+
+if TYPE_CHECKING:
+    from boxoffice.leader import Epochs
 
 COMPONENT = "queue"
 DEFAULT_GRPC_PORT = 50051
@@ -199,15 +203,17 @@ class QueueApp:
         )
 
     @functools.cached_property
-    def leader_epochs(self) -> PgLeaderEpochs | None:
-        """Where each admit tick confirms its epoch: the Postgres election's
-        table (migrated with the queue's, read through the pool), when this
-        app runs that election; a Leadership override or a Lease keep the
-        Redis fence alone."""
-        from boxoffice.leader import LeaderConfig
+    def leader_epochs(self) -> PgLeaderEpochs | Epochs | None:
+        """Where each admit tick confirms its epoch: the election's own
+        record of its terms, the Postgres election's table (migrated with the
+        queue's, read through the pool) or the Kubernetes election's Lease;
+        with a Leadership override, the Redis fence alone."""
+        from boxoffice.leader import LeaderConfig, lease_epochs
 
-        if self._leadership is not None or LeaderConfig.from_env(self.rt.env).backend != "postgres":
+        if self._leadership is not None:
             return None
+        if LeaderConfig.from_env(self.rt.env).backend == "kubernetes":
+            return lease_epochs(self.rt, LEADER_ROLE)
         return PgLeaderEpochs(self.rt.pool(), LEADER_ROLE)
 
     @functools.cached_property
@@ -247,8 +253,11 @@ class QueueApp:
         if role == "server":
             return [self.batcher, self.hub, self.server]
         if role == "admitter":
+            epochs = self.leader_epochs
             return [
                 self.batcher,
+                # The Lease's reader (its API client closes at shutdown).
+                *([epochs] if epochs is not None and not isinstance(epochs, PgLeaderEpochs) else []),
                 Loop("admitter", self.admitter.run),
                 Loop("draw-recorder", self.draw_recorder.run),
                 Loop("fan-drawer", FanDrawer(self.fan_draws, interval_seconds=self.settings.draw_record_seconds).run),

@@ -66,6 +66,39 @@ def create_leadership(rt: Runtime, name: str) -> Leadership:
     )
 
 
+class Epochs(Protocol):
+    """The election's own record of a role's latest term, where the epoch is
+    made (a leader confirms its epoch against it before it writes)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def current(self) -> int | None:
+        """The epoch of the latest term; None before the first."""
+
+    async def stop(self, grace_seconds: float) -> None: ...
+
+
+def lease_epochs(rt: Runtime, name: str) -> Epochs:
+    """The Kubernetes backend's record of role ``name``'s terms: its Lease's
+    ``leaseTransitions`` (the Postgres backend's is the ``leader_epochs``
+    row its lock's transaction increments)."""
+    check_name(name)
+    config = LeaderConfig.from_env(rt.env)
+    try:
+        from boxoffice.leader._kubernetes import LeaseEpochs, api_configuration, default_namespace
+    except ImportError as err:
+        raise ConfigError(
+            "BOXOFFICE_LEADER_BACKEND=kubernetes needs the Kubernetes client: pip install 'boxoffice[kubernetes]'"
+        ) from err
+    return LeaseEpochs(
+        configuration=api_configuration(config.kube_api_url),
+        namespace=default_namespace(config.namespace),
+        lease_name=lease_name(name),
+    )
+
+
 def migrations() -> list[Migration]:
     """The Postgres backend's table (``leader_epochs``); every process
     that elects a leader applies it with its own migrations."""
@@ -75,6 +108,7 @@ def migrations() -> list[Migration]:
 __all__ = [
     "ElectionLock",
     "Elector",
+    "Epochs",
     "LeaderConfig",
     "LeaderMetrics",
     "LeaderTimings",
@@ -83,6 +117,7 @@ __all__ = [
     "advisory_keys",
     "check_name",
     "create_leadership",
+    "lease_epochs",
     "lease_name",
     "migrations",
 ]

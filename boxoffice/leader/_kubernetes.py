@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import load_incluster_config
@@ -27,6 +28,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from boxoffice import deadline
 from boxoffice.config import ConfigError
+from boxoffice.errors import Unavailable
 
 _log = logging.getLogger("boxoffice.leader")
 
@@ -278,3 +280,47 @@ class LeaseLock:
             api_client, self._api_client, self._api = self._api_client, None, None
             if api_client is not None:
                 await api_client.close()
+
+
+class LeaseEpochs:
+    """The epoch of a role's latest term as its Lease records it
+    (``leaseTransitions``): what a leader confirms its own epoch against
+    before it writes, so that a store's lost copy of the fence (a Redis
+    failover) cannot let a deposed leader in. One read of the Lease each
+    time; a Lease that cannot be read is UNAVAILABLE (the write waits)."""
+
+    name = "lease-epochs"
+
+    def __init__(self, *, configuration: client.Configuration, namespace: str, lease_name: str) -> None:
+        self._configuration = configuration
+        self._namespace = namespace
+        self._lease_name = lease_name
+        self._api_client: client.ApiClient | None = None
+
+    async def start(self) -> None:
+        return None
+
+    async def current(self) -> int | None:
+        if self._api_client is None:
+            self._api_client = client.ApiClient(configuration=self._configuration)
+        api = client.CoordinationV1Api(api_client=self._api_client)
+        try:
+            lease = await api.read_namespaced_lease(
+                self._lease_name, self._namespace, _request_timeout=deadline.remaining()
+            )
+        except ApiException as err:
+            if err.status == _NOT_FOUND:
+                return None
+            raise Unavailable(
+                f"cannot read the lease {self._lease_name}: HTTP {err.status}", reason="UPSTREAM_FAILED"
+            ) from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            raise Unavailable(
+                f"cannot read the lease {self._lease_name}: {type(err).__name__}", reason="UPSTREAM_FAILED"
+            ) from None
+        return _Record.of(lease).transitions
+
+    async def stop(self, grace_seconds: float) -> None:
+        api_client, self._api_client = self._api_client, None
+        if api_client is not None:
+            await api_client.close()

@@ -1,7 +1,8 @@
 """The admitter's epoch, read where the leader election keeps it: the
 ``leader_epochs`` row of the role (Postgres backend), incremented in the
-transaction that takes the role's lock. Redis keeps only a copy of it (the
-admit script's fence), and a Redis failover can lose that copy."""
+transaction that takes the role's lock (the Kubernetes election's record is
+its Lease: ``boxoffice.leader.lease_epochs``). Redis keeps only a copy of it
+(the admit script's fence), and a Redis failover can lose that copy."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ epoch lower than the highest it has stored, but Redis replicates
 asynchronously: a failover can lose the newest leader's copy, and a deposed
 leader whose epoch equals the surviving copy would be let in again. So
 before each tick the admitter confirms its epoch against the election's own
-record (``LeaderEpochs``: Postgres, where the epoch is made) and skips the
+record (``LeaderEpochs``, where the epoch is made: the ``leader_epochs`` row
+of the Postgres election, or the Kubernetes election's Lease) and skips the
 tick when a later term exists; the next tick of the current leader writes
 its epoch to Redis again, re-seeding the copy a failover lost. What remains
 is a leader paused between that read and its script for longer than a whole
