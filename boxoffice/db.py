@@ -93,7 +93,23 @@ def create_pool(
     kwargs: dict[str, object] = {"autocommit": True, "prepare_threshold": 5 if prepared_statements else None}
     if application_name is not None and "application_name" not in conninfo_to_dict(url):
         kwargs["application_name"] = application_name[:63]
-    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, name=name, kwargs=kwargs)
+    return CheckedPool(url, min_size=min_size, max_size=max_size, open=False, name=name, kwargs=kwargs)
+
+
+class CheckedPool(AsyncConnectionPool[AsyncConnection[TupleRow]]):
+    """A pool that does not grow for the sake of its idle check: while
+    :class:`PoolComponent` holds a connection to check it (one round trip),
+    a caller that finds no other connection free waits for that one instead
+    of opening another. Otherwise a caller arriving during a check grew the
+    pool by one, and an idle role's pool crept towards its maximum, one
+    coincidence at a time."""
+
+    checking = 0
+
+    def _maybe_grow_pool(self) -> None:
+        if self.checking:
+            return
+        super()._maybe_grow_pool()
 
 
 class PoolComponent:
@@ -136,12 +152,19 @@ class PoolComponent:
             if self.pool.get_stats().get("pool_available", 0) == 0:
                 break  # the rest are in use: they are checked by their use
             conn = await self.pool.getconn(timeout=5.0)
+            pool = self.pool if isinstance(self.pool, CheckedPool) else None
+            if pool is not None:
+                pool.checking += 1
             try:
-                with contextlib.suppress(psycopg.OperationalError):
-                    await conn.execute(b"")
+                with contextlib.suppress(psycopg.OperationalError, TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        await conn.execute(b"")
                 checked += 1
             finally:
-                # A broken connection is closed here and replaced by the pool.
+                if pool is not None:
+                    pool.checking -= 1
+                # A broken connection is closed here and replaced by the pool;
+                # a caller waiting meanwhile gets this one (or its replacement).
                 await self.pool.putconn(conn)
         return checked
 

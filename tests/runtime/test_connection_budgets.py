@@ -86,6 +86,47 @@ async def _count(admin_url: str, database: str, name: str) -> int:
         return int(row[0]) if row else 0
 
 
+async def test_a_checkout_during_a_check_waits_for_the_checked_connection_instead_of_growing(
+    stores: Stores,
+) -> None:
+    """The idle check holds a pool's only free connection for one round
+    trip; a caller arriving then is handed that connection when the check
+    returns it. (The control: the same caller outside a check grows the
+    pool by one, the creep the check once caused in idle roles.)"""
+    database = stores.database_url.rsplit("/", 1)[1]
+    name = f"boxoffice-test-check-{time.monotonic_ns()}"
+    pool = db.create_pool(stores.database_url, min_size=1, max_size=4, name="checked", application_name=name)
+    assert isinstance(pool, db.CheckedPool)
+    await pool.open(wait=True, timeout=10)
+
+    async def queued() -> None:
+        for _ in range(100_000):  # loop turns, until the caller waits in the queue
+            if pool.get_stats().get("requests_waiting", 0):
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("the caller never queued")
+
+    try:
+        checked = await pool.getconn(timeout=5)
+        pool.checking += 1  # as PoolComponent.check_idle does while it checks
+        waiter = asyncio.create_task(pool.getconn(timeout=10))
+        await asyncio.wait_for(queued(), 10)
+        assert pool.get_stats()["pool_size"] == 1
+        pool.checking -= 1
+        await pool.putconn(checked)
+        handed = await waiter
+        assert handed is checked
+        assert await _count(stores.admin_url, database, name) == 1
+        # The control: a caller who finds no connection free otherwise grows the pool.
+        other = asyncio.create_task(pool.getconn(timeout=10))
+        await asyncio.wait_for(other, 10)
+        assert pool.get_stats()["pool_size"] == 2
+        await pool.putconn(other.result())
+        await pool.putconn(handed)
+    finally:
+        await pool.close()
+
+
 async def test_an_idle_pool_keeps_its_size_through_its_checks(stores: Stores) -> None:
     database = stores.database_url.rsplit("/", 1)[1]
     name = f"boxoffice-test-idle-{time.monotonic_ns()}"
@@ -161,15 +202,21 @@ async def test_the_mesh_on_defaults_holds_its_budgets(stores: Stores, tmp_path: 
                 return float(row[0])
 
             first = await checked_since(0.0)
+            rounds: dict[str, list[int]] = {key: [] for key in names.values()}
             for _ in range(3):
                 last = await checked_since(await server_now())
+                for name, key in names.items():
+                    rounds[key].append(last.get(name, (0, 0.0))[0])
     held = {names[name]: count for name, (count, _) in last.items() if name in names}
     leaders = sum(count for name, (count, _) in last.items() if name.startswith("boxoffice-leader:"))
     for key, count in held.items():
         _, high = POOL_BUDGETS[key]
         assert count <= high, (key, count, high)
-        # Three rounds of checks added nothing.
-        assert count <= first[f"boxoffice-{key}"][0], (key, count, first)
+        # Each role's pool stays within its budget in every round. (That
+        # the checks themselves open nothing is the deterministic test
+        # above: a role's pool also grows, within its budget, when its own
+        # loops happen to need connections at once.)
+        assert all(count <= high for count in (first[f"boxoffice-{key}"][0], *rounds[key])), (key, rounds, high)
     assert leaders == len(ELECTED)
     assert sum(held.values()) + leaders <= HALF_OF_DEFAULT_POSTGRES
     # The figure for the report: what an idle mesh holds.
