@@ -34,6 +34,7 @@ from typing import Any, TextIO
 import grpc
 
 from boxoffice.errors import from_rpc_error
+from boxoffice.money import format_money
 from boxoffice.tls import CertFiles, ClientChannel
 from boxoffice_cli import admin_lanes
 from boxoffice_cli.admin_files import (
@@ -284,7 +285,7 @@ async def _stats(clients: _Clients, event_id: int, out: TextIO) -> None:
         [
             s.section_id,
             "seated" if s.kind == bpb.MANAGED_SECTION_KIND_SEATED else "standing",
-            f"{s.price.amount_minor / 100:,.2f} {s.price.currency_code}",
+            format_money(s.price.amount_minor, s.price.currency_code),
             f"{s.capacity:,}",
             f"{s.sold:,}",
             f"{s.held:,}",

@@ -7,6 +7,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from boxoffice.money import format_money
+
 Json = dict[str, Any]
 
 _STYLE = """
@@ -39,10 +41,6 @@ def _num(value: float | int | None, digits: int = 1) -> str:
 
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
-
-
-def _money(minor: int) -> str:
-    return f"{minor / 100:,.2f}"
 
 
 def bar_chart(
@@ -219,14 +217,16 @@ def to_html(report: Json) -> str:
             numeric=(2, 3, 4, 5, 6),
         )
         + _table(
-            ["value sold", "amount"], [(c, _money(v)) for c, v in tickets["value_sold_minor"].items()], numeric=(1,)
+            ["value sold", "amount"],
+            [(c, format_money(v, c)) for c, v in tickets["value_sold_minor"].items()],
+            numeric=(1,),
         )
         + "</section>"
     )
     refusal_rows = [(f"join refused: {k}", _num(v)) for k, v in refusals["queue_joins"].items()]
     refusal_rows += [(f"payment declined or failed: {k}", _num(v)) for k, v in refusals["payments"].items()]
     refund_rows = [
-        (r["source"], r["state"], r["currency"], _num(r["count"]), _money(r["amount_minor"]))
+        (r["source"], r["state"], r["currency"], _num(r["count"]), format_money(r["amount_minor"], r["currency"]))
         for r in tickets["refunds"]
     ]
     out.append(

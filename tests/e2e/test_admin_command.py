@@ -225,6 +225,19 @@ async def test_an_operator_runs_an_on_sale_from_the_command(mesh: Mesh) -> None:
     assert {(r.caller_identity, r.caller_role, r.outcome) for r in rows} == {(operator, access.OPERATOR, "OK")}
 
 
+async def test_stats_show_each_price_in_its_currencys_decimals(mesh: Mesh) -> None:
+    event_id = _new_event_id()
+    # The floor is priced in yen, which has no minor unit: 3000 JPY, not 30.00.
+    text = event_yaml(event_id).replace("{currency: EUR, amount_minor: 3000}", "{currency: JPY, amount_minor: 3000}")
+    assert (await mesh.admin("event", "create", mesh.file("event.yaml", text))).code == 0
+    stats = await mesh.admin("stats", str(event_id))
+    assert stats.code == 0, stats.err
+    prices = {
+        line.split()[0]: line.split()[2:4] for line in stats.out.splitlines() if line.startswith(("A ", "FLOOR "))
+    }
+    assert prices == {"A": ["65.00", "EUR"], "FLOOR": ["3000", "JPY"]}, stats.out
+
+
 async def test_a_bad_event_file_names_its_lines_and_creates_nothing(mesh: Mesh) -> None:
     event_id = _new_event_id()
     text = event_yaml(event_id)

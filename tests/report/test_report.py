@@ -7,6 +7,7 @@ by item."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import csv
 import dataclasses
 import io
@@ -224,6 +225,21 @@ async def test_the_reconciliation_balances_and_lists_a_planted_mismatch(on_sale:
     assert [(i["ticket_id"], i["problem"]) for i in tickets["items"]] == [
         (str(ticket_id), "no such payment of its hold")
     ]
+
+
+async def test_the_html_shows_each_amount_in_its_currencys_decimals(on_sale: OnSale) -> None:
+    from boxoffice_cli.report_html import to_html
+
+    report = copy.deepcopy(on_sale.report)
+    report["tickets"]["value_sold_minor"] = {"EUR": 13800, "JPY": 5000}
+    report["tickets"]["refunds"] = [
+        {"source": "customer", "state": "SUCCEEDED", "currency": "JPY", "count": 2, "amount_minor": 1500},
+        {"source": "customer", "state": "SUCCEEDED", "currency": "EUR", "count": 1, "amount_minor": 650},
+    ]
+    page = to_html(report)
+    for amount in ("138.00 EUR", "5000 JPY", "1500 JPY", "6.50 EUR"):
+        assert f"<td class=n>{amount}</td>" in page, amount
+    assert "50.00" not in page and "15.00" not in page
 
 
 async def test_the_command_writes_json_csv_and_a_self_contained_html(
