@@ -56,6 +56,8 @@ class EdgeConfig:
 
     host: str
     port: int
+    # The upstream services, each a gRPC target (checked at start: host:port,
+    # [ipv6]:port, dns:///name:port, ipv4:/ipv6: lists or unix:path).
     queue_addr: str
     booking_addr: str
     payment_addr: str
@@ -105,9 +107,9 @@ class EdgeConfig:
         return cls(
             host=host,
             port=env.integer("BOXOFFICE_EDGE_PORT", 8080, minimum=0, maximum=65535),
-            queue_addr=env.string("BOXOFFICE_QUEUE_ADDR", "127.0.0.1:50051"),
-            booking_addr=env.string("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
-            payment_addr=env.string("BOXOFFICE_PAYMENT_ADDR", "127.0.0.1:50053"),
+            queue_addr=env.grpc_target("BOXOFFICE_QUEUE_ADDR", "127.0.0.1:50051"),
+            booking_addr=env.grpc_target("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
+            payment_addr=env.grpc_target("BOXOFFICE_PAYMENT_ADDR", "127.0.0.1:50053"),
             dev_sign_in=env.flag(secrets.EDGE_DEV_SIGNIN, False),
             session_keys=_session_keys(env),
             session_ttl_seconds=env.integer("BOXOFFICE_EDGE_SESSION_TTL_SECONDS", 12 * 3600, minimum=60),
