@@ -40,7 +40,13 @@ EDGE_METRICS = frozenset(
     }
 )
 
-_ENV_READERS = frozenset({"string", "integer", "number", "flag", "choice", "keys", "optional_str", "raw", "getenv"})
+# The sample names of PgBouncer's exporter (components/pgbouncer's sidecar,
+# prometheus-community's pgbouncer_exporter) that the alerts read.
+PGBOUNCER_EXPORTER_METRICS = frozenset({"pgbouncer_pools_client_waiting_connections"})
+
+_ENV_READERS = frozenset(
+    {"string", "integer", "number", "flag", "choice", "grpc_target", "keys", "optional_str", "raw", "getenv"}
+)
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _METRIC_TYPES = {"Counter", "Gauge", "Histogram", "Summary"}
 _METRIC_IN_QUERY = re.compile(r"\b((?:boxoffice|grpc_server)_[a-z0-9_]+)\b")
@@ -112,6 +118,31 @@ def by_name(kind: str) -> dict[str, dict[str, Any]]:
 
 # Workloads of another program than boxoffice (components/pgbouncer).
 POOLER = "pgbouncer"
+
+# Prometheus, as the NetworkPolicies name the peer it scrapes from.
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions) selects ``labels``."""
+    assert set(selector) <= {"matchLabels", "matchExpressions"}, selector
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+        assert operator in ("In", "NotIn", "Exists", "DoesNotExist"), expression
+    return True
 
 
 def pod_specs(*, third_party: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:

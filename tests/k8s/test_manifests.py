@@ -18,6 +18,7 @@ from queue_svc import model as queue_model
 from queue_svc.config import QueueSettings
 from tests.k8s.support import (
     K8S,
+    PGBOUNCER_EXPORTER_METRICS,
     POOLER,
     ROOT,
     by_name,
@@ -32,6 +33,7 @@ from tests.k8s.support import (
     of_kind,
     patch_files,
     pod_specs,
+    selects,
     yaml_files,
 )
 
@@ -379,25 +381,27 @@ def test_the_migration_job_migrates() -> None:
 
 def test_prometheus_scrapes_every_process_once_where_it_serves_metrics() -> None:
     monitors = of_kind("PodMonitor")
+    jobs = monitor_jobs()
     for deployment in of_kind("Deployment"):
-        if deployment["metadata"]["name"] == POOLER:
-            continue  # serves no metrics itself (README.md of k8s, "PgBouncer")
+        name = deployment["metadata"]["name"]
         template = deployment["spec"]["template"]
-        (container,) = template["spec"]["containers"]
-        ports = {p["name"] for p in container["ports"]}
+        # PgBouncer serves none itself: its exporter sidecar does.
+        ports = {p["name"] for container in template["spec"]["containers"] for p in container.get("ports", [])}
         scrapes = [
-            endpoint
+            (monitor["metadata"]["name"], endpoint)
             for monitor in monitors
-            if monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+            if selects(monitor["spec"]["selector"], template["metadata"]["labels"])
             for endpoint in monitor["spec"]["podMetricsEndpoints"]
             if endpoint["port"] in ports
         ]
-        (endpoint,) = scrapes
+        ((monitor, endpoint),) = scrapes
         assert endpoint["path"] == "/metrics"
-        expected = "http" if deployment["metadata"]["name"] == EDGE else "metrics"
-        assert endpoint["port"] == expected, deployment["metadata"]["name"]
+        expected = "http" if name == EDGE else "metrics"
+        assert endpoint["port"] == expected, name
+        job = {EDGE: "boxoffice-edge", POOLER: "boxoffice-pgbouncer"}.get(name, "boxoffice")
+        assert jobs[monitor] == job, name
     # Fixed, distinct jobs: what the alerts select on.
-    assert sorted(monitor_jobs().values()) == ["boxoffice", "boxoffice-edge"]
+    assert sorted(jobs.values()) == ["boxoffice", "boxoffice-edge", "boxoffice-pgbouncer"]
 
 
 def _dashboard_queries() -> list[str]:
@@ -438,9 +442,14 @@ def test_alert_rules_cover_the_failures_that_matter() -> None:
         "BoxofficeAdmitterNotAdmitting",
         "BoxofficeOutboxLagHigh",
         "BoxofficeSweeperStalled",
+        "BoxofficePgbouncerClientsWaiting",
     } <= set(alerts)
     for name, alert in alerts.items():
-        assert metrics_in(alert["expr"]) and metrics_in(alert["expr"]) <= metric_names_exported(), name
+        # The code's metrics, or PgBouncer's exporter's.
+        read = metrics_in(alert["expr"]) | {
+            metric for metric in PGBOUNCER_EXPORTER_METRICS if re.search(rf"\b{metric}\b", alert["expr"])
+        }
+        assert read and read <= metric_names_exported() | PGBOUNCER_EXPORTER_METRICS, name
         assert alert["labels"]["severity"] in ("critical", "warning", "info"), name
         assert alert["annotations"]["summary"], name
 

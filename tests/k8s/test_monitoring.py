@@ -17,6 +17,7 @@ import pytest
 
 from tests.k8s.support import (
     K8S,
+    PGBOUNCER_EXPORTER_METRICS,
     built,
     documents,
     kubectl,
@@ -46,8 +47,8 @@ def _alerts() -> dict[str, dict[str, Any]]:
 
 def _metric_names(expression: str) -> set[str]:
     """The series names an expression reads (identifiers that are metric
-    names of the code, or a target's own series)."""
-    known = metric_names_exported() | TARGET_SERIES
+    names of the code or of PgBouncer's exporter, or a target's own series)."""
+    known = metric_names_exported() | PGBOUNCER_EXPORTER_METRICS | TARGET_SERIES
     return {name for name in re.findall(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b", expression) if name in known}
 
 
@@ -134,6 +135,13 @@ def test_the_sweepers_alert_says_the_time_it_fires_after() -> None:
     waited = int(window) + int(alert["for"].removesuffix("m"))
     assert f"for {waited} minutes" in alert["annotations"]["summary"]
     assert f"in {waited} minutes" in alert["annotations"]["description"]
+
+
+def test_pgbouncers_waiting_clients_alert_after_a_minute() -> None:
+    alert = _alerts()["BoxofficePgbouncerClientsWaiting"]
+    assert 'pgbouncer_pools_client_waiting_connections{job="boxoffice-pgbouncer"}' in alert["expr"]
+    assert alert["expr"].rstrip().endswith("> 0") and alert["for"] == "1m"
+    assert "boxoffice-pgbouncer" in monitor_jobs().values()
 
 
 def _dashboard() -> dict[str, Any]:
@@ -223,7 +231,7 @@ def test_the_default_and_istio_apply_without_the_prometheus_operator_and_the_ove
     assert _operator_kinds(built(K8S)) == []
     assert _operator_kinds(built(K8S / "overlays/istio")) == []
     with_monitoring = built(K8S / "overlays/monitoring")
-    assert sorted(_operator_kinds(with_monitoring)) == ["PodMonitor", "PodMonitor", "PrometheusRule"]
+    assert sorted(_operator_kinds(with_monitoring)) == ["PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule"]
     dashboards = [o for o in with_monitoring if o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
     assert [o["kind"] for o in dashboards] == ["ConfigMap"]
     # The overlay is the default plus monitoring, nothing else changed.

@@ -1,8 +1,10 @@
 """PgBouncer (components/pgbouncer) as the processes need it: transaction
 pooling that keeps their prepared statements, a budget towards Postgres of
 at most half a default Postgres, every user of Postgres also given the
-direct URL its session locks need, and a config PgBouncer can run with on
-a read-only root filesystem."""
+direct URL its session locks need, a config PgBouncer can run with on
+a read-only root filesystem, and a metrics sidecar (the PgBouncer exporter)
+that reads PgBouncer's stats as a stats user and that Prometheus, and only
+Prometheus, scrapes."""
 
 from __future__ import annotations
 
@@ -21,11 +23,28 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from boxoffice.config import Env
-from tests.k8s.support import K8S, POOLER, built, by_name, config_map_data, documents, kubectl, pod_specs
+from tests.k8s.support import (
+    K8S,
+    POOLER,
+    PROMETHEUS,
+    built,
+    by_name,
+    config_map_data,
+    documents,
+    kubectl,
+    monitor_jobs,
+    of_kind,
+    pod_specs,
+    selects,
+)
 from tests.support import Stores
 
 INI = K8S / "components/pgbouncer/pgbouncer.ini"
 PORT = 6432
+# The exporter's port (its default, :9127) and its container's name.
+EXPORTER_PORT = 9127
+EXPORTER = "metrics"
+EXPORTER_IMAGE = "quay.io/prometheuscommunity/pgbouncer-exporter"
 # A default Postgres's max_connections; PgBouncer may take half of it.
 POSTGRES_MAX_CONNECTIONS = 100
 
@@ -40,9 +59,16 @@ def _deployment() -> dict[str, Any]:
     return dict(by_name("Deployment")[POOLER])
 
 
+def _containers() -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in _deployment()["spec"]["template"]["spec"]["containers"]}
+
+
 def _container() -> dict[str, Any]:
-    (container,) = _deployment()["spec"]["template"]["spec"]["containers"]
-    return dict(container)
+    return dict(_containers()[POOLER])
+
+
+def _exporter() -> dict[str, Any]:
+    return dict(_containers()[EXPORTER])
 
 
 def _mounted(path: str) -> dict[str, Any]:
@@ -128,11 +154,105 @@ def test_the_kustomizations_run_pgbouncer() -> None:
 @pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
 def test_the_image_is_a_pgbouncer_that_keeps_prepared_statements() -> None:
     (deployment,) = [o for o in built(K8S) if o["kind"] == "Deployment" and o["metadata"]["name"] == POOLER]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == POOLER]
     image, _, tag = container["image"].rpartition(":")
     assert image.endswith("/pgbouncer")
     major, minor = (int(part) for part in tag.split(".")[:2])
     assert (major, minor) >= (1, 21)  # max_prepared_statements
+
+
+def _stats_user() -> str:
+    (user,) = [u.strip() for u in _ini()["pgbouncer"]["stats_users"].split(",") if u.strip()]
+    return user
+
+
+def test_a_metrics_sidecar_reads_pgbouncers_stats_as_a_stats_user() -> None:
+    assert set(_containers()) == {POOLER, EXPORTER}
+    exporter = _exporter()
+    assert exporter["image"] == "pgbouncer-exporter"  # the component's images pin it
+    (port,) = exporter["ports"]
+    assert port == {"name": "metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"}
+    args = dict(a.removeprefix("--").split("=", 1) for a in exporter["args"])
+    assert args["web.listen-address"] == f":{EXPORTER_PORT}"
+    # PgBouncer's admin console in the same pod, as the stats user; the
+    # password is not in the URL (nor in the pod's spec): the driver takes
+    # it from PGPASSWORD, out of the Secret PgBouncer's users are in.
+    url = args["pgBouncer.connectionString"]
+    user = _stats_user()
+    assert url == f"postgres://{user}@127.0.0.1:{_ini()['pgbouncer']['listen_port']}/pgbouncer?sslmode=disable"
+    env = {e["name"]: e for e in exporter["env"]}
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "boxoffice-pgbouncer", "key": "exporter-password"}
+    assert "value" not in env["PGPASSWORD"]
+    # The exporter's driver may send extra_float_digits; PgBouncer must
+    # not refuse the login for it.
+    ignored = [p.strip() for p in _ini()["pgbouncer"]["ignore_startup_parameters"].split(",")]
+    assert "extra_float_digits" in ignored
+    # A stats user reads SHOW POOLS/STATS; it administers nothing.
+    assert user not in _ini()["pgbouncer"].get("admin_users", "")
+
+
+def test_the_metrics_sidecar_is_locked_down_probed_and_bounded() -> None:
+    exporter = _exporter()
+    assert exporter["securityContext"] == _container()["securityContext"]
+    security = exporter["securityContext"]
+    assert security["runAsNonRoot"] is True and security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    probe = exporter["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/", "port": "metrics"}
+    for bound in ("requests", "limits"):
+        assert set(exporter["resources"][bound]) == {"cpu", "memory"}, bound
+    # Its own limit is small beside PgBouncer's: it must not starve it.
+    assert exporter["resources"]["limits"]["memory"].endswith("Mi")
+    assert int(exporter["resources"]["limits"]["memory"].removesuffix("Mi")) <= 128
+
+
+def test_prometheus_scrapes_the_exporter_as_its_own_job_and_reaches_nothing_else_of_pgbouncer() -> None:
+    labels = _deployment()["spec"]["template"]["metadata"]["labels"]
+    # Prometheus reaches the pods on the exporter's port, not PgBouncer's.
+    scraped: set[int] = set()
+    for policy in of_kind("NetworkPolicy"):
+        spec = policy["spec"]
+        if "Ingress" not in spec["policyTypes"] or not selects(spec["podSelector"], labels):
+            continue
+        for rule in spec.get("ingress", []):
+            if PROMETHEUS in rule.get("from", []):
+                scraped |= {p["port"] for p in rule["ports"]}
+            if EXPORTER_PORT in {p["port"] for p in rule["ports"]}:
+                assert rule.get("from") == [PROMETHEUS], policy["metadata"]["name"]
+    assert scraped == {EXPORTER_PORT}
+    # One PodMonitor scrapes the sidecar, as the job the alerts select.
+    monitors = [
+        (monitor["metadata"]["name"], endpoint)
+        for monitor in of_kind("PodMonitor")
+        if selects(monitor["spec"]["selector"], labels)
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]
+    ]
+    ((name, endpoint),) = monitors
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    assert monitor_jobs()[name] == "boxoffice-pgbouncer"
+    # The Service is PgBouncer's only: scrapes go to each pod.
+    (service_port,) = by_name("Service")[POOLER]["spec"]["ports"]
+    assert service_port["targetPort"] == "pgbouncer"
+
+
+@pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
+def test_the_exporter_image_is_pinned() -> None:
+    (deployment,) = [o for o in built(K8S) if o["kind"] == "Deployment" and o["metadata"]["name"] == POOLER]
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == EXPORTER]
+    image, _, tag = container["image"].rpartition(":")
+    assert image == EXPORTER_IMAGE
+    # 0.11 or later: it connects per scrape, so it starts (and the pod gets
+    # ready) whether or not PgBouncer answers yet.
+    found = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
+    assert found is not None, tag
+    assert (int(found.group(1)), int(found.group(2))) >= (0, 11)
+
+
+def test_the_component_documents_the_exporters_password() -> None:
+    text = (K8S / "components/pgbouncer/kustomization.yaml").read_text()
+    assert "exporter-password" in text and _stats_user() in text
+    readme = (K8S / "README.md").read_text()
+    assert "exporter-password" in readme and _stats_user() in readme
 
 
 def test_the_readme_says_how_to_make_the_pgbouncer_secret() -> None:
@@ -155,6 +275,16 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _startup_answer(port: int, **parameters: str) -> bytes:
+    """The type of PgBouncer's first message to a protocol 3.0 startup
+    packet with ``parameters``: R (authentication asked) or E (refused)."""
+    body = b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in parameters.items()) + b"\0"
+    packet = (8 + len(body)).to_bytes(4, "big") + (3 << 16).to_bytes(4, "big") + body
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(packet)
+        return conn.recv(1)
 
 
 def _local_ini(database: dict[str, Any], port: int, userlist: Path, version: tuple[int, int]) -> str:
@@ -187,7 +317,7 @@ def test_the_manifests_pgbouncer_ini_runs_and_pools_transactions(stores: Stores,
     database = conninfo_to_dict(stores.database_url)
     user = str(database.get("user") or "postgres")
     userlist = tmp_path / "userlist.txt"
-    userlist.write_text(f'"{user}" "pgbouncer-test"\n')
+    userlist.write_text(f'"{user}" "pgbouncer-test"\n"{_stats_user()}" "exporter-test"\n')
     port = _free_port()
     ini = tmp_path / "pgbouncer.ini"
     ini.write_text(_local_ini(database, port, userlist, version))
@@ -223,6 +353,18 @@ def test_the_manifests_pgbouncer_ini_runs_and_pools_transactions(stores: Stores,
                 assert backend(first) == held
         with pytest.raises(psycopg.OperationalError):
             psycopg.connect(url.replace("pgbouncer-test", "wrong"), connect_timeout=5).close()
+        # The exporter's view: the admin console, as the stats user, reads
+        # the pools' waiting clients (pgbouncer_pools_client_waiting_connections).
+        console = f"postgresql://{_stats_user()}:exporter-test@127.0.0.1:{port}/pgbouncer"
+        with psycopg.connect(console, autocommit=True, cursor_factory=psycopg.ClientCursor) as admin:
+            cursor = admin.execute("SHOW POOLS")
+            assert cursor.description is not None
+            assert "cl_waiting" in [column.name for column in cursor.description]
+            with pytest.raises(psycopg.Error):
+                admin.execute("PAUSE")  # a stats user, not an admin
+        # A login that sends extra_float_digits (as the exporter's Go driver
+        # may) is asked for its password, not refused.
+        assert _startup_answer(port, user=_stats_user(), database="pgbouncer", extra_float_digits="2") == b"R"
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -18,6 +18,7 @@ import pytest
 from boxoffice import access
 from tests.k8s.support import (
     K8S,
+    PROMETHEUS,
     ROOT,
     built,
     by_name,
@@ -26,6 +27,7 @@ from tests.k8s.support import (
     kubectl,
     kustomization_roots,
     of_kind,
+    selects,
 )
 
 GRPC_PORT, METRICS_PORT, HEALTH_PORT, EDGE_PORT = 50051, 9464, 50050, 8080
@@ -74,30 +76,12 @@ def _labels(role: str) -> dict[str, str]:
     }
 
 
-def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    assert set(selector) <= {"matchLabels", "matchExpressions"}, selector
-    if not selector.get("matchLabels", {}).items() <= labels.items():
-        return False
-    for expression in selector.get("matchExpressions", []):
-        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
-        if operator == "In" and labels.get(key) not in values:
-            return False
-        if operator == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if operator == "Exists" and key not in labels:
-            return False
-        if operator == "DoesNotExist" and key in labels:
-            return False
-        assert operator in ("In", "NotIn", "Exists", "DoesNotExist"), expression
-    return True
-
-
 def _policies(kind: str, role: str) -> Iterator[dict[str, Any]]:
     """The NetworkPolicies that apply to ``role``'s pods for ``kind``
     (Ingress or Egress)."""
     for policy in of_kind("NetworkPolicy"):
         spec = policy["spec"]
-        if kind in spec["policyTypes"] and _selects(spec["podSelector"], _labels(role)):
+        if kind in spec["policyTypes"] and selects(spec["podSelector"], _labels(role)):
             yield policy
 
 
@@ -112,7 +96,7 @@ def _peer_roles(peers: list[dict[str, Any]]) -> set[str]:
     roles = set()
     for peer in peers:
         assert set(peer) == {"podSelector"}, f"not a pod of the namespace: {peer}"
-        matched = [role for role in access.ROLES if _selects(peer["podSelector"], _labels(role))]
+        matched = [role for role in access.ROLES if selects(peer["podSelector"], _labels(role))]
         assert len(matched) == 1, f"{peer} selects {matched}"
         roles.update(matched)
     return roles
@@ -179,10 +163,6 @@ def _egress_ports(role: str, peer: dict[str, Any] | None = None) -> set[int]:
 DNS = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
     "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-}
-PROMETHEUS = {
-    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
 }
 
 
@@ -259,22 +239,21 @@ def test_every_user_of_postgres_reaches_pgbouncer_and_only_they_do() -> None:
     users = {role for role in DEPLOYED if role != access.EDGE} | {access.OPERATOR}
     for role in [*DEPLOYED, access.OPERATOR]:
         reaches = any(
-            6432 in _ports(rule)
-            and any(_selects(peer.get("podSelector", {}), pgbouncer) for peer in rule.get("to", []))
+            6432 in _ports(rule) and any(selects(peer.get("podSelector", {}), pgbouncer) for peer in rule.get("to", []))
             for _, rule in _rules("Egress", role)
         )
         assert reaches == (role in users), role
     admitted: set[str] = set()
     for policy in of_kind("NetworkPolicy"):
         spec = policy["spec"]
-        if "Ingress" not in spec["policyTypes"] or not _selects(spec["podSelector"], pgbouncer):
+        if "Ingress" not in spec["policyTypes"] or not selects(spec["podSelector"], pgbouncer):
             continue
         for rule in spec.get("ingress", []):
             if 6432 in _ports(rule):
                 assert rule.get("from"), "PgBouncer open to anyone"
                 for peer in rule["from"]:
                     assert set(peer) == {"podSelector"}, peer
-                    admitted |= {r for r in access.ROLES if _selects(peer["podSelector"], _labels(r))}
+                    admitted |= {r for r in access.ROLES if selects(peer["podSelector"], _labels(r))}
     assert admitted == users
 
 
@@ -283,7 +262,7 @@ def test_pgbouncer_reaches_postgres_and_dns_only() -> None:
     ports: set[int] = set()
     for policy in of_kind("NetworkPolicy"):
         spec = policy["spec"]
-        if "Egress" in spec["policyTypes"] and _selects(spec["podSelector"], pgbouncer):
+        if "Egress" in spec["policyTypes"] and selects(spec["podSelector"], pgbouncer):
             for rule in spec.get("egress", []):
                 ports |= _ports(rule)
     assert ports == {5432, 53}
