@@ -174,6 +174,34 @@ async def seed(url: str, seats_per_event: int) -> None:
         await pool.close()
 
 
+async def seed_hold_event(url: str, event_id: int, seats: int, *, display_name: str = "bench holds") -> None:
+    """One event of ``seats`` free seats (ids 1..n) in one seated section
+    ``S00``, on an already migrated database."""
+    pool = db.create_pool(url, min_size=1, max_size=2, name="bench-seed")
+    await pool.open()
+    try:
+        store = app.build_store(pool, BookingConfig.from_env(Env({})))
+        await store.create_event(
+            EventSpec(
+                event_id=event_id,
+                display_name=display_name,
+                kind=EventKind.CONCERT,
+                starts_at=datetime.now(UTC) + timedelta(days=30),
+                hold_ttl_seconds=3600,
+                max_seats_per_customer=4,
+                refund_policy=RefundPolicy(None, 0),
+                sections=(SectionSpec("S00", "S00", SectionKind.SEATED, 0, 0, Money("EUR", 5000)),),
+            )
+        )
+        rows = [RowSpec("S00", f"R{r}", 1, SEATS_PER_ROW) for r in range(max(1, -(-seats // SEATS_PER_ROW)))]
+        for start in range(0, len(rows), 50):
+            await store.load_inventory(event_id, rows[start : start + 50])
+        async with pool.connection() as conn:
+            await conn.execute("VACUUM ANALYZE seats")
+    finally:
+        await pool.close()
+
+
 class Holder:
     """Makes HoldSeats calls as distinct customers (tokens signed ahead)."""
 
@@ -278,8 +306,10 @@ async def gather_holds(
     return made, figures
 
 
-async def measure(call: Callable[[int], Awaitable[object]], concurrency: int, seconds: float) -> LoadFigures:
-    return await closed_loop(call, concurrency=concurrency, seconds=seconds, warmup_seconds=1.0)
+async def measure(
+    call: Callable[[int], Awaitable[object]], concurrency: int, seconds: float, server_pid: int | None = None
+) -> LoadFigures:
+    return await closed_loop(call, concurrency=concurrency, seconds=seconds, warmup_seconds=1.0, server_pid=server_pid)
 
 
 def pgbench(url: str, seats: int, seconds: float, clients: int) -> tuple[float | None, str]:
@@ -327,7 +357,8 @@ def pgbench(url: str, seats: int, seconds: float, clients: int) -> tuple[float |
 
 
 @contextlib.asynccontextmanager
-async def booking_stub(url: str) -> AsyncIterator[BookingServiceAsyncStub]:
+async def booking_stub(url: str) -> AsyncIterator[tuple[BookingServiceAsyncStub, int]]:
+    """A stub of a BookingService server process, and that process's pid."""
     # BookingService reads the waiting room's ended sessions from Redis.
     with (
         private_redis() as (redis_url, _),
@@ -336,7 +367,7 @@ async def booking_stub(url: str) -> AsyncIterator[BookingServiceAsyncStub]:
         ) as server,
     ):
         async with MeshStub(server.address, pb_grpc.BookingServiceStub) as stub:
-            yield cast("BookingServiceAsyncStub", stub)
+            yield cast("BookingServiceAsyncStub", stub), server.pid
 
 
 async def holds_in_database(url: str) -> int:
@@ -360,14 +391,18 @@ async def main(
     per_section = seats_per_event // 16
     figures: dict[str, list[LoadFigures]] = {}
 
+    pids: dict[str, int] = {}
+
     async def run(name: str, call: Callable[[int], Awaitable[object]]) -> None:
-        figures.setdefault(name, []).append(await measure(call, concurrency, seconds))
+        pid = pids["echo" if name == "echo" else "booking"]
+        figures.setdefault(name, []).append(await measure(call, concurrency, seconds, pid))
 
     with admin_database() as admin, bench_database(admin) as url:
         await db.migrate(url, app.migrations())
         await seed(url, seats_per_event)
         with echo_server() as echo_proc:
-            async with grpc.aio.insecure_channel(echo_proc.address) as channel, booking_stub(url) as stub:
+            async with grpc.aio.insecure_channel(echo_proc.address) as channel, booking_stub(url) as (stub, pid):
+                pids.update(echo=echo_proc.pid, booking=pid)
                 echo = echo_call(channel)
                 holder = Holder(stub, signer)
                 # Every call takes a seat no call took before.
@@ -421,6 +456,14 @@ async def main(
             Row("HoldSeats req/s, explicit free seats", m["holds"].rps, "/s", m["echo"].rps, ">= 0.7 of echo"),
             Row("HoldSeats p50 latency", m["holds"].p50_ms, "ms", m["echo"].p50_ms, better="lower"),
             Row("HoldSeats p99 latency", m["holds"].p99_ms, "ms", m["echo"].p99_ms, better="lower"),
+            Row(
+                "server CPU per HoldSeats (baseline: per echo)",
+                m["holds"].server_cpu_us,
+                "us",
+                m["echo"].server_cpu_us,
+                "bench.cpu_per_call: <= 1.4 over mTLS",
+                better="lower",
+            ),
             Row("HoldSeats errors", errors["holds"], ""),
         ]
         + (

@@ -70,18 +70,23 @@ def xfcc_metadata(role: str) -> tuple[tuple[str, str], ...]:
     return (("x-forwarded-client-cert", f"By=spiffe://{_TRUST_DOMAIN}/ns/bench/sa/server;URI={uri}"),)
 
 
-def channel(address: str, role: str = access.EDGE, *, tls: bool = True) -> grpc.aio.Channel:
+def channel(
+    address: str, role: str = access.EDGE, *, tls: bool = True, own_connection: bool = False
+) -> grpc.aio.Channel:
     """A client channel to a benchmark server as ``role`` (plaintext with
-    ``tls=False``)."""
+    ``tls=False``). ``own_connection``: a TCP connection of its own, not
+    one shared with the process's other channels to the same address (so
+    that several channels reach several processes listening on one port)."""
+    options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
     if not tls:
-        return grpc.aio.insecure_channel(address)
+        return grpc.aio.insecure_channel(address, options=options)
     files = pki()[role]
     credentials = grpc.ssl_channel_credentials(
         root_certificates=files.ca.read_bytes(),
         private_key=files.key.read_bytes(),
         certificate_chain=files.cert.read_bytes(),
     )
-    return grpc.aio.secure_channel(address, credentials)
+    return grpc.aio.secure_channel(address, credentials, options=options)
 
 
 # The role a benchmark's call takes when the table allows several.
@@ -136,7 +141,7 @@ def server_process(
     proc = subprocess.Popen(
         [sys.executable, *argv],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=None if os.environ.get("BOXOFFICE_BENCH_SERVER_STDERR") else subprocess.DEVNULL,
         text=True,
         env={**os.environ, **(tls_env(role) if role is not None else {}), **(env or {})},
     )
@@ -164,11 +169,22 @@ def server_process(
 
 
 @contextlib.contextmanager
-def echo_server(*, gc_freeze: bool = False) -> Iterator[ServerProcess]:
-    """The bare grpc.aio baseline server (bench/echo_server.py)."""
-    argv = ["-m", "bench.echo_server", *(["--gc-freeze"] if gc_freeze else [])]
-    with server_process(argv) as server:
+def echo_server(*, settle_gc: bool = True, tls_role: str | None = None) -> Iterator[ServerProcess]:
+    """The bare grpc.aio baseline server (bench/echo_server.py), its garbage
+    collector settled as the mesh's processes settle theirs
+    (``boxoffice.lifecycle.settle_gc``) unless ``settle_gc=False``; with
+    ``tls_role``, over mutual TLS with that role's certificate (dial it with
+    :func:`channel`)."""
+    argv = ["-m", "bench.echo_server", *(["--settle-gc"] if settle_gc else []), *(["--tls"] if tls_role else [])]
+    with server_process(argv, role=tls_role) as server:
         yield server
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def echo_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
@@ -188,6 +204,8 @@ class LoadFigures:
     seconds: float
     p50_ms: float
     p99_ms: float
+    # The server's CPU per answered call (µs) when closed_loop was given its pid.
+    server_cpu_us: float = 0.0
 
     @property
     def rps(self) -> float:
@@ -195,11 +213,17 @@ class LoadFigures:
 
 
 async def closed_loop(
-    call: Callable[[int], Awaitable[object]], *, concurrency: int, seconds: float, warmup_seconds: float = 1.0
+    call: Callable[[int], Awaitable[object]],
+    *,
+    concurrency: int,
+    seconds: float,
+    warmup_seconds: float = 1.0,
+    server_pid: int | None = None,
 ) -> LoadFigures:
     """``concurrency`` workers call ``call(n)`` back to back (n counts up,
     unique across workers) for ``warmup_seconds`` then ``seconds``; only the
-    measured part counts. Errors are counted, not raised."""
+    measured part counts. Errors are counted, not raised. ``server_pid``:
+    the server process whose CPU time per answered call is reported too."""
     counter = 0
     latencies: list[float] = []
     errors = 0
@@ -224,8 +248,10 @@ async def closed_loop(
     await asyncio.sleep(warmup_seconds)
     measuring = True
     began = time.monotonic()
+    cpu_began = cpu_seconds(server_pid) if server_pid is not None else 0.0
     await asyncio.gather(*tasks)
     elapsed = time.monotonic() - began
+    cpu_used = cpu_seconds(server_pid) - cpu_began if server_pid is not None else 0.0
     latencies.sort()
 
     def pct(p: float) -> float:
@@ -233,7 +259,7 @@ async def closed_loop(
             return 0.0
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
 
-    return LoadFigures(len(latencies), errors, elapsed, pct(0.50), pct(0.99))
+    return LoadFigures(len(latencies), errors, elapsed, pct(0.50), pct(0.99), cpu_used / max(1, len(latencies)) * 1e6)
 
 
 def rss_bytes(pid: int) -> int:

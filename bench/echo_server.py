@@ -4,21 +4,27 @@ Unary ``/bench.Echo/Echo`` returns its request; ``/bench.Echo/Watch`` is a
 server stream that sends one message, then one more on every
 ``/bench.Echo/Tick`` (a bare in-memory fan-out), until a Tick of ``b"end"``.
 
-Run: ``python -m bench.echo_server`` - prints ``PORT <n>`` once listening.
+Run: ``python -m bench.echo_server [--tls]`` - prints ``PORT <n>`` once
+listening. ``--tls``: mutual TLS with the certificate the BOXOFFICE_TLS_*
+settings name (``bench.common.tls_env``), the mesh's transport, so that a
+service's CPU per call can be set against an echo's over the same transport.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
+import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 
-from boxoffice.config import Env, ServerConfig
+from boxoffice import lifecycle
+from boxoffice.config import Env, ServerConfig, TlsConfig
 from boxoffice.server import server_options
+from boxoffice.tls import CertFiles, server_credentials
 
 SERVICE = "bench.Echo"
 
@@ -53,7 +59,14 @@ class _Echo:
         return str(len(self._streams)).encode()
 
 
-async def _serve(port: int, freeze: bool) -> None:
+def _credentials() -> grpc.ServerCredentials:
+    tls = TlsConfig.from_env(Env(os.environ))
+    if tls.ca_file is None or tls.cert_file is None or tls.key_file is None:
+        raise SystemExit("--tls needs BOXOFFICE_TLS_CA_FILE, BOXOFFICE_TLS_CERT_FILE and BOXOFFICE_TLS_KEY_FILE")
+    return server_credentials(CertFiles(Path(tls.ca_file), Path(tls.cert_file), Path(tls.key_file)))
+
+
+async def _serve(port: int, freeze: bool, tls: bool) -> None:
     echo = _Echo()
     config = ServerConfig.from_env(Env({}), default_grpc_port=port)
     server = grpc.aio.server(options=server_options(config))
@@ -66,10 +79,11 @@ async def _serve(port: int, freeze: bool) -> None:
         },
     )
     server.add_generic_rpc_handlers((handler,))
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    address = f"127.0.0.1:{port}"
+    bound = server.add_secure_port(address, _credentials()) if tls else server.add_insecure_port(address)
     await server.start()
     if freeze:
-        gc.freeze()
+        lifecycle.settle_gc()
     print(f"PORT {bound}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -82,9 +96,12 @@ async def _serve(port: int, freeze: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after start, as a tuned server would")
+    parser.add_argument(
+        "--settle-gc", action="store_true", help="settle the garbage collector once started, as the mesh's servers do"
+    )
+    parser.add_argument("--tls", action="store_true", help="mutual TLS as the mesh's servers (BOXOFFICE_TLS_* files)")
     args = parser.parse_args()
-    asyncio.run(_serve(args.port, args.gc_freeze))
+    asyncio.run(_serve(args.port, args.settle_gc, args.tls))
 
 
 if __name__ == "__main__":

@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from bench.common import ServerProcess, server_process
+from bench.common import ServerProcess, cpu_seconds, server_process
 
 # QueueService's join limits off: every fan comes from one address.
 QUEUE_ENV = {"BOXOFFICE_QUEUE_JOIN_LIMIT_PER_ACCOUNT": "0", "BOXOFFICE_QUEUE_JOIN_LIMIT_PER_CLIENT": "0"}
@@ -70,12 +69,6 @@ async def sign_in(port: int, *, first: int, count: int, out: str, connections: i
     if result["signed"] != count:
         raise RuntimeError(f"sign-in: {result}")
     return count / float(str(result["seconds"]))
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

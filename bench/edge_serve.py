@@ -9,7 +9,7 @@
 - ``edge-bare``: the bare baseline in the same server stack (uvicorn with
   httptools, a plain ASGI callable over Starlette's request and response
   classes, the same event loop kind, the garbage collector settled as the
-  edge's server settles it once started, ``edge_svc.server.settle_gc``):
+  edge's server settles it once started, ``boxoffice.lifecycle.settle_gc``):
   ``POST /forward`` sends the body to ``--upstream``'s ``/bench.Echo/Echo``
   over mTLS and answers the reply as JSON; ``GET /static`` answers constant
   bytes with the progress document's headers; ``GET /sse`` is a Server-Sent
@@ -53,7 +53,7 @@ from bench.common import pki
 from boxoffice import access
 from boxoffice.caller import CUSTOMER_METADATA_KEY
 from boxoffice.config import Env, ServerConfig
-from boxoffice.lifecycle import run
+from boxoffice.lifecycle import run, settle_gc
 from boxoffice.runtime import Runtime
 from boxoffice.server import server_options
 from boxoffice.tls import server_credentials
@@ -247,7 +247,7 @@ async def _bare(upstream: str) -> None:
             raise RuntimeError("the bare server stopped while starting")
         await asyncio.sleep(0.01)
     # The collector settled as the edge's server settles it once started.
-    edge_server.settle_gc()
+    settle_gc()
     _announce(int(sock.getsockname()[1]))
     try:
         await _until_signalled()

@@ -131,7 +131,9 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
         with echo_server() as echo_proc:
             async with grpc.aio.insecure_channel(echo_proc.address) as channel:
                 echo = echo_call(channel)
-                echo_figures = await closed_loop(lambda n: echo(b"x" * 200), concurrency=concurrency, seconds=seconds)
+                echo_figures = await closed_loop(
+                    lambda n: echo(b"x" * 200), concurrency=concurrency, seconds=seconds, server_pid=echo_proc.pid
+                )
 
         env = {"DATABASE_URL": url, "REDIS_URL": redis_url}
         with server_process(["-m", "bench.serve", "booking-svc"], env=env, role="booking") as booking_proc:
@@ -150,7 +152,8 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
                     MeshStub(payment_proc.address, ppb_grpc.PaymentServiceStub) as payment,
                 ):
                     await create_event(booking)
-                    figures = await _measure(booking, payment, token, seconds, concurrency, orders)
+                    pids = {"booking": booking_proc.pid, "payment": payment_proc.pid}
+                    figures = await _measure(booking, payment, token, seconds, concurrency, orders, pids)
 
     start, confirm, replay, confirm_hold = figures
     report(
@@ -163,6 +166,35 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
             Row("ConfirmPayment p99 latency", confirm.p99_ms, "ms", confirm_hold.p99_ms, better="lower"),
             Row("ConfirmPayment replayed (stored answer) req/s", replay.rps, "/s", echo_figures.rps, "reported"),
             Row("StartPayment req/s", start.rps, "/s", echo_figures.rps, "reported"),
+            Row("server CPU per echo (baseline)", echo_figures.server_cpu_us, "us"),
+            Row(
+                "server CPU per ConfirmHold (booking)",
+                confirm_hold.server_cpu_us,
+                "us",
+                echo_figures.server_cpu_us,
+                better="lower",
+            ),
+            Row(
+                "server CPU per ConfirmPayment (payment's own)",
+                confirm.server_cpu_us,
+                "us",
+                echo_figures.server_cpu_us,
+                better="lower",
+            ),
+            Row(
+                "server CPU per replayed ConfirmPayment",
+                replay.server_cpu_us,
+                "us",
+                echo_figures.server_cpu_us,
+                better="lower",
+            ),
+            Row(
+                "server CPU per StartPayment (payment's own)",
+                start.server_cpu_us,
+                "us",
+                echo_figures.server_cpu_us,
+                better="lower",
+            ),
             Row(
                 "errors (start / confirm / replay / ConfirmHold)",
                 start.errors + confirm.errors + replay.errors + confirm_hold.errors,
@@ -173,11 +205,18 @@ async def main(seconds: float, concurrency: int, orders: int) -> None:
 
 
 async def _measure(
-    booking: Any, payment: Any, token: Callable[[int], str], seconds: float, concurrency: int, orders: int
+    booking: Any,
+    payment: Any,
+    token: Callable[[int], str],
+    seconds: float,
+    concurrency: int,
+    orders: int,
+    pids: dict[str, int],
 ) -> tuple[LoadFigures, LoadFigures, LoadFigures, LoadFigures]:
     """Holds made ahead: one set started during the StartPayment phase, one
     started ahead and confirmed during the ConfirmPayment phase, one
-    confirmed straight at BookingService."""
+    confirmed straight at BookingService. Each figure carries the CPU per
+    call of the server called (PaymentService's own, not booking's share)."""
 
     async def hold(customer: int) -> bpb.Hold:
         reply = await booking.HoldSeats(
@@ -224,7 +263,7 @@ async def _measure(
         hold_ = await work(to_start, n)
         await start(n - 1, hold_)
 
-    started = await closed_loop(start_one, concurrency=concurrency, seconds=seconds)
+    started = await closed_loop(start_one, concurrency=concurrency, seconds=seconds, server_pid=pids["payment"])
 
     async def confirm_hold_one(n: int) -> None:
         hold_ = await work(straight, n)
@@ -238,7 +277,9 @@ async def _measure(
             timeout=60,
         )
 
-    confirm_hold = await closed_loop(confirm_hold_one, concurrency=concurrency, seconds=seconds)
+    confirm_hold = await closed_loop(
+        confirm_hold_one, concurrency=concurrency, seconds=seconds, server_pid=pids["booking"]
+    )
     confirmed: list[str] = []
 
     async def confirm_one(n: int) -> None:
@@ -250,7 +291,7 @@ async def _measure(
         )
         confirmed.append(payment_id)
 
-    confirm = await closed_loop(confirm_one, concurrency=concurrency, seconds=seconds)
+    confirm = await closed_loop(confirm_one, concurrency=concurrency, seconds=seconds, server_pid=pids["payment"])
 
     async def replay_one(n: int) -> None:
         payment_id = confirmed[n % len(confirmed)]
@@ -260,7 +301,7 @@ async def _measure(
             timeout=60,
         )
 
-    replay = await closed_loop(replay_one, concurrency=concurrency, seconds=seconds)
+    replay = await closed_loop(replay_one, concurrency=concurrency, seconds=seconds, server_pid=pids["payment"])
 
     for name, figures in (("StartPayment", started), ("ConfirmPayment", confirm), ("ConfirmHold", confirm_hold)):
         if figures.errors:

@@ -91,9 +91,15 @@ async def private_database() -> AsyncIterator[str]:
 
 
 @contextlib.contextmanager
-def queue_server(database_url: str, redis_url: str, *, gc_freeze: bool = False, **env: str) -> Iterator[ServerProcess]:
-    """The QueueService server role in its own process (``python -m bench.serve queue-svc``)."""
-    argv = ["-m", "bench.serve", "queue-svc", *(["--gc-freeze"] if gc_freeze else [])]
+def queue_server(
+    database_url: str, redis_url: str, *, gc_freeze: bool = False, loop: str | None = None, **env: str
+) -> Iterator[ServerProcess]:
+    """The QueueService server role in its own process (``python -m
+    bench.serve queue-svc``), on the event loop ``loop`` names (None: the
+    default)."""
+    argv = [
+        "-m", "bench.serve", "queue-svc", *(["--gc-freeze"] if gc_freeze else []), *(["--loop", loop] if loop else [])
+    ]  # fmt: skip
     with server_process(
         argv, env={"DATABASE_URL": database_url, "REDIS_URL": redis_url, **env}, role="queue"
     ) as server:

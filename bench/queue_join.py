@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
 import statistics
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from bench.common import Row, ServerProcess, closed_loop, echo_call, echo_server, report
+from bench.common import Row, ServerProcess, closed_loop, cpu_seconds, echo_call, echo_server, report
 from bench.common import channel as channel_as
 from bench.queue_common import create_event, event, private_database, private_redis, queue_app, queue_server
 from boxoffice import caller
@@ -38,20 +37,14 @@ class Round:
     errors: int
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _measure(
     server: ServerProcess, call: Callable[[int], Awaitable[object]], *, concurrency: int, seconds: float
 ) -> Round:
     """A closed loop after a 1 s warm-up, with the server's CPU time."""
     await closed_loop(call, concurrency=concurrency, seconds=1.0, warmup_seconds=0.0)
-    began = _cpu_seconds(server.pid)
+    began = cpu_seconds(server.pid)
     figures = await closed_loop(call, concurrency=concurrency, seconds=seconds, warmup_seconds=0.0)
-    used = _cpu_seconds(server.pid) - began
+    used = cpu_seconds(server.pid) - began
     return Round(figures.rps, figures.p50_ms, figures.p99_ms, used / max(1, figures.calls) * 1e6, figures.errors)
 
 

@@ -97,7 +97,7 @@ async def _measure(
 
 
 async def _bare(streams: int, clients: int) -> StreamFigures:
-    with echo_server(gc_freeze=True) as server:
+    with echo_server() as server:
         async with grpc.aio.insecure_channel(server.address) as channel:
             tick: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
                 "/bench.Echo/Tick", request_serializer=_identity, response_deserializer=_identity

@@ -7,7 +7,8 @@ COMMAND is one of the ``boxoffice`` commands of a role (``queue-svc``,
 ``booking-svc``, ``payment-svc``, ``admitter``, ``relay``, ...). It prints
 ``PORT <n>`` once listening (a background role serves gRPC health only)
 and runs until SIGTERM. ``--gc-freeze`` calls ``gc.freeze()`` once started,
-as the bare baseline server can.
+as the bare baseline server can; ``--loop asyncio|uvloop`` picks the event
+loop (default: what ``BOXOFFICE_EVENT_LOOP`` says, as ``boxoffice`` does).
 
 The edge benchmarks' servers are commands of their own (bench/edge_serve.py):
 ``edge`` (printing its HTTP port), ``edge-bare`` and ``edge-upstream``; their
@@ -17,10 +18,10 @@ options follow the command (see that module).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import os
 
+from boxoffice import loops
 from boxoffice.config import Env
 from boxoffice.lifecycle import run
 from boxoffice.runtime import Runtime, ServiceModule
@@ -55,6 +56,7 @@ def main() -> None:
         "command", choices=sorted({*table, *EDGE_COMMANDS}), help="the boxoffice command of the role to run"
     )
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() once started")
+    parser.add_argument("--loop", choices=loops.LOOPS, help="the event loop (default: BOXOFFICE_EVENT_LOOP's)")
     args, rest = parser.parse_known_args()
     if args.command in EDGE_COMMANDS:
         from bench import edge_serve
@@ -64,7 +66,7 @@ def main() -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     module, role = table[args.command]
-    asyncio.run(_serve(module, role, args.gc_freeze))
+    loops.run(_serve(module, role, args.gc_freeze), args.loop or loops.loop_name(Env(os.environ)))
 
 
 if __name__ == "__main__":

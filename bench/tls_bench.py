@@ -23,12 +23,12 @@ import asyncio
 import contextlib
 import itertools
 import secrets
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.booking_bench import admin_database, bench_database
+from bench.booking_bench import admin_database, bench_database, seed_hold_event
 from bench.common import (
     LoadFigures,
     Row,
@@ -42,11 +42,8 @@ from bench.common import (
 )
 from bench.queue_common import create_event, event, private_redis, queue_app
 from booking_svc import app as booking_app
-from booking_svc.config import BookingConfig
-from booking_svc.model import EventKind, EventSpec, Money, RefundPolicy, RowSpec, SectionKind, SectionSpec
 from boxoffice import access, caller, db
 from boxoffice.clock import SystemClock
-from boxoffice.config import Env
 from boxoffice.tokens import TokenSigner
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
@@ -55,35 +52,8 @@ from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from queue_svc import app as queue_app_module
 
 HOLD_EVENT = 1
-SEATS_PER_ROW = 1000
 # The servers and the bench sign and verify with this key, not the development one.
 TOKEN_KEY = f"bench:{secrets.token_hex(24)}"
-
-
-async def _seed_holds_event(url: str, seats: int) -> None:
-    pool = db.create_pool(url, min_size=1, max_size=2, name="bench-seed")
-    await pool.open()
-    try:
-        store = booking_app.build_store(pool, BookingConfig.from_env(Env({})))
-        await store.create_event(
-            EventSpec(
-                event_id=HOLD_EVENT,
-                display_name="tls bench",
-                kind=EventKind.CONCERT,
-                starts_at=datetime.now(UTC) + timedelta(days=30),
-                hold_ttl_seconds=3600,
-                max_seats_per_customer=4,
-                refund_policy=RefundPolicy(None, 0),
-                sections=(SectionSpec("S00", "S00", SectionKind.SEATED, 0, 0, Money("EUR", 5000)),),
-            )
-        )
-        rows = [RowSpec("S00", f"R{r}", 1, SEATS_PER_ROW) for r in range(max(1, seats // SEATS_PER_ROW))]
-        for start in range(0, len(rows), 50):
-            await store.load_inventory(HOLD_EVENT, rows[start : start + 50])
-        async with pool.connection() as conn:
-            await conn.execute("VACUUM ANALYZE seats")
-    finally:
-        await pool.close()
 
 
 @contextlib.contextmanager
@@ -102,7 +72,7 @@ async def _main(concurrency: int, seconds: float, rounds: int, seats: int) -> No
     figures: dict[str, list[LoadFigures]] = {}
     with admin_database() as admin, bench_database(admin) as url, private_redis() as (redis_url, _):
         await db.migrate(url, [*queue_app_module.migrations(), *booking_app.migrations()])
-        await _seed_holds_event(url, seats)
+        await seed_hold_event(url, HOLD_EVENT, seats, display_name="tls bench")
         join_event = 1 + secrets.randbelow(2**40)
         async with queue_app(url, redis_url) as queue:
             await create_event(queue, event(join_event, opens_at_ms=int(time.time() * 1000)))
@@ -148,6 +118,12 @@ async def _main(concurrency: int, seconds: float, rounds: int, seats: int) -> No
                     "hold on": hold(bpb_grpc.BookingServiceStub(booking_on_channel), True),
                     "hold off": hold(bpb_grpc.BookingServiceStub(booking_off_channel), False),
                 }
+                pids = {
+                    "join on": queue_on.pid,
+                    "join off": queue_off.pid,
+                    "hold on": booking_on.pid,
+                    "hold off": booking_off.pid,
+                }
                 for i in range(rounds):
                     # Interleaved, each pair in alternating order, so that both
                     # sides of a ratio see the same machine.
@@ -155,7 +131,9 @@ async def _main(concurrency: int, seconds: float, rounds: int, seats: int) -> No
                     if i % 2:
                         order = ["join off", "join on", "hold off", "hold on"]
                     for name in order:
-                        result = await closed_loop(measures[name], concurrency=concurrency, seconds=seconds)
+                        result = await closed_loop(
+                            measures[name], concurrency=concurrency, seconds=seconds, server_pid=pids[name]
+                        )
                         figures.setdefault(name, []).append(result)
 
     def median(name: str) -> LoadFigures:
@@ -170,6 +148,13 @@ async def _main(concurrency: int, seconds: float, rounds: int, seats: int) -> No
         on, off = median(f"{kind} on"), median(f"{kind} off")
         rows += [
             Row(f"{label} req/s, mTLS on (baseline: off)", on.rps, "/s", off.rps, f">= 0.9; rounds {ratios(kind)}"),
+            Row(
+                f"{label} server CPU per call, on (baseline: off)",
+                statistics.median(f.server_cpu_us for f in figures[f"{kind} on"]),
+                "us",
+                statistics.median(f.server_cpu_us for f in figures[f"{kind} off"]),
+                better="lower",
+            ),
             Row(f"{label} p50 latency, on (baseline: off)", on.p50_ms, "ms", off.p50_ms, better="lower"),
             Row(f"{label} p99 latency, on (baseline: off)", on.p99_ms, "ms", off.p99_ms, better="lower"),
             Row(
