@@ -331,7 +331,14 @@ async def test_issuer_leaves_a_seat_conflict_pending_until_it_resolves(
     issuing = await make_issuer("c", claim_idle_ms=1)
     issuer, registry = issuing.consumer, issuing.registry
     await issuer.prepare()
+    # The seat is issued to the first booking; the second booking's
+    # confirmation (the seat was resold) arrives before the first one's
+    # cancellation. (Different bookings are issued concurrently, so the two
+    # confirmations go through the issuer one after the other.)
     await insert_outbox(pool, first, "BookingConfirmed", _confirmed(first, event_id, seats=[5]))
+    await _drain(_relay(pool, redis_conn, stream))
+    while await issuer.read_once() > 0:
+        pass
     await insert_outbox(pool, second, "BookingConfirmed", _confirmed(second, event_id, seats=[5]))
     await _drain(_relay(pool, redis_conn, stream))
     while await issuer.read_once() > 0:
