@@ -46,12 +46,15 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, second
 
 @contextlib.asynccontextmanager
 async def whole_mesh(
-    stores: Stores, stream_prefix: str, *, tracing: Tracing | None = None
+    stores: Stores, stream_prefix: str, *, tracing: Tracing | None = None, webhooks: str = "auto"
 ) -> AsyncIterator[dict[str, str]]:
     """Every role of queue, booking and payment running (fast timings, a
     ticket stream of its own named after ``stream_prefix``); the servers'
     addresses by component name. ``tracing``: the process's tracer
-    provider (a test's in-memory exporter), else none."""
+    provider (a test's in-memory exporter), else none. ``webhooks``: the
+    sandbox's webhook mode; "manual" when only the test's own calls may
+    settle a payment (an automatic webhook confirms the hold in a trace of
+    its own when it comes before the test's ConfirmPayment)."""
     from booking_svc import app as booking_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
@@ -68,6 +71,7 @@ async def whole_mesh(
             "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
             "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
             "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
+            "BOXOFFICE_SANDBOX_WEBHOOK_MODE": webhooks,
             "BOXOFFICE_TICKET_STREAM": f"{stream_prefix}-{uuid.uuid4().hex[:12]}",
             "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
             "BOXOFFICE_DB_POOL_MAX": "20",

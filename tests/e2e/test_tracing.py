@@ -39,7 +39,10 @@ FAN = "fan-traced"
 async def traced(stores: Stores) -> AsyncIterator[tuple[InMemorySpanExporter, Tracing, dict[str, str]]]:
     exporter = InMemorySpanExporter()
     tracing = Tracing.exporting_to(exporter, "boxoffice-e2e")
-    async with whole_mesh(stores, "ticket-issued-tracing", tracing=tracing) as addresses:
+    # Manual webhooks: the sandbox's own delivery would otherwise race the
+    # test's ConfirmPayment to the hold and, when first, confirm it (and write
+    # the outbox row the issuer's span follows) in the webhook's trace.
+    async with whole_mesh(stores, "ticket-issued-tracing", tracing=tracing, webhooks="manual") as addresses:
         yield exporter, tracing, addresses
 
 
