@@ -58,6 +58,12 @@ class Env:
             raise ConfigError(f"{name}={result} must be <= {maximum}")
         return result
 
+    def optional_integer(self, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
+        """:meth:`integer` for a setting that may be absent (None then)."""
+        if self.raw(name) is None:
+            return None
+        return self.integer(name, 0, minimum=minimum, maximum=maximum)
+
     def number(self, name: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
         value = self.raw(name)
         if value is None:

@@ -294,8 +294,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     processes = 1
     try:
         # A copy of a role run under BOXOFFICE_PROCESSES says which it is in every line.
-        index = env.raw("BOXOFFICE_PROCESS_INDEX")
-        fields = None if index is None else {"process": env.integer("BOXOFFICE_PROCESS_INDEX", 0, minimum=0)}
+        index = env.optional_integer("BOXOFFICE_PROCESS_INDEX", minimum=0)
+        fields = None if index is None else {"process": index}
         logs.configure(env.choice("BOXOFFICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error")), fields)
         store = StoreConfig.from_env(env)
         # Validate everything before starting anything.

@@ -30,6 +30,15 @@ def test_bad_server_values_are_config_errors(environ: dict[str, str], needle: st
         ServerConfig.from_env(Env(environ), default_grpc_port=1)
 
 
+def test_an_optional_integer_is_none_when_absent_and_checked_when_given() -> None:
+    assert Env({}).optional_integer("BOXOFFICE_PROCESS_INDEX", minimum=0) is None
+    assert Env({"BOXOFFICE_PROCESS_INDEX": "1"}).optional_integer("BOXOFFICE_PROCESS_INDEX", minimum=0) == 1
+    with pytest.raises(ConfigError, match="BOXOFFICE_PROCESS_INDEX=-1 must be >= 0"):
+        Env({"BOXOFFICE_PROCESS_INDEX": "-1"}).optional_integer("BOXOFFICE_PROCESS_INDEX", minimum=0)
+    with pytest.raises(ConfigError, match="'one' is not an integer"):
+        Env({"BOXOFFICE_PROCESS_INDEX": "one"}).optional_integer("BOXOFFICE_PROCESS_INDEX")
+
+
 def test_token_keys_parse_and_validate() -> None:
     config = TokenConfig.from_env(
         Env({"BOXOFFICE_TOKEN_KEYS": "a:0123456789abcdef,b:fedcba9876543210", "BOXOFFICE_TOKEN_ACTIVE_KID": "b"})
