@@ -145,6 +145,16 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
+def ingress_rules(labels: dict[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(policy name, rule) of every ingress rule of the NetworkPolicies that
+    apply to pods labelled ``labels``."""
+    for policy in of_kind("NetworkPolicy"):
+        spec = policy["spec"]
+        if "Ingress" in spec["policyTypes"] and selects(spec["podSelector"], labels):
+            for rule in spec.get("ingress", []):
+                yield policy["metadata"]["name"], rule
+
+
 def pod_specs(*, third_party: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
     """(workload name, pod spec) of every Deployment and Job of boxoffice's
     image (and, with ``third_party``, the others too: PgBouncer)."""

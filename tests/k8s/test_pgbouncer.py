@@ -31,6 +31,7 @@ from tests.k8s.support import (
     by_name,
     config_map_data,
     documents,
+    ingress_rules,
     kubectl,
     monitor_jobs,
     of_kind,
@@ -210,15 +211,11 @@ def test_prometheus_scrapes_the_exporter_as_its_own_job_and_reaches_nothing_else
     labels = _deployment()["spec"]["template"]["metadata"]["labels"]
     # Prometheus reaches the pods on the exporter's port, not PgBouncer's.
     scraped: set[int] = set()
-    for policy in of_kind("NetworkPolicy"):
-        spec = policy["spec"]
-        if "Ingress" not in spec["policyTypes"] or not selects(spec["podSelector"], labels):
-            continue
-        for rule in spec.get("ingress", []):
-            if PROMETHEUS in rule.get("from", []):
-                scraped |= {p["port"] for p in rule["ports"]}
-            if EXPORTER_PORT in {p["port"] for p in rule["ports"]}:
-                assert rule.get("from") == [PROMETHEUS], policy["metadata"]["name"]
+    for policy, rule in ingress_rules(labels):
+        if PROMETHEUS in rule.get("from", []):
+            scraped |= {p["port"] for p in rule["ports"]}
+        if EXPORTER_PORT in {p["port"] for p in rule["ports"]}:
+            assert rule.get("from") == [PROMETHEUS], policy
     assert scraped == {EXPORTER_PORT}
     # One PodMonitor scrapes the sidecar, as the job the alerts select.
     monitors = [

@@ -24,6 +24,7 @@ from tests.k8s.support import (
     by_name,
     config_map_data,
     documents,
+    ingress_rules,
     kubectl,
     kustomization_roots,
     of_kind,
@@ -244,16 +245,12 @@ def test_every_user_of_postgres_reaches_pgbouncer_and_only_they_do() -> None:
         )
         assert reaches == (role in users), role
     admitted: set[str] = set()
-    for policy in of_kind("NetworkPolicy"):
-        spec = policy["spec"]
-        if "Ingress" not in spec["policyTypes"] or not selects(spec["podSelector"], pgbouncer):
-            continue
-        for rule in spec.get("ingress", []):
-            if 6432 in _ports(rule):
-                assert rule.get("from"), "PgBouncer open to anyone"
-                for peer in rule["from"]:
-                    assert set(peer) == {"podSelector"}, peer
-                    admitted |= {r for r in access.ROLES if selects(peer["podSelector"], _labels(r))}
+    for _, rule in ingress_rules(pgbouncer):
+        if 6432 in _ports(rule):
+            assert rule.get("from"), "PgBouncer open to anyone"
+            for peer in rule["from"]:
+                assert set(peer) == {"podSelector"}, peer
+                admitted |= {r for r in access.ROLES if selects(peer["podSelector"], _labels(r))}
     assert admitted == users
 
 
