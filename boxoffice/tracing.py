@@ -22,9 +22,10 @@ logged while a call or an HTTP request is handled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -276,6 +277,31 @@ class Tracing:
         ctx = _context(parent)
         span = self.tracer.start_span(name, ctx, trace.SpanKind.CONSUMER, attributes, links)
         return span, otel_context.attach(trace.set_span_in_context(span, ctx))
+
+    # Work that follows from another trace --------------------------------
+
+    @contextlib.contextmanager
+    def linked(self, name: str, traceparent: str | None, attributes: Mapping[str, str]) -> Iterator[None]:
+        """Do the enclosed work in a span of its own, child of the current
+        one and linked to ``traceparent``'s (the call it follows from, in
+        another trace: the StartPayment whose charge a provider's webhook
+        reports; None, empty or malformed: no link). Nothing when nothing is
+        recorded."""
+        if self.tracer is None:
+            yield
+            return
+        origin = span_context_of(traceparent or None)
+        links = () if origin is None else (trace.Link(origin),)
+        span = self.tracer.start_span(name, None, trace.SpanKind.INTERNAL, attributes, links)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        error: str | None = None
+        try:
+            yield
+        except BaseException as err:
+            error = type(err).__name__
+            raise
+        finally:
+            self.exit(span, token, error)
 
     # Client side -----------------------------------------------------------
 

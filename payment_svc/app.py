@@ -171,6 +171,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         config=config,
         metrics=metrics,
         hooks=overrides.hooks,
+        tracing=rt.tracing,
     )
     servicer = PaymentServicer(handler=handler, idempotent=Idempotent(idempotency))
     server = rt.grpc_server(COMPONENT, [servicer.registration()])

@@ -40,6 +40,7 @@ from boxoffice.errors import (
     Unavailable,
 )
 from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
+from boxoffice.tracing import Tracing, current_traceparent
 from payment_svc.config import PaymentConfig
 from payment_svc.idempotency import detached, key_scope
 from payment_svc.metrics import ServerMetrics, state_label
@@ -118,6 +119,7 @@ class PaymentHandler:
         config: PaymentConfig,
         metrics: ServerMetrics,
         hooks: PaymentHooks | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
         self._webhook_events = webhook_events
@@ -129,6 +131,7 @@ class PaymentHandler:
         self._config = config
         self._metrics = metrics
         self._hooks = hooks or PaymentHooks()
+        self._tracing = tracing or Tracing.off()
 
     # -- queries
 
@@ -201,6 +204,7 @@ class PaymentHandler:
             amount_minor=hold.amount_minor,
             currency=hold.currency,
             payment_method=payment_method,
+            traceparent=current_traceparent() or "",
         )
         if not created:
             return payment
@@ -464,6 +468,13 @@ class PaymentHandler:
         payment = await self._webhook_payment(event)
         if payment is None:
             return None
+        # The webhook arrives in a trace of its own: what it does is linked
+        # to the call that started the payment (and made the charge).
+        attributes = {"boxoffice.provider_event_id": event.event_id, "boxoffice.payment_id": payment.payment_id}
+        with self._tracing.linked(f"apply {event.type}", payment.traceparent, attributes):
+            return await self._apply_to(payment, event)
+
+    async def _apply_to(self, payment: Payment, event: WebhookEvent) -> Payment:
         data = event.data
         if event.type in ("charge.succeeded", "charge.failed"):
             if data.get("idempotency_key") != payment.provider_idempotency_key:

@@ -52,6 +52,8 @@ class Payment:
     refunded_minor: int
     created_at: datetime
     updated_at: datetime
+    # The traceparent of the call that started it ("" when none).
+    traceparent: str = ""
 
 
 class RefundState(enum.StrEnum):

@@ -26,10 +26,12 @@ class PaymentStore(Protocol):
         amount_minor: int,
         currency: str,
         payment_method: str,
+        traceparent: str = "",
     ) -> tuple[Payment, bool]:
         """A new PENDING payment for the hold, or (the live one, False) when
         another is live (the caller has looked; a concurrent start loses on
-        the unique index and answers with the winner's)."""
+        the unique index and answers with the winner's). ``traceparent``:
+        the starting call's, kept with the payment."""
 
     async def get(self, payment_id: str) -> Payment | None: ...
 

@@ -33,7 +33,7 @@ from payment_svc.ports import PaymentStore
 _PAYMENT_COLUMNS = (
     "payment_id::text, hold_id::text, attempt, event_id, customer_id, amount_minor, currency, payment_method, "
     "state, provider_idempotency_key, coalesce(provider_payment_id, ''), failure_reason, refunded_minor, "
-    "created_at, updated_at"
+    "created_at, updated_at, traceparent"
 )
 _REFUND_COLUMNS = (
     "refund_id::text, payment_id::text, request_key, amount_minor, currency, reason, source, state, "
@@ -66,6 +66,7 @@ def _payment(row: Sequence[Any]) -> Payment:
         refunded_minor=row[12],
         created_at=row[13],
         updated_at=row[14],
+        traceparent=row[15],
     )
 
 
@@ -97,6 +98,7 @@ class PgPaymentStore:
         amount_minor: int,
         currency: str,
         payment_method: str,
+        traceparent: str = "",
     ) -> tuple[Payment, bool]:
         for attempt in range(3):
             if attempt > 0:
@@ -114,8 +116,9 @@ class PgPaymentStore:
                     cur = await conn.execute(
                         f"""
                         INSERT INTO payments (payment_id, hold_id, attempt, event_id, customer_id, amount_minor,
-                                              currency, payment_method, state, provider_idempotency_key)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s)
+                                              currency, payment_method, state, provider_idempotency_key,
+                                              traceparent)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)
                         RETURNING {_PAYMENT_COLUMNS}
                         """,
                         (
@@ -128,6 +131,7 @@ class PgPaymentStore:
                             currency,
                             payment_method,
                             provider_key(hold_id, attempt),
+                            traceparent,
                         ),
                     )
                     created = await cur.fetchone()

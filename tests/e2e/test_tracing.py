@@ -6,10 +6,11 @@ the outbox event) shares the edge's trace id and has its parent in it."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import pytest
@@ -35,24 +36,60 @@ from tests.support import MeshClient, Stores, channel_credentials, make_runtime,
 FAN = "fan-traced"
 
 
-@pytest.fixture
-async def traced(stores: Stores) -> AsyncIterator[tuple[InMemorySpanExporter, Tracing, dict[str, str]]]:
+Traced = tuple[InMemorySpanExporter, Tracing, dict[str, str]]
+
+
+@contextlib.asynccontextmanager
+async def _traced(stores: Stores, webhooks: str) -> AsyncIterator[Traced]:
     exporter = InMemorySpanExporter()
     tracing = Tracing.exporting_to(exporter, "boxoffice-e2e")
-    # Manual webhooks: the sandbox's own delivery would otherwise race the
-    # test's ConfirmPayment to the hold and, when first, confirm it (and write
-    # the outbox row the issuer's span follows) in the webhook's trace.
-    async with whole_mesh(stores, "ticket-issued-tracing", tracing=tracing, webhooks="manual") as addresses:
+    async with whole_mesh(stores, f"ticket-issued-tracing-{webhooks}", tracing=tracing, webhooks=webhooks) as addresses:
         yield exporter, tracing, addresses
 
 
-def _edge(stores: Stores, address: str, tracing: Tracing) -> grpc.aio.Channel:
-    """A channel as the edge that carries the current trace, as the edge's
-    own channels do."""
+@pytest.fixture
+async def traced(stores: Stores) -> AsyncIterator[Traced]:
+    """The mesh with the sandbox's webhooks manual: its own delivery would
+    otherwise race the test's ConfirmPayment to the hold and, when first,
+    confirm it (and write the outbox row the issuer's span follows) in the
+    webhook's trace."""
+    async with _traced(stores, "manual") as found:
+        yield found
+
+
+@pytest.fixture
+async def traced_webhooks(stores: Stores) -> AsyncIterator[Traced]:
+    """The mesh with the sandbox delivering its webhooks, as a provider does."""
+    async with _traced(stores, "auto") as found:
+        yield found
+
+
+# The stubs' async types exist in the generated stubs only (.pyi).
+Stubs: TypeAlias = (
+    "tuple[qpb_grpc.QueueServiceAsyncStub, bpb_grpc.BookingServiceAsyncStub, ppb_grpc.PaymentServiceAsyncStub]"
+)
+
+
+@contextlib.asynccontextmanager
+async def _as_edge(stores: Stores, addresses: dict[str, str], tracing: Tracing) -> AsyncIterator[Stubs]:
+    """Queue, booking and payment stubs on channels as the edge's, which
+    carry the current trace as the edge's own channels do."""
     files = stores.pki.files(access.EDGE)
-    return grpc.aio.secure_channel(
-        address, channel_credentials(files, files.ca), interceptors=tracing.client_interceptors()
-    )
+    channels = [
+        grpc.aio.secure_channel(
+            addresses[name], channel_credentials(files, files.ca), interceptors=tracing.client_interceptors()
+        )
+        for name in ("queue", "booking", "payment")
+    ]
+    try:
+        yield (
+            qpb_grpc.QueueServiceStub(channels[0]),
+            bpb_grpc.BookingServiceStub(channels[1]),
+            ppb_grpc.PaymentServiceStub(channels[2]),
+        )
+    finally:
+        for channel in channels:
+            await channel.close()
 
 
 async def _event(addresses: dict[str, str], stores: Stores) -> int:
@@ -112,66 +149,65 @@ def _parent_of(span: ReadableSpan, spans: Sequence[ReadableSpan]) -> ReadableSpa
     return parents[0]
 
 
+async def _start_payment(
+    queue: qpb_grpc.QueueServiceAsyncStub,
+    booking: bpb_grpc.BookingServiceAsyncStub,
+    payment: ppb_grpc.PaymentServiceAsyncStub,
+    event_id: int,
+) -> ppb.StartPaymentResponse:
+    """The fan's checkout up to StartPayment: join, admitted, two seats held,
+    the payment started."""
+    fan: Any = as_fan(FAN)
+    await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=FAN), metadata=fan)
+
+    async def token() -> str | None:
+        reply = await queue.GetQueuePosition(
+            qpb.GetQueuePositionRequest(event_id=event_id, customer_id=FAN), metadata=fan
+        )
+        position = reply.position
+        admitted = position.state == qpb.QUEUE_STATE_ADMITTED
+        return position.access_token if admitted and position.access_token else None
+
+    access_token = await eventually(token, "the fan admitted")
+    held = await booking.HoldSeats(
+        bpb.HoldSeatsRequest(
+            access_token=access_token,
+            event_id=event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
+        ),
+        metadata=fan,
+    )
+    started: ppb.StartPaymentResponse = await payment.StartPayment(
+        ppb.StartPaymentRequest(access_token=access_token, hold_id=held.hold.hold_id, payment_method="pm_card_ok"),
+        metadata=fan,
+    )
+    return started
+
+
 async def test_one_checkout_is_one_connected_trace_through_every_hop_and_the_outbox(
-    stores: Stores, traced: tuple[InMemorySpanExporter, Tracing, dict[str, str]]
+    stores: Stores, traced: Traced
 ) -> None:
     exporter, tracing, addresses = traced
     event_id = await _event(addresses, stores)
     assert tracing.tracer is not None
     fan: Any = as_fan(FAN)
-    queue_channel = _edge(stores, addresses["queue"], tracing)
-    booking_channel = _edge(stores, addresses["booking"], tracing)
-    payment_channel = _edge(stores, addresses["payment"], tracing)
-    try:
-        queue = qpb_grpc.QueueServiceStub(queue_channel)
-        booking = bpb_grpc.BookingServiceStub(booking_channel)
-        payment = ppb_grpc.PaymentServiceStub(payment_channel)
+    async with _as_edge(stores, addresses, tracing) as (queue, booking, payment):
         with tracing.tracer.start_as_current_span("checkout", kind=trace.SpanKind.SERVER) as root:
-            await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=FAN), metadata=fan)
-
-            async def token() -> str | None:
-                reply = await queue.GetQueuePosition(
-                    qpb.GetQueuePositionRequest(event_id=event_id, customer_id=FAN), metadata=fan
-                )
-                position = reply.position
-                admitted = position.state == qpb.QUEUE_STATE_ADMITTED
-                return position.access_token if admitted and position.access_token else None
-
-            access_token = await eventually(token, "the fan admitted")
-            held = await booking.HoldSeats(
-                bpb.HoldSeatsRequest(
-                    access_token=access_token,
-                    event_id=event_id,
-                    best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
-                ),
-                metadata=fan,
-            )
-            started = await payment.StartPayment(
-                ppb.StartPaymentRequest(
-                    access_token=access_token, hold_id=held.hold.hold_id, payment_method="pm_card_ok"
-                ),
-                metadata=fan,
-            )
+            started = await _start_payment(queue, booking, payment, event_id)
             confirmed = await payment.ConfirmPayment(
                 ppb.ConfirmPaymentRequest(
-                    payment_id=started.payment.payment_id, idempotency_key=f"traced-{held.hold.hold_id}"
+                    payment_id=started.payment.payment_id, idempotency_key=f"traced-{started.payment.hold_id}"
                 ),
                 metadata=fan,
             )
             assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
         trace_id = root.get_span_context().trace_id
 
-        def issued() -> list[ReadableSpan] | None:
+        async def issued() -> list[ReadableSpan] | None:
             spans = [s for s in exporter.get_finished_spans() if s.context and s.context.trace_id == trace_id]
             return spans if any(s.kind is trace.SpanKind.CONSUMER for s in spans) else None
 
-        async def ready() -> list[ReadableSpan] | None:
-            return issued()
-
-        spans = await eventually(ready, "the issuer's span in the checkout's trace")
-    finally:
-        for channel in (queue_channel, booking_channel, payment_channel):
-            await channel.close()
+        spans = await eventually(issued, "the issuer's span in the checkout's trace")
 
     # Every span but the edge's own has its parent in the trace: one tree.
     for span in spans:
@@ -203,8 +239,61 @@ async def test_one_checkout_is_one_connected_trace_through_every_hop_and_the_out
     assert [link.context.span_id for link in issue.links] == [confirm_hold.context.span_id]
 
 
+async def test_a_payment_the_providers_webhook_settles_is_linked_to_the_fans_start_payment(
+    stores: Stores, traced_webhooks: Traced
+) -> None:
+    """Here the provider's webhook, not the fan, settles the payment: its
+    handling is a trace of its own (the webhook's call), and the span that
+    applies it is linked to the StartPayment that made the charge, so the
+    ticket's issuance, in the webhook's trace, leads back to the checkout."""
+    exporter, tracing, addresses = traced_webhooks
+    event_id = await _event(addresses, stores)
+    assert tracing.tracer is not None
+    async with _as_edge(stores, addresses, tracing) as (queue, booking, payment):
+        with tracing.tracer.start_as_current_span("checkout", kind=trace.SpanKind.SERVER) as root:
+            await _start_payment(queue, booking, payment, event_id)
+    checkout = root.get_span_context().trace_id
+
+    def in_trace(trace_id: int) -> list[ReadableSpan]:
+        return [s for s in exporter.get_finished_spans() if s.context is not None and s.context.trace_id == trace_id]
+
+    start = _named(in_trace(checkout), "boxoffice.payment.v1.PaymentService/StartPayment", trace.SpanKind.SERVER)
+    assert start.context is not None
+
+    async def applied() -> ReadableSpan | None:
+        linked = [
+            s
+            for s in exporter.get_finished_spans()
+            if s.name == "apply charge.succeeded"
+            and any(link.context.span_id == start.context.span_id for link in s.links)
+        ]
+        if not linked:
+            return None
+        (span,) = linked
+        assert span.context is not None
+        issued = any(s.kind is trace.SpanKind.CONSUMER for s in in_trace(span.context.trace_id))
+        return span if issued else None
+
+    apply = await eventually(applied, "the webhook applied, linked to StartPayment, and the ticket issued")
+    assert apply.context is not None and apply.context.trace_id != checkout
+    spans = in_trace(apply.context.trace_id)
+    ((link_trace, link_span),) = [(link.context.trace_id, link.context.span_id) for link in apply.links]
+    assert (link_trace, link_span) == (checkout, start.context.span_id)
+    webhook = _parent_of(apply, spans)
+    assert webhook.kind is trace.SpanKind.SERVER
+    assert webhook.name == "boxoffice.payment.v1.PaymentService/HandleProviderWebhook"
+    # The hold's confirmation is under the applying span, and the ticket's
+    # issuance under the confirmation.
+    confirm_hold = _named(spans, "boxoffice.booking.v1.BookingService/ConfirmHold", trace.SpanKind.SERVER)
+    above = confirm_hold
+    while above is not apply:
+        above = _parent_of(above, spans)
+    issue = _named(spans, "issue BookingConfirmed", trace.SpanKind.CONSUMER)
+    assert _parent_of(issue, spans) is confirm_hold
+
+
 async def test_the_edges_span_is_the_child_of_the_clients_traceparent_and_the_parent_of_the_mesh(
-    stores: Stores, traced: tuple[InMemorySpanExporter, Tracing, dict[str, str]]
+    stores: Stores, traced: Traced
 ) -> None:
     exporter, tracing, addresses = traced
     rt = make_runtime(stores)
