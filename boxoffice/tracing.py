@@ -262,21 +262,25 @@ class Tracing:
 
     # Outbox ----------------------------------------------------------------
 
-    def consume(
-        self, name: str, traceparent: str | None, attributes: Mapping[str, str]
-    ) -> tuple[trace.Span | None, object]:
-        """Start handling a stream entry written with ``traceparent`` (its
-        producer's context, None or malformed: a new trace): a consumer
-        span, child of the producer's span and linked to it."""
+    @contextlib.contextmanager
+    def consuming(self, name: str, traceparent: str | None, attributes: Mapping[str, str]) -> Iterator[None]:
+        """Handle a stream entry written with ``traceparent`` (its producer's
+        context; None or malformed: a new trace) in a consumer span, child of
+        the producer's span and linked to it. With nothing recorded, the
+        producer's context is current all the same (its ids go in the logs)."""
         parent = span_context_of(traceparent)
+        ctx = _context(parent)
         if self.tracer is None:
             if parent is None:
-                return None, None
-            return None, otel_context.attach(_context(parent))
+                yield
+                return
+            with self._within(None, ctx):
+                yield
+            return
         links = () if parent is None else (trace.Link(parent),)
-        ctx = _context(parent)
         span = self.tracer.start_span(name, ctx, trace.SpanKind.CONSUMER, attributes, links)
-        return span, otel_context.attach(trace.set_span_in_context(span, ctx))
+        with self._within(span, trace.set_span_in_context(span, ctx)):
+            yield
 
     # Work that follows from another trace --------------------------------
 
@@ -293,7 +297,15 @@ class Tracing:
         origin = span_context_of(traceparent or None)
         links = () if origin is None else (trace.Link(origin),)
         span = self.tracer.start_span(name, None, trace.SpanKind.INTERNAL, attributes, links)
-        token = otel_context.attach(trace.set_span_in_context(span))
+        with self._within(span, trace.set_span_in_context(span)):
+            yield
+
+    @classmethod
+    @contextlib.contextmanager
+    def _within(cls, span: trace.Span | None, ctx: otel_context.Context) -> Iterator[None]:
+        """The enclosed work with ``ctx`` current; ``span`` ended after it
+        (failed, with the exception's name, when the work raised)."""
+        token = otel_context.attach(ctx)
         error: str | None = None
         try:
             yield
@@ -301,7 +313,7 @@ class Tracing:
             error = type(err).__name__
             raise
         finally:
-            self.exit(span, token, error)
+            cls.exit(span, token, error)
 
     # Client side -----------------------------------------------------------
 

@@ -78,19 +78,13 @@ class TicketIssuer:
         self._tracing = tracing or Tracing.off()
 
     async def handle(self, entry: StreamEntry) -> None:
-        span, token = self._tracing.consume(
-            f"issue {entry.type}",
-            entry.traceparent,
-            {"messaging.system": "redis", "messaging.message.id": entry.event_id, "boxoffice.event_type": entry.type},
-        )
-        error: str | None = None
-        try:
+        attributes = {
+            "messaging.system": "redis",
+            "messaging.message.id": entry.event_id,
+            "boxoffice.event_type": entry.type,
+        }
+        with self._tracing.consuming(f"issue {entry.type}", entry.traceparent, attributes):
             await self._handle(entry)
-        except BaseException as err:
-            error = type(err).__name__
-            raise
-        finally:
-            self._tracing.exit(span, token, error)
 
     async def _handle(self, entry: StreamEntry) -> None:
         try:

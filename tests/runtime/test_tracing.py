@@ -27,7 +27,7 @@ from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
 from boxoffice.streams import StreamEntry
 from boxoffice.tls import CallerResolver, ClientChannel, server_credentials
-from boxoffice.tracing import Tracing, TracingConfig, span_context_of
+from boxoffice.tracing import Tracing, TracingConfig, current_ids, span_context_of
 from tests.runtime.test_config import _one_line, _run
 from tests.support import TRUST_DOMAIN, Stores, client_channel, server_config
 
@@ -243,16 +243,26 @@ def test_an_outbox_entry_carries_its_writers_trace_to_the_consumers_span(exporte
     untraced = OutboxRow("e-2", "booking", "h-2", "BookingConfirmed", "{}", datetime.now(UTC), 2)
     assert "traceparent" not in untraced.fields()
     tracing = Tracing.exporting_to(exporter, "test-issuer")
-    span, token = tracing.consume("issue", entry.traceparent, {})
-    Tracing.exit(span, token)
+    with tracing.consuming("issue", entry.traceparent, {}):
+        pass
     (done,) = exporter.get_finished_spans()
     assert done.kind is trace.SpanKind.CONSUMER
     assert done.parent is not None and f"{done.parent.span_id:016x}" == PARENT_ID
     assert [f"{link.context.span_id:016x}" for link in done.links] == [PARENT_ID]
+    assert done.status.status_code is trace.StatusCode.UNSET
     # A malformed one: a trace of its own, no link.
-    span, token = tracing.consume("issue", "00-nope", {})
-    Tracing.exit(span, token)
+    with tracing.consuming("issue", "00-nope", {}):
+        pass
     assert exporter.get_finished_spans()[-1].parent is None
+    # An entry whose handling fails: its span is marked failed, the error goes on.
+    with pytest.raises(ValueError), tracing.consuming("issue", entry.traceparent, {}):
+        raise ValueError("malformed")
+    failed = exporter.get_finished_spans()[-1]
+    assert failed.status.status_code is trace.StatusCode.ERROR and failed.status.description == "ValueError"
+    # With nothing recorded, the producer's trace is current while the entry is handled.
+    with Tracing.off().consuming("issue", entry.traceparent, {}):
+        assert current_ids()[0] == TRACE_ID
+    assert current_ids()[0] is None
 
 
 def test_span_context_of_reads_only_valid_traceparents() -> None:
