@@ -94,7 +94,12 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
     if limiter is None:
         batcher = ScriptBatcher(rt.redis(), name="edge-rate-limits")
         components.append(batcher)
-        limiter = RedisRateLimiter(batcher, rt.clock, on_unavailable=metrics.rate_limit_unavailable.inc)
+        limiter = RedisRateLimiter(
+            batcher,
+            rt.clock,
+            timeout_seconds=config.rate_limit_timeout_seconds,
+            on_unavailable=metrics.rate_limit_unavailable.inc,
+        )
         refusals = RedisRefusals(batcher)
     hub = ProgressHub(mesh, metrics)
     presence = PresenceReporter(mesh, interval_seconds=config.presence_report_seconds)

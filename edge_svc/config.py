@@ -81,6 +81,9 @@ class EdgeConfig:
     ip_burst: int
     account_rate_per_second: float
     account_burst: int
+    # How long a limit check may wait for Redis before it lets the request
+    # in (counted in boxoffice_edge_rate_limit_unavailable).
+    rate_limit_timeout_seconds: float
     # Server-Sent Events: heartbeat interval and the reconnect hint.
     sse_heartbeat_seconds: float
     sse_retry_ms: int
@@ -123,6 +126,9 @@ class EdgeConfig:
             ip_burst=env.integer("BOXOFFICE_EDGE_IP_BURST", 60, minimum=1),
             account_rate_per_second=env.number("BOXOFFICE_EDGE_ACCOUNT_RATE", 5.0, minimum=0.01),
             account_burst=env.integer("BOXOFFICE_EDGE_ACCOUNT_BURST", 30, minimum=1),
+            rate_limit_timeout_seconds=env.number(
+                "BOXOFFICE_EDGE_RATE_LIMIT_TIMEOUT_SECONDS", 0.25, minimum=0.01, maximum=10.0
+            ),
             sse_heartbeat_seconds=env.number("BOXOFFICE_EDGE_SSE_HEARTBEAT_SECONDS", 15.0, minimum=0.05),
             sse_retry_ms=env.integer("BOXOFFICE_EDGE_SSE_RETRY_MS", 3000, minimum=100),
             progress_max_age_seconds=env.integer("BOXOFFICE_EDGE_PROGRESS_MAX_AGE_SECONDS", 2, minimum=0, maximum=60),

@@ -33,21 +33,28 @@ class RateLimiter(Protocol):
 
 
 class RedisRateLimiter:
-    """GCRA limits in Redis; a limit Redis cannot answer lets the request in
-    (the services behind keep their own limits), and counts it."""
+    """GCRA limits in Redis; a limit Redis cannot answer within
+    ``timeout_seconds`` lets the request in (the services behind keep their
+    own limits), and counts it."""
 
     def __init__(
-        self, batcher: ScriptBatcher, clock: Clock, *, on_unavailable: Callable[[], None] | None = None
+        self,
+        batcher: ScriptBatcher,
+        clock: Clock,
+        *,
+        timeout_seconds: float = 0.25,
+        on_unavailable: Callable[[], None] | None = None,
     ) -> None:
         self._batcher = batcher
         self._clock = clock
+        self._timeout_seconds = timeout_seconds
         self._script: Script = load_script("edge_svc", "rate")
         self._on_unavailable = on_unavailable
 
     async def check(self, scope: str, subject: str, limit: Limit) -> None:
         key = f"edge:rate:{scope}:{{{subject}}}"
         try:
-            with deadline.scope(0.25):
+            with deadline.scope(self._timeout_seconds):
                 allowed, retry_ms = await self._batcher.call(
                     self._script, [key], [int(self._clock.now() * 1000), limit.interval_ms, limit.burst]
                 )
