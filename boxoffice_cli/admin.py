@@ -1,5 +1,5 @@
-"""``boxoffice admin``: the operators' command over QueueAdminService and
-BookingAdminService.
+"""``boxoffice admin``: the operators' command over QueueAdminService,
+BookingAdminService and PaymentService's refunds.
 
     boxoffice admin event create EVENT.yaml
     boxoffice admin inventory load EVENT_ID SEATS.csv
@@ -7,6 +7,7 @@ BookingAdminService.
     boxoffice admin queue update EVENT_ID [--presence-grace D] [--safety-net on|off] [--rate-min N] [--rate-max N]
     boxoffice admin stats EVENT_ID
     boxoffice admin revoke EVENT_ID CUSTOMER_ID [--shadow | --unshadow]
+    boxoffice admin refund PAYMENT_ID --reason TEXT [--request-id ID]
 
 Files are checked whole before anything is sent: every problem is printed
 as ``FILE:LINE: message`` and nothing is created. Exit codes: 0 done, 2 a
@@ -26,6 +27,7 @@ import asyncio
 import datetime
 import re
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,8 @@ from boxoffice_cli.admin_files import (
 )
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as qpb_grpc
 
@@ -54,6 +58,7 @@ OK, FAILED, USAGE = 0, 1, 2
 
 DEFAULT_QUEUE_ADDR = "127.0.0.1:50051"
 DEFAULT_BOOKING_ADDR = "127.0.0.1:50052"
+DEFAULT_PAYMENT_ADDR = "127.0.0.1:50053"
 # Seat rows per LoadInventory call (the service takes up to 10,000).
 DEFAULT_CHUNK_ROWS = 500
 CALL_SECONDS = 30.0
@@ -106,6 +111,7 @@ async def _call(what: str, call: Any) -> Any:
 class _Clients:
     queue: ClientChannel
     booking: ClientChannel
+    payment: ClientChannel
     timeout: float
 
     def queue_admin(self) -> Any:
@@ -113,6 +119,9 @@ class _Clients:
 
     def booking_admin(self) -> Any:
         return self.booking.stub(bpb_grpc.BookingAdminServiceStub)
+
+    def payments(self) -> Any:
+        return self.payment.stub(ppb_grpc.PaymentServiceStub)
 
 
 async def _event_create(clients: _Clients, path: str, out: TextIO) -> None:
@@ -354,6 +363,46 @@ async def _revoke(clients: _Clients, event_id: int, customer_id: str, action: st
     out.write(f"event {event_id} customer {customer_id}: {after}, {flag} ({change})\n")
 
 
+def _payment_state(value: int) -> str:
+    return ppb.PaymentState.Name(ppb.PaymentState.ValueType(value)).removeprefix("PAYMENT_STATE_")
+
+
+async def _refund(clients: _Clients, payment_id: str, reason: str, request_id: str, out: TextIO) -> None:
+    """Refund what is left of a payment (one whose refund the provider
+    refused is asked again this way, with a new request id; the same one
+    replays the first answer)."""
+    reply = await _call(
+        f"refunding payment {payment_id} (request id {request_id})",
+        clients.payments().RefundPayment(
+            ppb.RefundPaymentRequest(payment_id=payment_id, reason=reason, request_id=request_id),
+            timeout=clients.timeout,
+        ),
+    )
+    payment = reply.payment
+    refunded = format_money(payment.refunded.amount_minor, payment.refunded.currency_code)
+    paid = format_money(payment.amount.amount_minor, payment.amount.currency_code)
+    out.write(
+        f"payment {payment.payment_id}: {_payment_state(payment.state)}, {refunded} refunded of {paid} "
+        f"(request id {request_id})\n"
+    )
+
+
+def _payment_id(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a payment id (a UUID)") from None
+
+
+def _bounded_text(name: str, longest: int) -> Any:
+    def parse(text: str) -> str:
+        if not text.strip() or len(text) > longest:
+            raise argparse.ArgumentTypeError(f"the {name} is 1 to {longest} characters")
+        return text
+
+    return parse
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -405,7 +454,8 @@ with the field it names."""
 def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxoffice admin",
-        description="Administer events and waiting rooms through QueueAdminService and BookingAdminService.",
+        description="Administer events and waiting rooms through QueueAdminService and BookingAdminService, "
+        "and refunds through PaymentService.",
         epilog=(
             "With --ca-file, --cert-file and --key-file (or BOXOFFICE_TLS_CA_FILE, BOXOFFICE_TLS_CERT_FILE, "
             "BOXOFFICE_TLS_KEY_FILE) the services are dialled over mutual TLS with that (operator) certificate; "
@@ -423,6 +473,11 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--booking-addr",
         default=env("BOXOFFICE_ADMIN_BOOKING_ADDR", DEFAULT_BOOKING_ADDR),
         help="BookingService's host:port (BOXOFFICE_ADMIN_BOOKING_ADDR, default %(default)s)",
+    )
+    parser.add_argument(
+        "--payment-addr",
+        default=env("BOXOFFICE_ADMIN_PAYMENT_ADDR", DEFAULT_PAYMENT_ADDR),
+        help="PaymentService's host:port (BOXOFFICE_ADMIN_PAYMENT_ADDR, default %(default)s)",
     )
     parser.add_argument("--ca-file", default=env("BOXOFFICE_TLS_CA_FILE"), help="the mesh's CA (PEM)")
     parser.add_argument("--cert-file", default=env("BOXOFFICE_TLS_CERT_FILE"), help="the operator's certificate")
@@ -523,12 +578,33 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         const="unshadow",
         help="take the customer out of the shadow lane; one whom admission passed goes back to the head",
     )
+    refund = commands.add_parser(
+        "refund",
+        help="refund what is left of a payment (and ask again for one the provider refused)",
+        description="Refund what is left of a payment to the fan. A paid booking is cancelled first (its seats "
+        "go back on sale, its tickets are voided) for what the event's refund policy grants; a payment that "
+        "owes its money back (REFUND_REQUIRED) is refunded in full. A refund the provider refused is final for "
+        "its request id: ask again with a new one. The same request id replays the first answer, so a command "
+        "cut off halfway is run again with the request id it printed.",
+    )
+    refund.add_argument("payment_id", type=_payment_id, metavar="PAYMENT_ID")
+    refund.add_argument("--reason", required=True, type=_bounded_text("reason", 500), help="why (kept with it)")
+    refund.add_argument(
+        "--request-id",
+        type=_bounded_text("request id", 64),
+        default=None,
+        help="the refund's request id, 1 to 64 characters (default: a new one, printed)",
+    )
     return parser
 
 
 async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, err: TextIO) -> None:
-    async with ClientChannel(args.queue_addr, files) as queue, ClientChannel(args.booking_addr, files) as booking:
-        clients = _Clients(queue, booking, args.timeout)
+    async with (
+        ClientChannel(args.queue_addr, files) as queue,
+        ClientChannel(args.booking_addr, files) as booking,
+        ClientChannel(args.payment_addr, files) as payment,
+    ):
+        clients = _Clients(queue, booking, payment, args.timeout)
         if args.command == "event":
             await _event_create(clients, args.file, out)
         elif args.command == "inventory":
@@ -541,6 +617,9 @@ async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, e
             await _stats(clients, args.event_id, out)
         elif args.command in ("codes", "draw", "staff-pass"):
             await admin_lanes.run(clients.queue_admin(), _call, args, clients.timeout, out)
+        elif args.command == "refund":
+            request_id = args.request_id or f"admin-{uuid.uuid4().hex[:16]}"
+            await _refund(clients, args.payment_id, args.reason, request_id, out)
         else:
             await _revoke(clients, args.event_id, args.customer_id, args.revoke_action, out)
 

@@ -6,19 +6,61 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
+import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
 
+from boxoffice import access
 from boxoffice.lifecycle import Component
+from boxoffice.tls import CertFiles
 from boxoffice.tracing import Tracing
 from tests.support import Stores, all_migrations, make_runtime, running
 
 T = TypeVar("T")
+
+_ADMIN = "import os, sys; from boxoffice_cli.admin import main; sys.exit(main(sys.argv[1:], os.environ))"
+
+
+@dataclass
+class Result:
+    """What a command run as its own process did."""
+
+    code: int
+    out: str
+    err: str
+
+
+async def run_admin(
+    stores: Stores,
+    addresses: Mapping[str, str],
+    *args: str,
+    files: CertFiles | None = None,
+    tls: bool = True,
+) -> Result:
+    """``boxoffice admin ARGS`` in its own process, dialling ``addresses``
+    (by component: queue, booking, payment) as the operator (or with
+    ``files``; ``tls=False``: no TLS files at all)."""
+    env = {**os.environ, **{f"BOXOFFICE_ADMIN_{name.upper()}_ADDR": addr for name, addr in addresses.items()}}
+    if tls:
+        identity = files or stores.pki.files(access.OPERATOR)
+        env |= {
+            "BOXOFFICE_TLS_CA_FILE": str(identity.ca),
+            "BOXOFFICE_TLS_CERT_FILE": str(identity.cert),
+            "BOXOFFICE_TLS_KEY_FILE": str(identity.key),
+        }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _ADMIN, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
 
 
 def free_port() -> int:

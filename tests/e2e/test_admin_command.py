@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import io
 import os
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,18 +34,10 @@ from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from queue_svc.app import QueueApp
 from queue_svc.rate import BookingHealth
+from tests.e2e.harness import Result, run_admin
 from tests.edge.asserting import edge_mesh_client
 from tests.queue.harness import AlwaysLeader
 from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, make_runtime, running
-
-_RUN = "import os, sys; from boxoffice_cli.admin import main; sys.exit(main(sys.argv[1:], os.environ))"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
 
 
 @dataclass
@@ -62,24 +53,8 @@ class Mesh:
     async def admin(self, *args: str, files: CertFiles | None = None, tls: bool = True) -> Result:
         """``boxoffice admin ARGS`` in its own process, as the operator
         (or with ``files``; ``tls=False``: no TLS files at all)."""
-        env = {
-            **os.environ,
-            "BOXOFFICE_ADMIN_QUEUE_ADDR": self.queue_addr,
-            "BOXOFFICE_ADMIN_BOOKING_ADDR": self.booking_addr,
-        }
-        if tls:
-            identity = files or self.stores.pki.files(access.OPERATOR)
-            env |= {
-                "BOXOFFICE_TLS_CA_FILE": str(identity.ca),
-                "BOXOFFICE_TLS_CERT_FILE": str(identity.cert),
-                "BOXOFFICE_TLS_KEY_FILE": str(identity.key),
-            }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _RUN, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-        assert proc.returncode is not None
-        return Result(proc.returncode, out.decode(), err.decode())
+        addresses = {"queue": self.queue_addr, "booking": self.booking_addr}
+        return await run_admin(self.stores, addresses, *args, files=files, tls=tls)
 
     def file(self, name: str, text: str) -> str:
         path = self.tmp / name

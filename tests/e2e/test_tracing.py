@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 import grpc
@@ -21,14 +20,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from boxoffice import access
 from boxoffice.tracing import Tracing
 from edge_svc import app as edge_app
-from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
-from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.e2e.harness import eventually, ts, whole_mesh
-from tests.edge.asserting import as_fan, edge_mesh_client
+from tests.e2e.checkout import checkout_event, start_payment
+from tests.e2e.harness import eventually, whole_mesh
+from tests.edge.asserting import as_fan
 from tests.edge.fans import signed_in
 from tests.edge.harness import GENEROUS, EdgeStack
 from tests.support import MeshClient, Stores, channel_credentials, make_runtime, running
@@ -92,50 +90,6 @@ async def _as_edge(stores: Stores, addresses: dict[str, str], tracing: Tracing) 
             await channel.close()
 
 
-async def _event(addresses: dict[str, str], stores: Stores) -> int:
-    event_id = int(uuid.uuid4().int % 10**12) + 10**6
-    now = datetime.now(UTC)
-    async with (
-        edge_mesh_client(stores, addresses["queue"]) as queue_client,
-        edge_mesh_client(stores, addresses["booking"]) as booking_client,
-    ):
-        booking = booking_client.stub(bpb_grpc.BookingServiceStub)
-        queue = queue_client.stub(qpb_grpc.QueueServiceStub)
-        await booking.CreateEvent(
-            bpb.CreateEventRequest(
-                event_id=event_id,
-                display_name="Traced",
-                kind=bpb.EVENT_KIND_CONCERT,
-                starts_at=ts(now + timedelta(days=30)),
-                sections=[
-                    bpb.SectionSpec(
-                        section_id="A",
-                        display_name="Stalls",
-                        kind=bpb.SECTION_KIND_SEATED,
-                        price=bpb.Money(currency_code="EUR", amount_minor=4500),
-                    )
-                ],
-            )
-        )
-        await booking.LoadInventory(
-            bpb.LoadInventoryRequest(
-                event_id=event_id,
-                rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=4)],
-            )
-        )
-        await queue.CreateEventQueue(
-            qpb.CreateEventQueueRequest(
-                config=qpb.EventQueueConfig(
-                    event_id=event_id,
-                    opens_at=ts(now - timedelta(seconds=1)),
-                    admission_rate_per_second=100,
-                    max_active_shoppers=10,
-                )
-            )
-        )
-    return event_id
-
-
 def _named(spans: Sequence[ReadableSpan], name: str, kind: trace.SpanKind) -> ReadableSpan:
     found = [s for s in spans if s.name == name and s.kind is kind]
     assert len(found) == 1, (name, kind, [(s.name, s.kind) for s in spans])
@@ -149,51 +103,16 @@ def _parent_of(span: ReadableSpan, spans: Sequence[ReadableSpan]) -> ReadableSpa
     return parents[0]
 
 
-async def _start_payment(
-    queue: qpb_grpc.QueueServiceAsyncStub,
-    booking: bpb_grpc.BookingServiceAsyncStub,
-    payment: ppb_grpc.PaymentServiceAsyncStub,
-    event_id: int,
-) -> ppb.StartPaymentResponse:
-    """The fan's checkout up to StartPayment: join, admitted, two seats held,
-    the payment started."""
-    fan: Any = as_fan(FAN)
-    await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=FAN), metadata=fan)
-
-    async def token() -> str | None:
-        reply = await queue.GetQueuePosition(
-            qpb.GetQueuePositionRequest(event_id=event_id, customer_id=FAN), metadata=fan
-        )
-        position = reply.position
-        admitted = position.state == qpb.QUEUE_STATE_ADMITTED
-        return position.access_token if admitted and position.access_token else None
-
-    access_token = await eventually(token, "the fan admitted")
-    held = await booking.HoldSeats(
-        bpb.HoldSeatsRequest(
-            access_token=access_token,
-            event_id=event_id,
-            best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
-        ),
-        metadata=fan,
-    )
-    started: ppb.StartPaymentResponse = await payment.StartPayment(
-        ppb.StartPaymentRequest(access_token=access_token, hold_id=held.hold.hold_id, payment_method="pm_card_ok"),
-        metadata=fan,
-    )
-    return started
-
-
 async def test_one_checkout_is_one_connected_trace_through_every_hop_and_the_outbox(
     stores: Stores, traced: Traced
 ) -> None:
     exporter, tracing, addresses = traced
-    event_id = await _event(addresses, stores)
+    event_id = await checkout_event(addresses, stores)
     assert tracing.tracer is not None
     fan: Any = as_fan(FAN)
     async with _as_edge(stores, addresses, tracing) as (queue, booking, payment):
         with tracing.tracer.start_as_current_span("checkout", kind=trace.SpanKind.SERVER) as root:
-            started = await _start_payment(queue, booking, payment, event_id)
+            started = await start_payment(queue, booking, payment, event_id, FAN)
             confirmed = await payment.ConfirmPayment(
                 ppb.ConfirmPaymentRequest(
                     payment_id=started.payment.payment_id, idempotency_key=f"traced-{started.payment.hold_id}"
@@ -247,11 +166,11 @@ async def test_a_payment_the_providers_webhook_settles_is_linked_to_the_fans_sta
     applies it is linked to the StartPayment that made the charge, so the
     ticket's issuance, in the webhook's trace, leads back to the checkout."""
     exporter, tracing, addresses = traced_webhooks
-    event_id = await _event(addresses, stores)
+    event_id = await checkout_event(addresses, stores)
     assert tracing.tracer is not None
     async with _as_edge(stores, addresses, tracing) as (queue, booking, payment):
         with tracing.tracer.start_as_current_span("checkout", kind=trace.SpanKind.SERVER) as root:
-            await _start_payment(queue, booking, payment, event_id)
+            await start_payment(queue, booking, payment, event_id, FAN)
     checkout = root.get_span_context().trace_id
 
     def in_trace(trace_id: int) -> list[ReadableSpan]:

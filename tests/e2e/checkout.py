@@ -1,0 +1,105 @@
+"""A fan's checkout through the mesh for end-to-end tests: an event to buy
+from, and the calls the edge makes for the fan up to StartPayment."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
+from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.e2e.harness import eventually, ts
+from tests.edge.asserting import as_fan, edge_mesh_client
+from tests.support import Stores
+
+
+async def checkout_event(addresses: Mapping[str, str], stores: Stores, *, refund_percent: int | None = None) -> int:
+    """A new event of four seats in section A (45.00 EUR each) with an open
+    waiting room; its id. ``refund_percent``: what a cancellation refunds
+    until a day before the show (None: no refunds)."""
+    event_id = int(uuid.uuid4().int % 10**12) + 10**6
+    now = datetime.now(UTC)
+    async with (
+        edge_mesh_client(stores, addresses["queue"]) as queue_client,
+        edge_mesh_client(stores, addresses["booking"]) as booking_client,
+    ):
+        booking = booking_client.stub(bpb_grpc.BookingServiceStub)
+        queue = queue_client.stub(qpb_grpc.QueueServiceStub)
+        await booking.CreateEvent(
+            bpb.CreateEventRequest(
+                event_id=event_id,
+                display_name="Checkout",
+                kind=bpb.EVENT_KIND_CONCERT,
+                starts_at=ts(now + timedelta(days=30)),
+                refund_policy=None
+                if refund_percent is None
+                else bpb.RefundPolicy(refundable_until=ts(now + timedelta(days=29)), refund_percent=refund_percent),
+                sections=[
+                    bpb.SectionSpec(
+                        section_id="A",
+                        display_name="Stalls",
+                        kind=bpb.SECTION_KIND_SEATED,
+                        price=bpb.Money(currency_code="EUR", amount_minor=4500),
+                    )
+                ],
+            )
+        )
+        await booking.LoadInventory(
+            bpb.LoadInventoryRequest(
+                event_id=event_id,
+                rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=4)],
+            )
+        )
+        await queue.CreateEventQueue(
+            qpb.CreateEventQueueRequest(
+                config=qpb.EventQueueConfig(
+                    event_id=event_id,
+                    opens_at=ts(now - timedelta(seconds=1)),
+                    admission_rate_per_second=100,
+                    max_active_shoppers=10,
+                )
+            )
+        )
+    return event_id
+
+
+async def start_payment(
+    queue: qpb_grpc.QueueServiceAsyncStub,
+    booking: bpb_grpc.BookingServiceAsyncStub,
+    payment: ppb_grpc.PaymentServiceAsyncStub,
+    event_id: int,
+    customer_id: str,
+) -> ppb.StartPaymentResponse:
+    """The fan's checkout up to StartPayment, as the edge calls it for them:
+    join, admitted, two seats held, the payment started (a card that pays)."""
+    fan: Any = as_fan(customer_id)
+    await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=customer_id), metadata=fan)
+
+    async def token() -> str | None:
+        reply = await queue.GetQueuePosition(
+            qpb.GetQueuePositionRequest(event_id=event_id, customer_id=customer_id), metadata=fan
+        )
+        position = reply.position
+        admitted = position.state == qpb.QUEUE_STATE_ADMITTED
+        return position.access_token if admitted and position.access_token else None
+
+    access_token = await eventually(token, "the fan admitted")
+    held = await booking.HoldSeats(
+        bpb.HoldSeatsRequest(
+            access_token=access_token,
+            event_id=event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
+        ),
+        metadata=fan,
+    )
+    started: ppb.StartPaymentResponse = await payment.StartPayment(
+        ppb.StartPaymentRequest(access_token=access_token, hold_id=held.hold.hold_id, payment_method="pm_card_ok"),
+        metadata=fan,
+    )
+    return started
