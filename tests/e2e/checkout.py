@@ -19,54 +19,80 @@ from tests.edge.asserting import as_fan, edge_mesh_client
 from tests.support import Stores
 
 
-async def checkout_event(addresses: Mapping[str, str], stores: Stores, *, refund_percent: int | None = None) -> int:
-    """A new event of four seats in section A (45.00 EUR each) with an open
-    waiting room; its id. ``refund_percent``: what a cancellation refunds
-    until a day before the show (None: no refunds)."""
+async def open_event(
+    booking: Any,
+    queue: Any,
+    *,
+    name: str,
+    seats: int,
+    refund_percent: int | None = None,
+    refundable_days: int = 29,
+    max_seats_per_customer: int = 0,
+) -> int:
+    """A new event in 30 days of ``seats`` seats in section A (45.00 EUR
+    each) whose waiting room is open now (100 admissions a second, ten
+    shoppers at once), made through ``booking`` and ``queue`` (BookingService
+    and QueueService stubs, as the edge or the operator); its id.
+    ``refund_percent``: what a cancellation refunds until
+    ``refundable_days`` from now (None: no refunds)."""
     event_id = int(uuid.uuid4().int % 10**12) + 10**6
     now = datetime.now(UTC)
-    async with (
-        edge_mesh_client(stores, addresses["queue"]) as queue_client,
-        edge_mesh_client(stores, addresses["booking"]) as booking_client,
-    ):
-        booking = booking_client.stub(bpb_grpc.BookingServiceStub)
-        queue = queue_client.stub(qpb_grpc.QueueServiceStub)
-        await booking.CreateEvent(
-            bpb.CreateEventRequest(
-                event_id=event_id,
-                display_name="Checkout",
-                kind=bpb.EVENT_KIND_CONCERT,
-                starts_at=ts(now + timedelta(days=30)),
-                refund_policy=None
-                if refund_percent is None
-                else bpb.RefundPolicy(refundable_until=ts(now + timedelta(days=29)), refund_percent=refund_percent),
-                sections=[
-                    bpb.SectionSpec(
-                        section_id="A",
-                        display_name="Stalls",
-                        kind=bpb.SECTION_KIND_SEATED,
-                        price=bpb.Money(currency_code="EUR", amount_minor=4500),
-                    )
-                ],
-            )
-        )
-        await booking.LoadInventory(
-            bpb.LoadInventoryRequest(
-                event_id=event_id,
-                rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=4)],
-            )
-        )
-        await queue.CreateEventQueue(
-            qpb.CreateEventQueueRequest(
-                config=qpb.EventQueueConfig(
-                    event_id=event_id,
-                    opens_at=ts(now - timedelta(seconds=1)),
-                    admission_rate_per_second=100,
-                    max_active_shoppers=10,
+    policy = (
+        None
+        if refund_percent is None
+        else bpb.RefundPolicy(refundable_until=ts(now + timedelta(days=refundable_days)), refund_percent=refund_percent)
+    )
+    await booking.CreateEvent(
+        bpb.CreateEventRequest(
+            event_id=event_id,
+            display_name=name,
+            kind=bpb.EVENT_KIND_CONCERT,
+            starts_at=ts(now + timedelta(days=30)),
+            max_seats_per_customer=max_seats_per_customer,
+            refund_policy=policy,
+            sections=[
+                bpb.SectionSpec(
+                    section_id="A",
+                    display_name="Stalls",
+                    kind=bpb.SECTION_KIND_SEATED,
+                    price=bpb.Money(currency_code="EUR", amount_minor=4500),
                 )
+            ],
+        )
+    )
+    await booking.LoadInventory(
+        bpb.LoadInventoryRequest(
+            event_id=event_id,
+            rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=seats)],
+        )
+    )
+    await queue.CreateEventQueue(
+        qpb.CreateEventQueueRequest(
+            config=qpb.EventQueueConfig(
+                event_id=event_id,
+                opens_at=ts(now - timedelta(seconds=1)),
+                admission_rate_per_second=100,
+                max_active_shoppers=10,
             )
         )
+    )
     return event_id
+
+
+async def checkout_event(addresses: Mapping[str, str], stores: Stores, *, refund_percent: int | None = None) -> int:
+    """:func:`open_event` of four seats, made as the edge over the whole
+    mesh's ``addresses``."""
+    async with (
+        edge_mesh_client(stores, addresses["queue"]) as queue,
+        edge_mesh_client(stores, addresses["booking"]) as booking,
+    ):
+        return await open_event(
+            booking.stub(bpb_grpc.BookingServiceStub),
+            queue.stub(qpb_grpc.QueueServiceStub),
+            name="Checkout",
+            seats=4,
+            refund_percent=refund_percent,
+        )
 
 
 async def start_payment(

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -39,6 +39,7 @@ from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as qapb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.e2e.checkout import open_event
 from tests.e2e.harness import eventually, ts, whole_mesh
 from tests.edge.asserting import EdgeMeshClient, as_fan
 from tests.support import Stores
@@ -100,41 +101,14 @@ async def _admitted(mesh: Mesh, event_id: int, fan: str) -> str:
 
 
 async def _scene(mesh: Mesh) -> Scene:
-    event_id = int(uuid.uuid4().int % 10**12) + 10**6
-    now = datetime.now(UTC)
-    operator = mesh.as_role("booking", access.OPERATOR)
-    await operator.CreateEvent(
-        bpb.CreateEventRequest(
-            event_id=event_id,
-            display_name="Attacks",
-            kind=bpb.EVENT_KIND_CONCERT,
-            starts_at=ts(now + timedelta(days=30)),
-            max_seats_per_customer=8,
-            refund_policy=bpb.RefundPolicy(refund_percent=100, refundable_until=ts(now + timedelta(days=7))),
-            sections=[
-                bpb.SectionSpec(
-                    section_id="A",
-                    display_name="Stalls",
-                    kind=bpb.SECTION_KIND_SEATED,
-                    price=bpb.Money(currency_code="EUR", amount_minor=4500),
-                )
-            ],
-        )
-    )
-    await operator.LoadInventory(
-        bpb.LoadInventoryRequest(
-            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=20)]
-        )
-    )
-    await mesh.as_role("queue", access.OPERATOR).CreateEventQueue(
-        qpb.CreateEventQueueRequest(
-            config=qpb.EventQueueConfig(
-                event_id=event_id,
-                opens_at=ts(now - timedelta(seconds=1)),
-                admission_rate_per_second=100,
-                max_active_shoppers=10,
-            )
-        )
+    event_id = await open_event(
+        mesh.as_role("booking", access.OPERATOR),
+        mesh.as_role("queue", access.OPERATOR),
+        name="Attacks",
+        seats=20,
+        refund_percent=100,
+        refundable_days=7,
+        max_seats_per_customer=8,
     )
     victim = await _admitted(mesh, event_id, VICTIM)
     attacker = await _admitted(mesh, event_id, ATTACKER)

@@ -6,10 +6,8 @@ ticket issuer), each service on its own loopback port."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,7 +18,8 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.e2e.harness import eventually, ts, whole_mesh
+from tests.e2e.checkout import open_event
+from tests.e2e.harness import eventually, whole_mesh
 from tests.edge.asserting import edge_mesh_client
 from tests.support import Stores
 
@@ -73,39 +72,7 @@ async def _tickets(mesh: Mesh, token: str, event_id: int, hold_id: str, count: i
 
 
 async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
-    event_id = int(uuid.uuid4().int % 10**12) + 10**6
-    now = datetime.now(UTC)
-    await mesh.booking.CreateEvent(
-        bpb.CreateEventRequest(
-            event_id=event_id,
-            display_name="End to end",
-            kind=bpb.EVENT_KIND_CONCERT,
-            starts_at=ts(now + timedelta(days=30)),
-            sections=[
-                bpb.SectionSpec(
-                    section_id="A",
-                    display_name="Stalls",
-                    kind=bpb.SECTION_KIND_SEATED,
-                    price=bpb.Money(currency_code="EUR", amount_minor=4500),
-                )
-            ],
-        )
-    )
-    await mesh.booking.LoadInventory(
-        bpb.LoadInventoryRequest(
-            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=8)]
-        )
-    )
-    await mesh.queue.CreateEventQueue(
-        qpb.CreateEventQueueRequest(
-            config=qpb.EventQueueConfig(
-                event_id=event_id,
-                opens_at=ts(now - timedelta(seconds=1)),
-                admission_rate_per_second=100,
-                max_active_shoppers=10,
-            )
-        )
-    )
+    event_id = await open_event(mesh.booking, mesh.queue, name="End to end", seats=8)
 
     # A fan pays and confirms.
     token = await _admitted(mesh, event_id, "fan-1")
