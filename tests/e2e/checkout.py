@@ -95,6 +95,23 @@ async def checkout_event(addresses: Mapping[str, str], stores: Stores, *, refund
         )
 
 
+async def admitted(queue: Any, event_id: int, *, customer_id: str = "", metadata: Any = None) -> str:
+    """Join ``event_id``'s queue and wait until admitted; the access token.
+    ``customer_id`` goes in the requests, ``metadata`` with them (the edge
+    asserting the fan: then the request's customer may be left empty)."""
+    joined = await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=customer_id), metadata=metadata)
+    assert joined.position.state in (qpb.QUEUE_STATE_WAITING, qpb.QUEUE_STATE_ADMITTED)
+
+    async def token() -> str | None:
+        reply = await queue.GetQueuePosition(
+            qpb.GetQueuePositionRequest(event_id=event_id, customer_id=customer_id), metadata=metadata
+        )
+        position = reply.position
+        return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
+
+    return await eventually(token, f"{customer_id or 'the fan'} admitted")
+
+
 async def start_payment(
     queue: qpb_grpc.QueueServiceAsyncStub,
     booking: bpb_grpc.BookingServiceAsyncStub,
@@ -105,17 +122,7 @@ async def start_payment(
     """The fan's checkout up to StartPayment, as the edge calls it for them:
     join, admitted, two seats held, the payment started (a card that pays)."""
     fan: Any = as_fan(customer_id)
-    await queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=customer_id), metadata=fan)
-
-    async def token() -> str | None:
-        reply = await queue.GetQueuePosition(
-            qpb.GetQueuePositionRequest(event_id=event_id, customer_id=customer_id), metadata=fan
-        )
-        position = reply.position
-        admitted = position.state == qpb.QUEUE_STATE_ADMITTED
-        return position.access_token if admitted and position.access_token else None
-
-    access_token = await eventually(token, "the fan admitted")
+    access_token = await admitted(queue, event_id, customer_id=customer_id, metadata=fan)
     held = await booking.HoldSeats(
         bpb.HoldSeatsRequest(
             access_token=access_token,

@@ -39,7 +39,7 @@ from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as qapb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.e2e.checkout import open_event
+from tests.e2e.checkout import admitted, open_event
 from tests.e2e.harness import eventually, ts, whole_mesh
 from tests.edge.asserting import EdgeMeshClient, as_fan
 from tests.support import Stores
@@ -89,15 +89,7 @@ class Scene:
 
 
 async def _admitted(mesh: Mesh, event_id: int, fan: str) -> str:
-    edge = mesh.as_role("queue", access.EDGE)
-    await edge.JoinQueue(qpb.JoinQueueRequest(event_id=event_id), metadata=as_fan(fan))
-
-    async def token() -> str | None:
-        reply = await edge.GetQueuePosition(qpb.GetQueuePositionRequest(event_id=event_id), metadata=as_fan(fan))
-        position = reply.position
-        return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
-
-    return await eventually(token, f"{fan} admitted")
+    return await admitted(mesh.as_role("queue", access.EDGE), event_id, metadata=as_fan(fan))
 
 
 async def _scene(mesh: Mesh) -> Scene:

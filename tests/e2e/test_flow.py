@@ -18,7 +18,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
-from tests.e2e.checkout import open_event
+from tests.e2e.checkout import admitted, open_event
 from tests.e2e.harness import eventually, whole_mesh
 from tests.edge.asserting import edge_mesh_client
 from tests.support import Stores
@@ -48,18 +48,6 @@ async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
             )
 
 
-async def _admitted(mesh: Mesh, event_id: int, customer: str) -> str:
-    joined = await mesh.queue.JoinQueue(qpb.JoinQueueRequest(event_id=event_id, customer_id=customer))
-    assert joined.position.state in (qpb.QUEUE_STATE_WAITING, qpb.QUEUE_STATE_ADMITTED)
-
-    async def token() -> str | None:
-        reply = await mesh.queue.GetQueuePosition(qpb.GetQueuePositionRequest(event_id=event_id, customer_id=customer))
-        position = reply.position
-        return position.access_token if position.state == qpb.QUEUE_STATE_ADMITTED and position.access_token else None
-
-    return await eventually(token, f"{customer} admitted")
-
-
 async def _tickets(mesh: Mesh, token: str, event_id: int, hold_id: str, count: int) -> list[ppb.Ticket]:
     async def listed() -> list[ppb.Ticket] | None:
         reply = await mesh.payment.ListTickets(
@@ -75,7 +63,7 @@ async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
     event_id = await open_event(mesh.booking, mesh.queue, name="End to end", seats=8)
 
     # A fan pays and confirms.
-    token = await _admitted(mesh, event_id, "fan-1")
+    token = await admitted(mesh.queue, event_id, customer_id="fan-1")
     held = await mesh.booking.HoldSeats(
         bpb.HoldSeatsRequest(
             access_token=token,
@@ -103,7 +91,7 @@ async def test_join_admitted_hold_pay_ticket(mesh: Mesh) -> None:
     )
 
     # Another fan pays and never confirms: the provider's signed webhook does.
-    other = await _admitted(mesh, event_id, "fan-2")
+    other = await admitted(mesh.queue, event_id, customer_id="fan-2")
     held2 = await mesh.booking.HoldSeats(
         bpb.HoldSeatsRequest(
             access_token=other,
