@@ -340,8 +340,9 @@ _REVOKE_ACTIONS = {
 }
 
 
-def _state(value: int) -> str:
-    return qpb.CustomerState.Name(qpb.CustomerState.ValueType(value)).removeprefix("CUSTOMER_STATE_")
+def _enum_name(enum: Any, value: int, prefix: str) -> str:
+    """An enum value's name as the command prints it (CUSTOMER_STATE_ACTIVE -> ACTIVE)."""
+    return str(enum.Name(value)).removeprefix(prefix)
 
 
 async def _revoke(clients: _Clients, event_id: int, customer_id: str, action: str, out: TextIO) -> None:
@@ -353,7 +354,8 @@ async def _revoke(clients: _Clients, event_id: int, customer_id: str, action: st
             timeout=clients.timeout,
         ),
     )
-    before, after = _state(reply.previous_state), _state(reply.state)
+    before = _enum_name(qpb.CustomerState, reply.previous_state, "CUSTOMER_STATE_")
+    after = _enum_name(qpb.CustomerState, reply.state, "CUSTOMER_STATE_")
     if action == "end":
         verdict = "revoked" if reply.revoked else "nothing to revoke"
         out.write(f"event {event_id} customer {customer_id}: {before} -> {after} ({verdict})\n")
@@ -361,10 +363,6 @@ async def _revoke(clients: _Clients, event_id: int, customer_id: str, action: st
     flag = "shadowed" if reply.shadowed else "not shadowed"
     change = "changed" if reply.revoked else "unchanged"
     out.write(f"event {event_id} customer {customer_id}: {after}, {flag} ({change})\n")
-
-
-def _payment_state(value: int) -> str:
-    return ppb.PaymentState.Name(ppb.PaymentState.ValueType(value)).removeprefix("PAYMENT_STATE_")
 
 
 async def _refund(clients: _Clients, payment_id: str, reason: str, request_id: str, out: TextIO) -> None:
@@ -381,10 +379,8 @@ async def _refund(clients: _Clients, payment_id: str, reason: str, request_id: s
     payment = reply.payment
     refunded = format_money(payment.refunded.amount_minor, payment.refunded.currency_code)
     paid = format_money(payment.amount.amount_minor, payment.amount.currency_code)
-    out.write(
-        f"payment {payment.payment_id}: {_payment_state(payment.state)}, {refunded} refunded of {paid} "
-        f"(request id {request_id})\n"
-    )
+    state = _enum_name(ppb.PaymentState, payment.state, "PAYMENT_STATE_")
+    out.write(f"payment {payment.payment_id}: {state}, {refunded} refunded of {paid} (request id {request_id})\n")
 
 
 def _payment_id(text: str) -> str:
