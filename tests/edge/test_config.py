@@ -82,3 +82,16 @@ def test_the_edge_refuses_to_start_with_a_bad_queue_address(stores: Stores) -> N
     rt = make_runtime(stores, environ={"BOXOFFICE_QUEUE_ADDR": "queue-svc-headless:99999"})
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_QUEUE_ADDR='queue-svc-headless:99999' is not a gRPC target"):
         edge_app.compose(rt)
+
+
+def test_the_rate_limit_timeout_is_a_bounded_number_of_seconds() -> None:
+    name = "BOXOFFICE_EDGE_RATE_LIMIT_TIMEOUT_SECONDS"
+    assert EdgeConfig.from_env(Env({})).rate_limit_timeout_seconds == 0.25
+    assert EdgeConfig.from_env(Env({name: "1.5"})).rate_limit_timeout_seconds == 1.5
+    for value, message in (
+        ("0", f"{name}=0.0 must be >= 0.01"),
+        ("11", f"{name}=11.0 must be <= 10.0"),
+        ("soon", f"{name}='soon' is not a number"),
+    ):
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+            EdgeConfig.from_env(Env({name: value}))

@@ -15,7 +15,6 @@ from boxoffice.clock import SystemClock
 from boxoffice.errors import ResourceExhausted
 from boxoffice.redis import ScriptBatcher
 from edge_svc.ratelimit import Limit, RedisRateLimiter
-from tests.support import Stores
 
 # One request at once, then one per 100 s.
 STRICT = Limit(rate_per_second=0.01, burst=1)
@@ -63,9 +62,8 @@ async def test_a_check_redis_does_not_answer_in_time_lets_the_request_in_and_is_
         await batcher.stop(0.1)
 
 
-async def test_a_check_redis_answers_refuses_past_the_burst(stores: Stores) -> None:
-    client = aioredis.Redis.from_url(stores.redis_url)
-    batcher = ScriptBatcher(client, name="test-edge-rate-limits")
+async def test_a_check_redis_answers_refuses_past_the_burst(redis_client: aioredis.Redis) -> None:
+    batcher = ScriptBatcher(redis_client, name="test-edge-rate-limits")
     await batcher.start()
     unanswered: list[int] = []
     # The timeout of a busy test machine: long enough that Redis always answers.
@@ -83,4 +81,3 @@ async def test_a_check_redis_answers_refuses_past_the_burst(stores: Stores) -> N
         assert unanswered == []
     finally:
         await batcher.stop(0.1)
-        await client.aclose()
