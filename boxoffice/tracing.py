@@ -294,7 +294,7 @@ class Tracing:
         if self.tracer is None:
             yield
             return
-        origin = span_context_of(traceparent or None)
+        origin = span_context_of(traceparent)
         links = () if origin is None else (trace.Link(origin),)
         span = self.tracer.start_span(name, None, trace.SpanKind.INTERNAL, attributes, links)
         with self._within(span, trace.set_span_in_context(span)):
