@@ -47,6 +47,10 @@ def uvicorn_config(app: ASGIApp, *, grace_seconds: float) -> uvicorn.Config:
         timeout_keep_alive=75,
         timeout_graceful_shutdown=max(1, int(grace_seconds)),
         backlog=4096,
+        # The client's address comes from BOXOFFICE_EDGE_TRUSTED_PROXIES alone
+        # (edge_svc.http.client_ip): uvicorn's own proxy headers would believe
+        # any loopback peer's X-Forwarded-For before that list is consulted.
+        proxy_headers=False,
     )
 
 
