@@ -26,8 +26,9 @@ from booking_svc import app as booking_app
 from boxoffice import access, audit
 from boxoffice.runtime import Runtime
 from boxoffice.tls import CertFiles
-from boxoffice_cli.admin import Progress, duration_text
+from boxoffice_cli.admin import Progress
 from boxoffice_cli.admin_files import BadFile, parse_event_file, parse_inventory_file
+from boxoffice_cli.admin_room import duration_text
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
