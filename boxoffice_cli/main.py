@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import sys
+import typing
 from collections.abc import Mapping, Sequence
 
 import psycopg
@@ -25,6 +26,7 @@ from boxoffice.server import GrpcServer
 from boxoffice.tls import CertFiles, local_pki
 from boxoffice.tracing import TracingConfig
 from boxoffice_cli import workers
+from boxoffice_cli.pipes import STDOUT_CLOSED, QuietStdout
 
 _log = logging.getLogger("boxoffice.cli")
 
@@ -258,6 +260,21 @@ async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, stor
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run ``boxoffice ARGV...``; the exit code. A closed stdout (the reader
+    of a pipe gone, as with ``| head -1``) does not stop a command halfway:
+    it finishes its work quietly and exits ``STDOUT_CLOSED`` unless it failed
+    otherwise."""
+    quiet = QuietStdout(sys.stdout)
+    sys.stdout = typing.cast(typing.TextIO, quiet)
+    try:
+        code = _command(argv, environ)
+    finally:
+        quiet.flush()
+        sys.stdout = quiet.stream
+    return STDOUT_CLOSED if quiet.gone and code == 0 else code
+
+
+def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["admin"]:
         # The operator's command: a client of the admin API, not a process

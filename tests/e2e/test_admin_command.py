@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import io
 import os
+import sys
 import textwrap
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from boxoffice.tls import CertFiles
 from boxoffice_cli.admin import Progress
 from boxoffice_cli.admin_files import BadFile, parse_event_file, parse_inventory_file
 from boxoffice_cli.admin_room import duration_text
+from boxoffice_cli.pipes import STDOUT_CLOSED
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
@@ -599,3 +601,40 @@ def test_the_new_settings_become_the_waiting_room_request() -> None:
     assert bad.value.problems == [
         "f.yaml:5: waiting_room.admission_rate_min_per_second (51) must not be above admission_rate_per_second (50)"
     ]
+
+
+async def test_a_closed_stdout_ends_the_command_quietly_after_its_work(mesh: Mesh) -> None:
+    """``boxoffice admin event create FILE | head -1``: the reader is gone
+    before the command prints; the event is created all the same, and the
+    command ends with the shell's SIGPIPE code and no traceback."""
+    event_id = _new_event_id()
+    path = mesh.file("event.yaml", event_yaml(event_id))
+    operator = mesh.stores.pki.files(access.OPERATOR)
+    env = {
+        **os.environ,
+        "BOXOFFICE_ADMIN_QUEUE_ADDR": mesh.queue_addr,
+        "BOXOFFICE_ADMIN_BOOKING_ADDR": mesh.booking_addr,
+        "BOXOFFICE_TLS_CA_FILE": str(operator.ca),
+        "BOXOFFICE_TLS_CERT_FILE": str(operator.cert),
+        "BOXOFFICE_TLS_KEY_FILE": str(operator.key),
+    }
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "boxoffice_cli",
+            "admin",
+            "event",
+            "create",
+            path,
+            env=env,
+            stdout=write_end,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    finally:
+        os.close(write_end)
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert (proc.returncode, err.decode()) == (STDOUT_CLOSED, "")
+    assert (await stored_room(mesh, event_id)).max_active_shoppers == 100
