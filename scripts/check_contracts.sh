@@ -44,6 +44,12 @@ if git rev-parse --verify --quiet HEAD~1 >/dev/null && git cat-file -e HEAD~1:pr
   cp -R "$vendor" "$against/$vendor"
   "$buf" breaking --against "$against"
   echo "buf breaking: no breaking change against HEAD~1"
+elif [[ ${CI:-} =~ ^(true|1)$ ]] && ! git rev-parse --verify --quiet HEAD~1 >/dev/null \
+  && [[ $(git rev-parse --is-shallow-repository 2>/dev/null || echo true) != false ]]; then
+  # CI compares every change with its parent: a clone that lacks it
+  # (shallow, or no git history at all) cannot check the contracts.
+  echo "buf breaking: no previous commit (HEAD~1) to compare with: a shallow clone? scripts/ops_deps.sh fetches the history" >&2
+  exit 1
 else
   echo "buf breaking: skipped (no earlier commit with proto/)"
 fi

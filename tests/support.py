@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
+import pytest
 from prometheus_client import CollectorRegistry
 
 from boxoffice import access
@@ -278,3 +280,17 @@ MESH_SECRETS = {
     "BOXOFFICE_TOKEN_KEYS": "test1:test-token-key-0123456789abcdef",
     "BOXOFFICE_WEBHOOK_SECRETS": "whsec_test_0123456789abcdef",
 }
+
+
+def under_ci() -> bool:
+    """Whether the suite runs as CI (``CI=true``), where a test must not be
+    skipped for something CI is expected to have."""
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+def unavailable(message: str) -> NoReturn:
+    """A tool or input the test needs is missing: the test fails with
+    ``message`` under CI and is skipped elsewhere."""
+    if under_ci():
+        pytest.fail(message)
+    pytest.skip(message)

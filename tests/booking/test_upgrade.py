@@ -24,7 +24,7 @@ from boxoffice import db
 from boxoffice.errors import FailedPrecondition, NotFound
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from tests.booking.harness import audit, booking_server, call, hold_request
-from tests.support import Stores
+from tests.support import Stores, unavailable
 
 # The last commit whose booking_svc/migrations held the versioned history.
 HISTORY_COMMIT = "f15b5c7"
@@ -53,7 +53,10 @@ def history() -> list[db.Migration]:
     try:
         names = _git("ls-tree", "--name-only", HISTORY_COMMIT, "booking_svc/migrations/").split()
     except (OSError, subprocess.CalledProcessError):
-        pytest.skip(f"git history with commit {HISTORY_COMMIT} is not available")
+        unavailable(
+            f"git history with commit {HISTORY_COMMIT} is not available "
+            "(a shallow clone: scripts/ops_deps.sh fetches the history)"
+        )
     found = []
     for path in names:
         name = path.rsplit("/", 1)[-1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import unavailable, under_ci
 
 # PyYAML (a dependency of kubernetes_asyncio) ships no type stubs.
 yaml: Any = importlib.import_module("yaml")
@@ -81,15 +82,25 @@ def patch_files() -> frozenset[Path]:
     return frozenset(found)
 
 
+KUBECTL_MISSING = "kubectl (for kustomize) is not on PATH"
+
+
 def kubectl() -> str | None:
     return shutil.which("kubectl")
 
 
+# For a test that renders the manifests: skipped without kubectl, except
+# under CI, where :func:`built` fails it with the reason.
+needs_kubectl = pytest.mark.skipif(kubectl() is None and not under_ci(), reason=KUBECTL_MISSING)
+
+
 @cache
 def built(root: Path) -> list[dict[str, Any]]:
-    """The objects ``kubectl kustomize root`` renders (kubectl must exist)."""
+    """The objects ``kubectl kustomize root`` renders (without kubectl the
+    test fails under CI and is skipped elsewhere)."""
     command = kubectl()
-    assert command is not None, "kubectl is not on PATH"
+    if command is None:
+        unavailable(KUBECTL_MISSING)
     result = subprocess.run([command, "kustomize", str(root)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
@@ -361,8 +372,5 @@ def promtool() -> str:
     and is skipped elsewhere."""
     found = shutil.which("promtool")
     if found is None:
-        message = "promtool (Debian package prometheus) is not installed: run scripts/ops_deps.sh as root"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("promtool (Debian package prometheus) is not installed: run scripts/ops_deps.sh as root")
     return found

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
-
 from boxoffice.config import Env
 from boxoffice_cli import main as cli
 from edge_svc.config import EdgeConfig
@@ -27,11 +25,11 @@ from tests.k8s.support import (
     by_name,
     config_map_data,
     env_names_read,
-    kubectl,
     kustomization_roots,
     metric_names_exported,
     metrics_in,
     monitor_jobs,
+    needs_kubectl,
     of_kind,
 )
 
@@ -231,7 +229,7 @@ def test_the_ingress_streams_server_sent_events() -> None:
     assert any(route.sse for route in ROUTES if _routed(route.path.replace("{event_id}", "1")))
 
 
-@pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
+@needs_kubectl
 def test_with_istio_the_public_port_is_plaintext_to_the_edge() -> None:
     (istio,) = [root for root in kustomization_roots() if root.name == "istio"]
     (rule,) = [o for o in built(istio) if o["kind"] == "DestinationRule"]

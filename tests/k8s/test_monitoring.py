@@ -13,16 +13,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.k8s.support import (
     K8S,
     PGBOUNCER_EXPORTER_METRICS,
     built,
     documents,
-    kubectl,
     metric_names_exported,
     monitor_jobs,
+    needs_kubectl,
     of_kind,
     promtool,
     yaml,
@@ -36,7 +34,6 @@ TARGET_SERIES = frozenset({"up"})
 # Prometheus's aggregation operators: each must keep the namespace.
 _AGGREGATIONS = ("sum", "max", "min", "avg", "count", "group", "topk", "bottomk", "stddev", "quantile")
 _SELECTOR = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}")
-needs_kubectl = pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
 _RANGE = re.compile(r"\b(rate|irate|increase|delta|deriv|[a-z]+_over_time)\((?:[^()\[\]]|\([^()]*\))*\[([^\]]+)\]")
 
 

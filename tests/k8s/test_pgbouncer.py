@@ -32,13 +32,13 @@ from tests.k8s.support import (
     config_map_data,
     documents,
     ingress_rules,
-    kubectl,
     monitor_jobs,
+    needs_kubectl,
     of_kind,
     pod_specs,
     selects,
 )
-from tests.support import Stores
+from tests.support import Stores, unavailable
 
 INI = K8S / "components/pgbouncer/pgbouncer.ini"
 PORT = 6432
@@ -152,7 +152,7 @@ def test_the_kustomizations_run_pgbouncer() -> None:
         assert [c for c in kustomization["components"] if c.endswith("components/pgbouncer")], path
 
 
-@pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
+@needs_kubectl
 def test_the_image_is_a_pgbouncer_that_keeps_prepared_statements() -> None:
     (deployment,) = [o for o in built(K8S) if o["kind"] == "Deployment" and o["metadata"]["name"] == POOLER]
     (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == POOLER]
@@ -232,7 +232,7 @@ def test_prometheus_scrapes_the_exporter_as_its_own_job_and_reaches_nothing_else
     assert service_port["targetPort"] == "pgbouncer"
 
 
-@pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
+@needs_kubectl
 def test_the_exporter_image_is_pinned() -> None:
     (deployment,) = [o for o in built(K8S) if o["kind"] == "Deployment" and o["metadata"]["name"] == POOLER]
     (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == EXPORTER]
@@ -261,10 +261,7 @@ def test_the_readme_says_how_to_make_the_pgbouncer_secret() -> None:
 def _pgbouncer() -> str:
     found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None)
     if found is None:
-        message = "pgbouncer (Debian package pgbouncer) is not installed: run scripts/ops_deps.sh as root"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("pgbouncer (Debian package pgbouncer) is not installed: run scripts/ops_deps.sh as root")
     return found
 
 

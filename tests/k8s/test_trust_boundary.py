@@ -25,8 +25,8 @@ from tests.k8s.support import (
     config_map_data,
     documents,
     ingress_rules,
-    kubectl,
     kustomization_roots,
+    needs_kubectl,
     of_kind,
     selects,
 )
@@ -316,9 +316,6 @@ def test_a_certificate_per_role_names_its_spiffe_id() -> None:
         service = WORKLOAD[role]
         if service in SERVES:  # clients that check the host name dial the Service
             assert f"{service}.{NAMESPACE}.svc" in spec["dnsNames"]
-
-
-needs_kubectl = pytest.mark.skipif(kubectl() is None, reason="kubectl (for kustomize) is not on PATH")
 
 
 @needs_kubectl
