@@ -22,12 +22,15 @@ def exponent(currency: str) -> int:
     return _EXPONENTS.get(currency.upper(), 2)
 
 
-def format_money(amount_minor: int, currency: str) -> str:
-    """``13800, "EUR"`` -> ``"138.00 EUR"``; ``5000, "JPY"`` -> ``"5000 JPY"``."""
+def format_money(amount_minor: int, currency: str, *, grouped: bool = False) -> str:
+    """``13800, "EUR"`` -> ``"138.00 EUR"``; ``5000, "JPY"`` -> ``"5000 JPY"``;
+    with ``grouped`` the thousands are separated for a reader of figures
+    (``4500000, "EUR"`` -> ``"45,000.00 EUR"``)."""
     digits = exponent(currency)
     sign = "-" if amount_minor < 0 else ""
     whole, part = divmod(abs(amount_minor), 10**digits)
-    text = f"{whole}.{part:0{digits}d}" if digits else str(whole)
+    units = f"{whole:,}" if grouped else str(whole)
+    text = f"{units}.{part:0{digits}d}" if digits else units
     return f"{sign}{text} {currency}"
 
 

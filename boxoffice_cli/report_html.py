@@ -39,6 +39,14 @@ def _num(value: float | int | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _money(amount_minor: int, currency: str) -> str:
+    return format_money(amount_minor, currency, grouped=True)
+
+
+# The reconciliation lines whose figures are money: minor units by currency.
+_MONEY_LINES = frozenset({"captured_minus_refunded_equals_value_sold"})
+
+
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
@@ -110,6 +118,22 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric: Seq
 
 def _pairs(values: Json) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
+
+
+def _money_pairs(values: Json) -> str:
+    """Minor units by currency, each amount in its currency's decimals."""
+    return ", ".join(_money(v, c) for c, v in values.items()) or "nothing"
+
+
+def _item_cells(item: Json, keys: Sequence[str]) -> list[object]:
+    """A listed item's cells: an amount in minor units (``..._minor``) beside
+    its ``currency`` shown in that currency's decimals."""
+    return [
+        _money(item[k], item["currency"])
+        if k.endswith("_minor") and "currency" in item and k in item
+        else item.get(k, "")
+        for k in keys
+    ]
 
 
 def _bucket(bucket: Json) -> str:
@@ -218,7 +242,7 @@ def to_html(report: Json) -> str:
         )
         + _table(
             ["value sold", "amount"],
-            [(c, format_money(v, c)) for c, v in tickets["value_sold_minor"].items()],
+            [(c, _money(v, c)) for c, v in tickets["value_sold_minor"].items()],
             numeric=(1,),
         )
         + "</section>"
@@ -226,7 +250,7 @@ def to_html(report: Json) -> str:
     refusal_rows = [(f"join refused: {k}", _num(v)) for k, v in refusals["queue_joins"].items()]
     refusal_rows += [(f"payment declined or failed: {k}", _num(v)) for k, v in refusals["payments"].items()]
     refund_rows = [
-        (r["source"], r["state"], r["currency"], _num(r["count"]), format_money(r["amount_minor"], r["currency"]))
+        (r["source"], r["state"], r["currency"], _num(r["count"]), _money(r["amount_minor"], r["currency"]))
         for r in tickets["refunds"]
     ]
     out.append(
@@ -244,12 +268,14 @@ def to_html(report: Json) -> str:
         verdict = (
             '<span class="ok">zero</span>' if line["ok"] else f'<span class="bad">{line["mismatches"]:,} off</span>'
         )
+        pairs = _money_pairs if line["line"] in _MONEY_LINES else _pairs
         out.append(
             f"<h3>{_e(line['line'].replace('_', ' '))}: {verdict}</h3>"
-            f'<p class="sub">expected {_e(_pairs(line["expected"]))}; found {_e(_pairs(line["actual"]))}</p>'
+            f'<p class="sub">expected {_e(pairs(line["expected"]))}; found {_e(pairs(line["actual"]))}</p>'
         )
         if line["items"]:
             keys = list(dict.fromkeys(k for item in line["items"] for k in item))
-            out.append(_table(keys, [[item.get(k, "") for k in keys] for item in line["items"]]))
+            header = [k.removesuffix("_minor") for k in keys]
+            out.append(_table(header, [_item_cells(item, keys) for item in line["items"]]))
     out.append("</section></main></body></html>\n")
     return "".join(out)

@@ -231,14 +231,37 @@ async def test_the_html_shows_each_amount_in_its_currencys_decimals(on_sale: OnS
     from boxoffice_cli.report_html import to_html
 
     report = copy.deepcopy(on_sale.report)
-    report["tickets"]["value_sold_minor"] = {"EUR": 13800, "JPY": 5000}
+    report["tickets"]["value_sold_minor"] = {"EUR": 4_500_000, "JPY": 5000}
     report["tickets"]["refunds"] = [
         {"source": "customer", "state": "SUCCEEDED", "currency": "JPY", "count": 2, "amount_minor": 1500},
         {"source": "customer", "state": "SUCCEEDED", "currency": "EUR", "count": 1, "amount_minor": 650},
     ]
+    money = report["reconciliation"]["lines"][0]
+    assert money["line"] == "captured_minus_refunded_equals_value_sold"
+    money |= {
+        "expected": {"EUR": 4_500_000},
+        "actual": {"EUR": 4_499_900},
+        "mismatches": 1,
+        "ok": False,
+        "items": [
+            {
+                "hold_id": "h-1",
+                "currency": "EUR",
+                "value_sold_minor": 13800,
+                "captured_minor": 13800,
+                "refunded_minor": 100,
+                "difference_minor": -100,
+            }
+        ],
+    }
     page = to_html(report)
-    for amount in ("138.00 EUR", "5000 JPY", "1500 JPY", "6.50 EUR"):
+    for amount in ("45,000.00 EUR", "5,000 JPY", "1,500 JPY", "6.50 EUR"):
         assert f"<td class=n>{amount}</td>" in page, amount
+    assert "expected 45,000.00 EUR; found 44,999.00 EUR" in page
+    for cell in ("h-1", "EUR", "138.00 EUR", "138.00 EUR", "1.00 EUR", "-1.00 EUR"):
+        assert f"<td>{cell}</td>" in page, cell
+    # Never minor units, never the currency before a bare number.
+    assert "4,500,000" not in page and ">13800<" not in page and ">-100<" not in page
     assert "50.00" not in page and "15.00" not in page
 
 
