@@ -43,11 +43,13 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
+from typing import TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -60,6 +62,13 @@ from boxoffice import deadline
 from boxoffice.errors import DeadlineExceeded, Unavailable
 
 _log = logging.getLogger("boxoffice.db")
+
+T = TypeVar("T")
+
+# How long after a connection broke the pool checks each connection it lends.
+SUSPECT_SECONDS = 10.0
+# How long a check on borrow waits for its empty query.
+_BORROW_CHECK_SECONDS = 2.0
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _REPEATABLE_NAME = re.compile(r"^[a-z0-9_]+\.sql$")
@@ -83,7 +92,9 @@ def create_pool(
     Connections are not checked on every checkout (that is one more round
     trip per transaction on the hot path); :class:`PoolComponent` checks the
     idle ones periodically instead, and a connection that breaks in use is
-    discarded when it returns. ``prepared_statements=False`` is for a
+    discarded when it returns. Once one has broken, the pool checks every
+    connection it lends for a while (:class:`CheckedPool`): a database that
+    dropped its connections has usually dropped the idle ones too. ``prepared_statements=False`` is for a
     transaction-pooling PgBouncer without ``max_prepared_statements`` (older
     than 1.21, or with it off). ``application_name`` names the connections
     in ``pg_stat_activity`` unless the URL names them itself.
@@ -102,14 +113,51 @@ class CheckedPool(AsyncConnectionPool[AsyncConnection[TupleRow]]):
     a caller that finds no other connection free waits for that one instead
     of opening another. Otherwise a caller arriving during a check grew the
     pool by one, and an idle role's pool crept towards its maximum, one
-    coincidence at a time."""
+    coincidence at a time.
+
+    Also, after a connection came back broken (the server terminated it,
+    restarted, or the network dropped it), every connection the pool lends
+    for the next :data:`SUSPECT_SECONDS` is checked first (an empty query,
+    one round trip): a broken one is discarded and another lent, so the
+    connections that died idle beside the broken one fail their check, not
+    the caller's statement. Outside that window a borrow costs nothing more.
+    """
 
     checking = 0
+    suspect_until = 0.0
 
     def _maybe_grow_pool(self) -> None:
         if self.checking:
             return
         super()._maybe_grow_pool()
+
+    @property
+    def suspect(self) -> bool:
+        """Whether connections are checked on borrow now."""
+        return time.monotonic() < self.suspect_until
+
+    async def getconn(self, timeout: float | None = None) -> AsyncConnection[TupleRow]:  # noqa: ASYNC109 (the pool's signature)
+        give_up_at = time.monotonic() + (self.timeout if timeout is None else timeout)
+        # Each failed check discards a connection: at most every connection
+        # the pool holds, then a new one, which is lent.
+        for _ in range(self.max_size + 1):
+            conn = await super().getconn(timeout=max(give_up_at - time.monotonic(), 0.001))
+            if not self.suspect:
+                return conn
+            try:
+                async with asyncio.timeout(min(_BORROW_CHECK_SECONDS, max(give_up_at - time.monotonic(), 0.001))):
+                    await conn.execute(b"")
+            except (psycopg.Error, TimeoutError):
+                _log.info("a pooled connection failed its check on borrow", extra={"pool": self.name})
+                await self.putconn(conn)
+                continue
+            return conn
+        return await super().getconn(timeout=max(give_up_at - time.monotonic(), 0.001))
+
+    async def putconn(self, conn: AsyncConnection[TupleRow]) -> None:
+        if conn.broken:
+            self.suspect_until = time.monotonic() + SUSPECT_SECONDS
+        await super().putconn(conn)
 
 
 class PoolComponent:
@@ -197,12 +245,81 @@ def joining(pool: AsyncConnectionPool[AsyncConnection[TupleRow]], conn: AsyncCon
         _ENCLOSING.reset(token)
 
 
+class ConnectionLost(Unavailable):
+    """The database connection broke while the work had not committed: the
+    server kept nothing of it, so it may run again on a fresh connection
+    (:func:`retry_lost_once`). On the wire it is UNAVAILABLE
+    ``DATABASE_UNAVAILABLE``, like any lost database."""
+
+    def __init__(self, message: str = "database connection lost") -> None:
+        super().__init__(message, reason="DATABASE_UNAVAILABLE")
+
+
+def terminated(err: BaseException) -> bool:
+    """Whether the server answered a statement by ending the session
+    (SQLSTATE class 57: terminated by an operator, a crash or a shutdown):
+    the statement did not run to its end, so it did not commit."""
+    return isinstance(err, psycopg.Error) and (err.sqlstate or "").startswith("57P")
+
+
+def lost(conn: AsyncConnection[TupleRow], err: BaseException, *, repeatable: bool) -> Unavailable:
+    """The error a failed statement on ``conn`` becomes: :class:`ConnectionLost`
+    when the connection broke and the work is safe to run again (it did not
+    commit: the server said it ended the session, or the work is
+    ``repeatable``: a read, or a write that is idempotent by a key), else
+    plain UNAVAILABLE."""
+    if conn.broken and (repeatable or terminated(err)):
+        return ConnectionLost()
+    return Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE")
+
+
+async def retry_lost_once(work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work``; once more, on a fresh connection, if its connection was
+    lost before it committed (:class:`ConnectionLost`) and the call's
+    deadline leaves time. Anything else is the caller's."""
+    try:
+        return await work()
+    except ConnectionLost:
+        try:
+            deadline.remaining()
+        except DeadlineExceeded:
+            raise ConnectionLost("database connection lost, and no time is left to try again") from None
+        _log.info("database connection lost; the work runs again on another")
+    return await work()
+
+
+async def _begin(
+    pool: AsyncConnectionPool[AsyncConnection[TupleRow]], default_seconds: float
+) -> AsyncConnection[TupleRow]:
+    """A connection of ``pool`` in a new transaction bounded by the call's
+    deadline (``BEGIN`` and the ``statement_timeout`` in one round trip).
+    A connection found broken by the ``BEGIN`` is given back (the pool
+    discards it) and the ``BEGIN`` sent once more on another: nothing ran."""
+    for attempt in range(2):
+        conn = await pool.getconn(timeout=deadline.remaining(default_seconds))
+        try:
+            timeout_ms = deadline.statement_timeout_ms(default_seconds)
+            await conn.execute(f"BEGIN; SET LOCAL statement_timeout = {int(timeout_ms)}".encode())
+        except BaseException as err:
+            broken = conn.broken
+            await pool.putconn(conn)
+            if attempt == 0 and broken and isinstance(err, psycopg.OperationalError):
+                _log.info("a pooled connection was broken; beginning on another", extra={"pool": pool.name})
+                continue
+            raise
+        return conn
+    raise AssertionError("unreachable")
+
+
 @contextlib.asynccontextmanager
 async def transaction(
     pool: AsyncConnectionPool[AsyncConnection[TupleRow]], *, default_seconds: float = deadline.FALLBACK_SECONDS
 ) -> AsyncIterator[AsyncConnection[TupleRow]]:
     """A connection in a transaction whose statements end at the call's
-    deadline. A lost database answers UNAVAILABLE.
+    deadline. A lost database answers UNAVAILABLE; a connection lost before
+    the ``COMMIT`` was sent (or answered by the server ending the session)
+    answers :class:`ConnectionLost`, which :func:`retry_lost_once` runs
+    again. A connection found broken at ``BEGIN`` is replaced at once.
 
     ``BEGIN`` and the ``statement_timeout`` travel in one round trip;
     ``conn.transaction()`` inside makes savepoints as usual. Inside
@@ -218,26 +335,34 @@ async def transaction(
         except psycopg.OperationalError as err:
             raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
         return
-    budget = deadline.remaining(default_seconds)
+    conn: AsyncConnection[TupleRow] | None = None
+    committing = False
     try:
-        async with deadline.bounded(default_seconds), pool.connection(timeout=budget) as conn:
-            timeout_ms = deadline.statement_timeout_ms(default_seconds)
-            await conn.execute(f"BEGIN; SET LOCAL statement_timeout = {int(timeout_ms)}".encode())
+        async with deadline.bounded(default_seconds):
+            conn = await _begin(pool, default_seconds)
             try:
-                yield conn
-            except BaseException:
-                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.execute(b"ROLLBACK")
-                raise
-            if conn.info.transaction_status == TransactionStatus.INERROR:
-                await conn.execute(b"ROLLBACK")
-                raise psycopg.errors.InFailedSqlTransaction("a statement failed inside the transaction; rolled back")
-            await conn.execute(b"COMMIT")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.execute(b"ROLLBACK")
+                    raise
+                if conn.info.transaction_status == TransactionStatus.INERROR:
+                    await conn.execute(b"ROLLBACK")
+                    raise psycopg.errors.InFailedSqlTransaction(
+                        "a statement failed inside the transaction; rolled back"
+                    )
+                committing = True
+                await conn.execute(b"COMMIT")
+            finally:
+                await pool.putconn(conn)
     except psycopg.errors.QueryCanceled as err:
         raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
     except psycopg.OperationalError as err:
-        raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
+        if conn is None:
+            raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
+        raise lost(conn, err, repeatable=not committing) from err
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Each entry is handed to an idempotent handler and acknowledged only after
 the handler returns (its work committed). An entry whose handling fails
-stays pending and is retried; entries a dead consumer left pending are
+stays pending and is retried (at once, once, when a store was
+unavailable; then by the reclaim); entries a dead consumer left pending are
 claimed with XAUTOCLAIM once idle long enough. Delivery is at least once,
 so handlers deduplicate by the outbox event id.
 """
@@ -23,7 +24,7 @@ import psycopg
 import redis.exceptions
 
 from boxoffice import deadline
-from boxoffice.errors import BoxofficeError
+from boxoffice.errors import BoxofficeError, Unavailable
 from boxoffice.redis import RedisClient
 from boxoffice.streams._metrics import ConsumerMetrics
 
@@ -203,10 +204,21 @@ class StreamConsumer:
             self._metrics.processed.inc(len(done))
 
     async def _handle(self, entry: StreamEntry) -> bool:
-        """Whether the entry is done with (handled, or malformed)."""
+        """Whether the entry is done with (handled, or malformed). A
+        handling that found a store unavailable (a database connection the
+        server dropped, say) is tried once more at once, on fresh
+        connections, rather than left to the reclaim's idle time: handlers
+        are idempotent."""
         try:
             with deadline.scope(_HANDLE_SECONDS):
-                await self._handler.handle(entry)
+                try:
+                    await self._handler.handle(entry)
+                except Unavailable as err:
+                    _log.info(
+                        "stream entry found a store unavailable; trying once more",
+                        extra={"group": self.group, "entry_id": entry.entry_id, "error": repr(err)},
+                    )
+                    await self._handler.handle(entry)
         except (KeyError, ValueError, TypeError) as err:
             self._reject(entry.entry_id, err)
             return True

@@ -15,7 +15,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from booking_svc.model import Hold, HoldState, Money, SeatRef
-from boxoffice import deadline
+from boxoffice import db, deadline
 from boxoffice.errors import DeadlineExceeded, NotFound, PermissionDenied, Unavailable
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
@@ -83,28 +83,49 @@ async def retry_deadlock_once(work: Callable[[], Awaitable[T]]) -> T:
     return await work()
 
 
+async def retry_tx_once(work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work`` (a transaction of its own): once more if Postgres broke
+    a deadlock, and once more on a fresh connection if its connection was
+    lost before it committed (:func:`boxoffice.db.retry_lost_once`)."""
+    return await db.retry_lost_once(lambda: retry_deadlock_once(work))
+
+
 class PgBase:
     """The pool and the helpers the store's parts share."""
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
 
-    async def _statement(self, sql: str | bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def _statement(
+        self, sql: str | bytes, params: Sequence[Any], *, repeatable: bool = False
+    ) -> list[tuple[Any, ...]]:
         """One autocommit statement: its own implicit transaction. The call's
         deadline bounds the wait here (running out cancels the statement in
         the server); statements that write take the deadline as a parameter
-        and enforce it themselves, since a cancel can be cut short."""
-        budget = deadline.remaining()
-        try:
-            async with deadline.bounded(), self._pool.connection(timeout=budget) as conn:
-                cur = await conn.execute(sql if isinstance(sql, bytes) else sql.encode(), params)
-                return await cur.fetchall()
-        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as err:
-            raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
-        except psycopg.errors.DeadlockDetected:
-            raise
-        except psycopg.OperationalError as err:
-            raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
+        and enforce it themselves, since a cancel can be cut short.
+
+        A statement whose connection broke is sent once more on a fresh one
+        when that is safe: the server said it ended the session before the
+        statement finished (so it did not commit), or the statement is
+        ``repeatable`` (a read, or a write idempotent by a key)."""
+
+        async def once() -> list[tuple[Any, ...]]:
+            budget = deadline.remaining()
+            conn: AsyncConnection[TupleRow] | None = None
+            try:
+                async with deadline.bounded(), self._pool.connection(timeout=budget) as conn:
+                    cur = await conn.execute(sql if isinstance(sql, bytes) else sql.encode(), params)
+                    return await cur.fetchall()
+            except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as err:
+                raise DeadlineExceeded("database statement exceeded the deadline", reason="DEADLINE_EXCEEDED") from err
+            except psycopg.errors.DeadlockDetected:
+                raise
+            except psycopg.OperationalError as err:
+                if conn is None:
+                    raise Unavailable("database unavailable", reason="DATABASE_UNAVAILABLE") from err
+                raise db.lost(conn, err, repeatable=repeatable) from err
+
+        return await db.retry_lost_once(once)
 
     async def _lock_hold(self, conn: AsyncConnection[TupleRow], hold_id: uuid.UUID) -> Hold:
         cur = await conn.execute("SELECT 1 FROM holds WHERE hold_id = %s FOR UPDATE", (hold_id,))

@@ -15,7 +15,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from booking_svc.adapters.postgres import outcomes
-from booking_svc.adapters.postgres.base import PgBase, retry_deadlock_once
+from booking_svc.adapters.postgres.base import PgBase, retry_deadlock_once, retry_tx_once
 from booking_svc.model import Hold, HoldState, Money, RefundPolicy
 from boxoffice import deadline
 from boxoffice.db import transaction
@@ -47,7 +47,7 @@ class PgHoldChanges(PgBase):
                 await self._free_held(conn, hold)
                 return await self._read_hold(conn, hold_id)
 
-        return await retry_deadlock_once(work)
+        return await retry_tx_once(work)
 
     async def extend_hold(
         self, *, hold_id: uuid.UUID, customer_id: str, extend_by: timedelta, max_lifetime: timedelta, now: datetime
@@ -94,7 +94,7 @@ class PgHoldChanges(PgBase):
                     )
                 return await self._read_hold(conn, hold_id)
 
-        return await retry_deadlock_once(work)
+        return await retry_tx_once(work)
 
     async def confirm_hold(
         self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
@@ -117,6 +117,9 @@ class PgHoldChanges(PgBase):
                     # The outbox row carries the confirm's trace to the issuer.
                     current_traceparent(),
                 ),
+                # Idempotent by its key: a confirm sent again replays the
+                # first one's answer.
+                repeatable=True,
             )
             stored, in_flight, key_reused = rows[0]
             conflict = outcomes.confirm_conflict(in_flight=in_flight, key_reused=key_reused)
@@ -189,4 +192,4 @@ class PgHoldChanges(PgBase):
                 await self._move_counters(conn, hold, returned, held=0, sold=-1)
                 return await self._read_hold(conn, hold_id), refund
 
-        return await retry_deadlock_once(work)
+        return await retry_tx_once(work)

@@ -27,7 +27,7 @@ from booking_svc.model import (
     SectionKind,
     SectionSeatMap,
 )
-from boxoffice.db import transaction
+from boxoffice.db import retry_lost_once, transaction
 from boxoffice.errors import AlreadyExists, InvalidArgument, NotFound
 
 
@@ -102,8 +102,11 @@ class PgEvents(PgBase):
             return await self._read_event(conn, spec.event_id)
 
     async def get_event(self, event_id: int) -> Event:
-        async with transaction(self._pool) as conn:
-            return await self._read_event(conn, event_id)
+        async def read() -> Event:
+            async with transaction(self._pool) as conn:
+                return await self._read_event(conn, event_id)
+
+        return await retry_lost_once(read)
 
     async def _read_event(self, conn: AsyncConnection[TupleRow], event_id: int) -> Event:
         cur = await conn.execute(
@@ -257,6 +260,9 @@ class PgEvents(PgBase):
             return sum(added.values())
 
     async def seat_map(self, event_id: int, now: datetime) -> SeatMap:
+        return await retry_lost_once(lambda: self._seat_map(event_id, now))
+
+    async def _seat_map(self, event_id: int, now: datetime) -> SeatMap:
         async with transaction(self._pool) as conn:
             event = await self._read_event(conn, event_id)
             cur = await conn.execute(
@@ -294,6 +300,8 @@ class PgEvents(PgBase):
 
     async def section_counters(self) -> list[SectionCounters]:
         rows = await self._statement(
-            "SELECT event_id, section_id, capacity, overbook_limit, sold, held FROM section_totals ORDER BY 1, 2", ()
+            "SELECT event_id, section_id, capacity, overbook_limit, sold, held FROM section_totals ORDER BY 1, 2",
+            (),
+            repeatable=True,
         )
         return [SectionCounters(*r) for r in rows]

@@ -218,7 +218,9 @@ class PgHolds(PgBase):
         return [a if a is not None else Internal("no answer", reason="INTERNAL") for a in answers]
 
     async def get_hold(self, hold_id: uuid.UUID) -> Hold | None:
-        rows = await self._statement(f"SELECT {HOLD_COLUMNS} FROM hold_details WHERE hold_id = %s", (hold_id,))
+        rows = await self._statement(
+            f"SELECT {HOLD_COLUMNS} FROM hold_details WHERE hold_id = %s", (hold_id,), repeatable=True
+        )
         return hold_from_row(rows[0]) if rows else None
 
     async def list_holds(
@@ -237,5 +239,6 @@ class PgHolds(PgBase):
             f"SELECT {HOLD_COLUMNS} FROM hold_details WHERE {' AND '.join(where)} "
             "ORDER BY created_at DESC, hold_id DESC LIMIT %s",
             params,
+            repeatable=True,
         )
         return [hold_from_row(r) for r in rows]

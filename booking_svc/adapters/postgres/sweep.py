@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from booking_svc.adapters.postgres.base import PgBase, retry_deadlock_once
+from booking_svc.adapters.postgres.base import PgBase, retry_tx_once
 from booking_svc.model import SectionKind, SweepResult
 from boxoffice.db import transaction
 
@@ -85,7 +85,7 @@ class PgSweep(PgBase):
                 )
                 return SweepResult(len(lapsed), seats)
 
-        return await retry_deadlock_once(work)
+        return await retry_tx_once(work)
 
     async def forget_requests(self, *, older_than: datetime) -> int:
         """Drop HoldSeats request ids older than ``older_than``."""

@@ -1,0 +1,114 @@
+"""Postgres drops every connection of the mesh (pg_terminate_backend on
+this test session's own database) before each step of each fan's
+checkout: no call answers UNAVAILABLE, and each booking's tickets are
+listed within 5 s of its confirm (the issuer's broken pooled connections
+used to hold them until the stream's reclaim, 30 s)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
+from tests.e2e.checkout import admitted, open_event
+from tests.e2e.harness import eventually, whole_mesh
+from tests.edge.asserting import edge_mesh_client
+from tests.support import Stores
+
+pytestmark = pytest.mark.slow
+
+_FANS = 4
+# The longest a booking's tickets may take after its confirm answered.
+_TICKET_SECONDS = 5.0
+
+
+@dataclass
+class Mesh:
+    queue: Any
+    booking: Any
+    payment: Any
+
+
+@pytest.fixture
+async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
+    async with (
+        whole_mesh(stores, "ticket-issued-pg-loss", webhooks="manual") as addresses,
+        edge_mesh_client(stores, addresses["queue"]) as queue,
+        edge_mesh_client(stores, addresses["booking"]) as booking,
+        edge_mesh_client(stores, addresses["payment"]) as payment,
+    ):
+        yield Mesh(
+            queue.stub(qpb_grpc.QueueServiceStub),
+            booking.stub(bpb_grpc.BookingServiceStub),
+            payment.stub(ppb_grpc.PaymentServiceStub),
+        )
+
+
+async def _cut(stores: Stores) -> int:
+    """End every session on this test session's database (the mesh's pools,
+    its relay's and elections' connections); how many."""
+    database = urlsplit(stores.database_url).path.lstrip("/")
+    async with await psycopg.AsyncConnection.connect(stores.admin_url, autocommit=True) as admin:
+        cur = await admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_dropped_connections_cost_no_unavailable_and_no_late_ticket(mesh: Mesh, stores: Stores) -> None:
+    event_id = await open_event(mesh.booking, mesh.queue, name="Connections cut", seats=2 * _FANS)
+    lags: list[float] = []
+    cut = 0
+    for n in range(_FANS):
+        customer = f"cut-fan-{n}"
+        token = await admitted(mesh.queue, event_id, customer_id=customer)
+        cut += await _cut(stores)
+        held = (
+            await mesh.booking.HoldSeats(
+                bpb.HoldSeatsRequest(
+                    access_token=token,
+                    event_id=event_id,
+                    best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
+                    request_id=f"cut-{event_id}-{n}",
+                )
+            )
+        ).hold
+        cut += await _cut(stores)
+        again = await mesh.booking.GetHold(bpb.GetHoldRequest(access_token=token, hold_id=held.hold_id))
+        assert again.hold.state == bpb.HOLD_STATE_HELD
+        cut += await _cut(stores)
+        started = await mesh.payment.StartPayment(
+            ppb.StartPaymentRequest(access_token=token, hold_id=held.hold_id, payment_method="pm_card_ok")
+        )
+        cut += await _cut(stores)
+        confirmed = await mesh.payment.ConfirmPayment(
+            ppb.ConfirmPaymentRequest(payment_id=started.payment.payment_id, idempotency_key=f"cut-{held.hold_id}")
+        )
+        assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
+        answered = time.monotonic()
+
+        async def listed(hold_id: str = held.hold_id, token: str = token) -> list[ppb.Ticket] | None:
+            reply = await mesh.payment.ListTickets(
+                ppb.ListTicketsRequest(access_token=token, event_id=event_id, hold_id=hold_id)
+            )
+            return list(reply.tickets) if len(reply.tickets) == 2 else None
+
+        await eventually(listed, f"the tickets of {customer}", seconds=30)
+        lags.append(time.monotonic() - answered)
+    # Every step met connections the server had ended (the control: the
+    # cuts reached the mesh's connections, not an empty database).
+    assert cut >= 4 * _FANS
+    assert max(lags) < _TICKET_SECONDS, lags
