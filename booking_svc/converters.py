@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import duration_pb2
 
+from booking_svc.listing import listing_fields, parse_listing
 from booking_svc.model import (
     DEFAULT_HOLD_TTL_SECONDS,
     DEFAULT_MAX_SEATS_PER_CUSTOMER,
@@ -30,6 +31,7 @@ from booking_svc.model import (
     SectionSpec,
     Selection,
 )
+from booking_svc.times import timestamp, ts
 from boxoffice import validate
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 
@@ -58,12 +60,6 @@ _HOLD_STATES = {
 
 
 # -- parsing -----------------------------------------------------------------
-
-
-def _timestamp(field: str, value: timestamp_pb2.Timestamp) -> datetime:
-    if not 0 <= value.nanos < 1_000_000_000 or not -62135596800 <= value.seconds <= 253402300799:
-        raise validate.invalid(field, "is not a valid timestamp")
-    return value.ToDatetime(tzinfo=UTC)
 
 
 def parse_seconds(field: str, value: duration_pb2.Duration, *, minimum: float, maximum: float) -> float:
@@ -96,7 +92,7 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
         raise validate.required("kind", "kind is required (CONCERT or FLIGHT)")
     if not request.HasField("starts_at"):
         raise validate.required("starts_at")
-    starts_at = _timestamp("starts_at", request.starts_at)
+    starts_at = timestamp("starts_at", request.starts_at)
     ttl = DEFAULT_HOLD_TTL_SECONDS[kind]
     if request.HasField("hold_ttl"):
         ttl = round(parse_seconds("hold_ttl", request.hold_ttl, minimum=1, maximum=3600))
@@ -104,12 +100,13 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
             raise validate.invalid("hold_ttl", "must be at least 1 s")
     max_seats = request.max_seats_per_customer or DEFAULT_MAX_SEATS_PER_CUSTOMER
     validate.int_range("max_seats_per_customer", max_seats, minimum=1, maximum=100)
+    listing = parse_listing(request, kind, starts_at)
     max_tickets = request.max_tickets_per_customer or max_seats
     validate.int_range("max_tickets_per_customer", max_tickets, minimum=1, maximum=MAX_TICKETS_PER_CUSTOMER)
     policy = request.refund_policy
     validate.int_range("refund_policy.refund_percent", policy.refund_percent, minimum=0, maximum=100)
     refundable_until = (
-        _timestamp("refund_policy.refundable_until", policy.refundable_until)
+        timestamp("refund_policy.refundable_until", policy.refundable_until)
         if policy.HasField("refundable_until")
         else None
     )
@@ -161,6 +158,7 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
         refund_policy=RefundPolicy(refundable_until, policy.refund_percent),
         sections=tuple(sections),
         max_tickets_per_customer=max_tickets,
+        listing=listing,
     )
 
 
@@ -210,16 +208,6 @@ def parse_selection(request: pb.HoldSeatsRequest) -> Selection:
 # -- building ----------------------------------------------------------------
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _ts(value: datetime) -> timestamp_pb2.Timestamp:
-    # Exact integer arithmetic, a few times cheaper than FromDatetime (which
-    # goes through a time tuple); naive values are taken as UTC, as there.
-    since = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)) - _EPOCH
-    return timestamp_pb2.Timestamp(seconds=since.days * 86400 + since.seconds, nanos=since.microseconds * 1000)
-
-
 def _money_pb(value: Money) -> pb.Money:
     return pb.Money(currency_code=value.currency, amount_minor=value.amount_minor)
 
@@ -242,17 +230,18 @@ def event_pb(event: Event) -> pb.Event:
     ttl.FromSeconds(event.hold_ttl_seconds)
     policy = pb.RefundPolicy(refund_percent=event.refund_policy.refund_percent)
     if event.refund_policy.refundable_until is not None:
-        policy.refundable_until.CopyFrom(_ts(event.refund_policy.refundable_until))
+        policy.refundable_until.CopyFrom(ts(event.refund_policy.refundable_until))
     return pb.Event(
         event_id=event.event_id,
         display_name=event.display_name,
         kind=pb.EVENT_KIND_CONCERT if event.kind is EventKind.CONCERT else pb.EVENT_KIND_FLIGHT,
-        starts_at=_ts(event.starts_at),
+        starts_at=ts(event.starts_at),
         hold_ttl=ttl,
         max_seats_per_customer=event.max_seats_per_customer,
         max_tickets_per_customer=event.max_tickets_per_customer,
         refund_policy=policy,
         sections=[section_pb(s) for s in event.sections],
+        **listing_fields(event.listing),
     )
 
 
@@ -274,13 +263,13 @@ def hold_pb(hold: Hold, now: datetime) -> pb.Hold:
         ],
         quantity=hold.quantity,
         state=_HOLD_STATES[hold.state_at(now).value],
-        expires_at=_ts(hold.expires_at),
+        expires_at=ts(hold.expires_at),
         amount=_money_pb(hold.amount),
-        create_time=_ts(hold.created_at),
+        create_time=ts(hold.created_at),
         payment_id=hold.payment_id or "",
     )
     if hold.confirmed_at is not None:
-        message.confirm_time.CopyFrom(_ts(hold.confirmed_at))
+        message.confirm_time.CopyFrom(ts(hold.confirmed_at))
     return message
 
 
@@ -304,5 +293,5 @@ def seat_map_pb(seat_map: SeatMap) -> pb.GetSeatMapResponse:
             )
             for s in seat_map.sections
         ],
-        snapshot_time=_ts(seat_map.snapshot_time),
+        snapshot_time=ts(seat_map.snapshot_time),
     )

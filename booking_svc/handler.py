@@ -15,9 +15,11 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Counter
 
+from booking_svc.catalogue import CatalogueRequest, open_page_token, page_token
 from booking_svc.config import BookingConfig
 from booking_svc.metrics import BookingMetrics
 from booking_svc.model import (
+    CatalogueEntry,
     Event,
     EventSpec,
     Hold,
@@ -104,6 +106,19 @@ class BookingHandler:
 
     async def get_event(self, event_id: int) -> Event:
         return await self._store.get_event(event_id)
+
+    async def list_events(self, request: CatalogueRequest) -> tuple[list[CatalogueEntry], str | None]:
+        """A page of the catalogue: published events, soonest first; events
+        that have started are left out unless the caller asks from earlier."""
+        query = request.query
+        after = None if request.page_token is None else open_page_token(self._signer, query, request.page_token)
+        now = self.now()
+        searched = query if query.starts_after is not None else replace(query, starts_after=now)
+        entries = await self._store.list_events(searched, limit=request.page_size + 1, after=after, now=now)
+        if len(entries) > request.page_size:
+            entries = entries[: request.page_size]
+            return entries, page_token(self._signer, query, entries[-1])
+        return entries, None
 
     async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> tuple[int, Event]:
         loaded = await self._store.load_inventory(event_id, rows)

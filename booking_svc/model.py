@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 from uuid import UUID
 
@@ -70,6 +70,69 @@ class SectionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Venue:
+    name: str
+    city: str
+    country_code: str
+
+
+@dataclass(frozen=True, slots=True)
+class Flight:
+    code: str
+    origin: str
+    destination: str
+    departs_at: datetime
+    arrives_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What the catalogue shows and searches of an event."""
+
+    # The IANA zone its times are shown in (and its local date is taken in).
+    time_zone: str = "UTC"
+    description: str = ""
+    # An unpublished event is never listed.
+    published: bool = True
+    venue: Venue | None = None
+    flight: Flight | None = None
+    # When the waiting room opens; None: on sale from creation.
+    sale_opens_at: datetime | None = None
+
+
+class Availability(enum.StrEnum):
+    ON_SALE = "ON_SALE"
+    FEW_LEFT = "FEW_LEFT"
+    SOLD_OUT = "SOLD_OUT"
+    NOT_YET_ON_SALE = "NOT_YET_ON_SALE"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueQuery:
+    """ListEvents' filters (all optional, ANDed); ``words`` are folded by
+    the store as it folds the events'."""
+
+    words: str = ""
+    kind: EventKind | None = None
+    origin: str | None = None
+    destination: str | None = None
+    local_date: date | None = None
+    starts_after: datetime | None = None
+    starts_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueEntry:
+    event_id: int
+    display_name: str
+    kind: EventKind
+    starts_at: datetime
+    listing: Listing
+    lowest_price: Money | None
+    availability: Availability
+
+
+@dataclass(frozen=True, slots=True)
 class EventSpec:
     event_id: int
     display_name: str
@@ -82,6 +145,7 @@ class EventSpec:
     # The ticket limit: the most tickets one customer may have in the event,
     # bought and held together; None takes max_seats_per_customer.
     max_tickets_per_customer: int | None = None
+    listing: Listing = Listing()
 
     @property
     def ticket_limit(self) -> int:
@@ -116,6 +180,7 @@ class Event:
     max_tickets_per_customer: int
     refund_policy: RefundPolicy
     sections: tuple[Section, ...]
+    listing: Listing = Listing()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from booking_svc.model import (
+    CatalogueEntry,
+    CatalogueQuery,
     Event,
     EventSpec,
     Hold,
@@ -29,6 +31,13 @@ class BookingStore(Protocol):
     async def create_event(self, spec: EventSpec) -> Event: ...
 
     async def get_event(self, event_id: int) -> Event: ...
+
+    async def list_events(
+        self, query: CatalogueQuery, *, limit: int, after: tuple[datetime, int] | None, now: datetime
+    ) -> list[CatalogueEntry]:
+        """Up to ``limit`` published events matching ``query`` (whose
+        ``starts_after`` is set), in (starts_at, event_id) order after the
+        cursor ``after``."""
 
     async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int: ...
 

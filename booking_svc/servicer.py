@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from booking_svc.catalogue import entry_pb, parse_list_events
 from booking_svc.converters import (
     SECTION_ID,
     SERVICE_NAME,
@@ -46,6 +47,10 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
     async def GetEvent(self, request: pb.GetEventRequest, context: Context) -> pb.GetEventResponse:
         event = await self._handler.get_event(validate.positive_id("event_id", request.event_id))
         return pb.GetEventResponse(event=event_pb(event))
+
+    async def ListEvents(self, request: pb.ListEventsRequest, context: Context) -> pb.ListEventsResponse:
+        entries, next_token = await self._handler.list_events(parse_list_events(request))
+        return pb.ListEventsResponse(events=[entry_pb(e) for e in entries], next_page_token=next_token or "")
 
     async def LoadInventory(self, request: pb.LoadInventoryRequest, context: Context) -> pb.LoadInventoryResponse:
         event_id = validate.positive_id("event_id", request.event_id)

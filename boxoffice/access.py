@@ -66,6 +66,7 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_BOOKING}LoadInventory": {OPERATOR},
         f"{_BOOKING}GetEvent": {EDGE, OPERATOR},
         f"{_BOOKING}GetSeatMap": {EDGE, OPERATOR},
+        f"{_BOOKING}ListEvents": {EDGE, OPERATOR},
         # Holds: the fan's own, through the edge; payment reads the hold it charges.
         f"{_BOOKING}HoldSeats": {EDGE},
         f"{_BOOKING}GetHold": {EDGE, PAYMENT},

@@ -118,6 +118,7 @@ class _Clients:
 
 async def _event_create(clients: _Clients, path: str, out: TextIO) -> None:
     spec = parse_event_file(path, _read(path))
+    out.writelines(f"{note}\n" for note in spec.notes)
     event_id = spec.event.event_id
     created = await _call(
         f"creating event {event_id}", clients.booking_admin().CreateEvent(spec.event, timeout=clients.timeout)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import datetime
 import re
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,8 @@ class EventFile:
 
     event: bpb.BookingAdminServiceCreateEventRequest
     waiting_room: qpb.CreateWaitingRoomRequest | None
+    # What the file says that the event does not take, ``FILE:LINE: note``.
+    notes: tuple[str, ...] = ()
 
 
 _EVENT_KEYS = {"event": True, "sections": True, "waiting_room": False}
@@ -151,7 +154,17 @@ _EVENT_FIELDS = {
     "max_seats_per_customer": False,
     "max_tickets_per_customer": False,
     "refund": False,
+    "time_zone": False,
+    "description": False,
+    "published": False,
+    "venue": False,
+    "flight": False,
 }
+_VENUE_FIELDS = {"name": True, "city": True, "country_code": True}
+_FLIGHT_FIELDS = {"code": True, "origin": True, "destination": True, "departs_at": True, "arrives_at": False}
+_IATA = re.compile(r"^[A-Z]{3}$")
+_FLIGHT_CODE = re.compile(r"^[A-Z0-9]{2}[0-9]{1,4}[A-Z]?$")
+_COUNTRY = re.compile(r"^[A-Z]{2}$")
 _SECTION_FIELDS = {"id": True, "name": False, "kind": True, "capacity": False, "overbook": False, "price": True}
 _PRICE_FIELDS = {"currency": True, "amount_minor": True}
 _REFUND_FIELDS = {"percent": True, "until": False}
@@ -216,6 +229,12 @@ opens_at. The waiting room may be left out. Times carry their zone.
                  lanes: [{name: presale, entry: code, share_percent: 30, opens_at: 2026-06-01T08:00:00Z},
                          {name: staff, entry: staff, share_percent: 5}]}
 
+The catalogue: time_zone (an IANA name such as Asia/Ho_Chi_Minh, default UTC: the
+zone the event's times are shown and its local date taken in), description, published
+(default true: listed from creation), a concert's venue: {name, city, country_code} and
+a flight's flight: {code: VN213, origin: SGN, destination: HAN, departs_at (= starts_at),
+arrives_at}. The waiting room's opens_at is the catalogue's "on sale at".
+
 max_seats_per_customer (1-100, default 4) is the most seats one customer may hold at
 once; max_tickets_per_customer (1-10000, default max_seats_per_customer) the most
 tickets one customer may have in the event, bought and held together, whatever their
@@ -268,6 +287,8 @@ def parse_event_file(path: str, text: str) -> EventFile:
                 refund.get("percent"), "event.refund.percent", low=0, high=100
             )
             doc.instant(refund.get("until"), "event.refund.until", request.refund_policy.refundable_until)
+        _listing(doc, fields, request)
+    notes: list[str] = []
     if "sections" in top:
         node = top["sections"]
         if not isinstance(node, yaml.SequenceNode) or not node.value:
@@ -275,16 +296,56 @@ def parse_event_file(path: str, text: str) -> EventFile:
         else:
             seen: set[str] = set()
             for index, item in enumerate(node.value):
-                request.sections.append(_section(doc, item, f"sections[{index}]", seen))
+                request.sections.append(_section(doc, item, f"sections[{index}]", seen, notes))
     waiting_room = None
     if "waiting_room" in top:
         waiting_room = qpb.CreateWaitingRoomRequest(config=_waiting_room(doc, top["waiting_room"], request.event_id))
+        # The catalogue says "on sale at" the waiting room's opening.
+        request.sale_opens_at.CopyFrom(waiting_room.config.opens_at)
     if doc.problems:
         raise BadFile(doc.problems)
-    return EventFile(request, waiting_room)
+    return EventFile(request, waiting_room, tuple(notes))
 
 
-def _section(doc: _Doc, node: yaml.Node, where: str, seen: set[str]) -> bpb.SectionDraft:
+def _listing(doc: _Doc, fields: Mapping[str, yaml.Node], request: bpb.BookingAdminServiceCreateEventRequest) -> None:
+    """The catalogue's fields: time zone, description, publication, a
+    concert's venue, a flight's route and times."""
+    zone_node = fields.get("time_zone")
+    zone = doc.text(zone_node, "event.time_zone")
+    if zone_node is not None and zone:
+        try:
+            zoneinfo.ZoneInfo(zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            doc.problem(zone_node, f"event.time_zone {zone!r} is not an IANA time zone such as Asia/Ho_Chi_Minh")
+    request.time_zone = zone
+    request.description = doc.text(fields.get("description"), "event.description")
+    if "published" in fields:
+        request.published = doc.flag(fields["published"], "event.published")
+    if "venue" in fields:
+        venue = doc.mapping(fields["venue"], "event.venue", _VENUE_FIELDS)
+        request.venue.display_name = doc.text(venue.get("name"), "event.venue.name")
+        request.venue.city = doc.text(venue.get("city"), "event.venue.city")
+        request.venue.country_code = _code(doc, venue.get("country_code"), "event.venue.country_code", _COUNTRY)
+    if "flight" in fields:
+        flight = doc.mapping(fields["flight"], "event.flight", _FLIGHT_FIELDS)
+        request.flight.flight_code = _code(doc, flight.get("code"), "event.flight.code", _FLIGHT_CODE)
+        request.flight.origin = _code(doc, flight.get("origin"), "event.flight.origin", _IATA)
+        request.flight.destination = _code(doc, flight.get("destination"), "event.flight.destination", _IATA)
+        doc.instant(flight.get("departs_at"), "event.flight.departs_at", request.flight.departs_at)
+        doc.instant(flight.get("arrives_at"), "event.flight.arrives_at", request.flight.arrives_at)
+
+
+def _code(doc: _Doc, node: yaml.Node | None, where: str, pattern: re.Pattern[str]) -> str:
+    code = doc.text(node, where)
+    if node is not None and code and not pattern.match(code):
+        kind = {_IATA: "an IATA airport code such as SGN", _COUNTRY: "a country code such as VN"}.get(
+            pattern, "a flight number such as VN213"
+        )
+        doc.problem(node, f"{where} {code!r} must be {kind}")
+    return code
+
+
+def _section(doc: _Doc, node: yaml.Node, where: str, seen: set[str], notes: list[str]) -> bpb.SectionDraft:
     fields = doc.mapping(node, where, _SECTION_FIELDS)
     section = bpb.SectionDraft()
     section.section_id = doc.text(fields.get("id"), f"{where}.id", pattern=_SECTION_ID)
@@ -299,9 +360,16 @@ def _section(doc: _Doc, node: yaml.Node, where: str, seen: set[str]) -> bpb.Sect
         section.capacity = doc.integer(fields.get("capacity"), f"{where}.capacity", low=1, high=1_000_000)
         section.overbook_limit = doc.integer(fields.get("overbook"), f"{where}.overbook", low=0, high=100_000)
     elif section.kind == bpb.MANAGED_SECTION_KIND_SEATED:
-        for key in ("capacity", "overbook"):
-            if key in fields:
-                doc.problem(fields[key], f"{where}.{key}: a seated section's seats come from `inventory load`")
+        if "capacity" in fields:
+            doc.problem(fields["capacity"], f"{where}.capacity: a seated section's seats come from `inventory load`")
+        if "overbook" in fields:
+            # A seated section sells each of its seats once: a fare class
+            # overbooks as a general_admission section.
+            line = fields["overbook"].start_mark.line + 1
+            notes.append(
+                f"{doc.path}:{line}: note: {where}.overbook is not taken: a seated section sells each seat once "
+                "(a fare class that overbooks is a general_admission section with a capacity)"
+            )
     if "price" in fields:
         price = doc.mapping(fields["price"], f"{where}.price", _PRICE_FIELDS)
         currency = doc.text(price.get("currency"), f"{where}.price.currency")

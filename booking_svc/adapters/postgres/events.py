@@ -13,6 +13,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from booking_svc.adapters.postgres.base import PgBase
+from booking_svc.adapters.postgres.listing import LISTING_COLUMNS, listing_of, listing_row
 from booking_svc.model import (
     Event,
     EventKind,
@@ -37,11 +38,11 @@ class PgEvents(PgBase):
     async def create_event(self, spec: EventSpec) -> Event:
         async with transaction(self._pool) as conn:
             cur = await conn.execute(
-                """
+                f"""
                 INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds,
                                     max_seats_per_customer, max_tickets_per_customer, refundable_until,
-                                    refund_percent)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                    refund_percent, {LISTING_COLUMNS})
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 ON CONFLICT (event_id) DO NOTHING
                 RETURNING event_id
                 """,
@@ -55,6 +56,7 @@ class PgEvents(PgBase):
                     spec.ticket_limit,
                     spec.refund_policy.refundable_until,
                     spec.refund_policy.refund_percent,
+                    *listing_row(spec.listing),
                 ),
             )
             if await cur.fetchone() is None:
@@ -110,10 +112,10 @@ class PgEvents(PgBase):
 
     async def _read_event(self, conn: AsyncConnection[TupleRow], event_id: int) -> Event:
         cur = await conn.execute(
-            """
+            f"""
             SELECT display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
                    refundable_until, refund_percent,
-                   COALESCE(max_tickets_per_customer, max_seats_per_customer)
+                   COALESCE(max_tickets_per_customer, max_seats_per_customer), {LISTING_COLUMNS}
               FROM events WHERE event_id = %s
             """,
             (event_id,),
@@ -156,6 +158,7 @@ class PgEvents(PgBase):
             max_tickets_per_customer=row[7],
             refund_policy=RefundPolicy(row[5], row[6]),
             sections=sections,
+            listing=listing_of(row[8:]),
         )
 
     async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int:

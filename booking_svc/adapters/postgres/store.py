@@ -4,6 +4,7 @@ in its own module over one pool."""
 
 from __future__ import annotations
 
+from booking_svc.adapters.postgres.catalogue import PgCatalogue
 from booking_svc.adapters.postgres.changes import PgHoldChanges
 from booking_svc.adapters.postgres.events import PgEvents
 from booking_svc.adapters.postgres.holds import PgHolds
@@ -11,7 +12,7 @@ from booking_svc.adapters.postgres.sweep import PgSweep
 from booking_svc.ports import BookingStore
 
 
-class PgBookingStore(PgEvents, PgHolds, PgHoldChanges, PgSweep):
+class PgBookingStore(PgEvents, PgCatalogue, PgHolds, PgHoldChanges, PgSweep):
     """:class:`booking_svc.ports.BookingStore` on Postgres; built with
     :class:`PgHolds`'s arguments (the pool, the hold batching, the test
     pause)."""

@@ -282,6 +282,12 @@ class ManagedEvent(_message.Message):
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
     MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PUBLISHED_FIELD_NUMBER: _builtins.int
+    VENUE_FIELD_NUMBER: _builtins.int
+    FLIGHT_FIELD_NUMBER: _builtins.int
+    SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen at creation; positive."""
     display_name: _builtins.str
@@ -294,6 +300,12 @@ class ManagedEvent(_message.Message):
     """The ticket limit: most tickets one customer may have in this event,
     bought and held together, over all of their orders and sessions.
     """
+    time_zone: _builtins.str
+    """The IANA time zone of the venue or of the flight's departure."""
+    description: _builtins.str
+    """What fans read about the event."""
+    published: _builtins.bool
+    """Whether fans see the event in the catalogue."""
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -310,6 +322,18 @@ class ManagedEvent(_message.Message):
     def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___ManagedSection]:
         """The sections or fare classes, with live counters."""
 
+    @_builtins.property
+    def venue(self) -> Global___ManagedVenue:
+        """A concert's venue."""
+
+    @_builtins.property
+    def flight(self) -> Global___ManagedFlight:
+        """A flight's route and times."""
+
+    @_builtins.property
+    def sale_opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the waiting room opens; unset when on sale from creation."""
+
     def __init__(
         self,
         *,
@@ -322,14 +346,96 @@ class ManagedEvent(_message.Message):
         refund_policy: Global___ManagedRefundPolicy | None = ...,
         sections: _abc.Iterable[Global___ManagedSection] | None = ...,
         max_tickets_per_customer: _builtins.int = ...,
+        time_zone: _builtins.str = ...,
+        description: _builtins.str = ...,
+        published: _builtins.bool = ...,
+        venue: Global___ManagedVenue | None = ...,
+        flight: Global___ManagedFlight | None = ...,
+        sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ManagedEvent: _TypeAlias = ManagedEvent  # noqa: Y015
+
+@_typing.final
+class ManagedVenue(_message.Message):
+    """ManagedVenue is where a concert takes place; its fields are those of
+    BookingService's Venue, with the same numbers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    CITY_FIELD_NUMBER: _builtins.int
+    COUNTRY_CODE_FIELD_NUMBER: _builtins.int
+    display_name: _builtins.str
+    """The venue's name, 1 to 200 characters."""
+    city: _builtins.str
+    """The city, 1 to 100 characters."""
+    country_code: _builtins.str
+    """ISO 3166-1 alpha-2 code of the country, e.g. "VN"."""
+    def __init__(
+        self,
+        *,
+        display_name: _builtins.str = ...,
+        city: _builtins.str = ...,
+        country_code: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["city", b"city", "country_code", b"country_code", "display_name", b"display_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ManagedVenue: _TypeAlias = ManagedVenue  # noqa: Y015
+
+@_typing.final
+class ManagedFlight(_message.Message):
+    """ManagedFlight is a flight's route and times; its fields are those of
+    BookingService's Flight, with the same numbers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FLIGHT_CODE_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    DEPARTS_AT_FIELD_NUMBER: _builtins.int
+    ARRIVES_AT_FIELD_NUMBER: _builtins.int
+    flight_code: _builtins.str
+    """The flight number, e.g. "VN213"."""
+    origin: _builtins.str
+    """IATA code of the departure airport, e.g. "SGN"."""
+    destination: _builtins.str
+    """IATA code of the arrival airport, e.g. "HAN"."""
+    @_builtins.property
+    def departs_at(self) -> _timestamp_pb2.Timestamp:
+        """When the flight departs; equals the event's starts_at."""
+
+    @_builtins.property
+    def arrives_at(self) -> _timestamp_pb2.Timestamp:
+        """When the flight arrives."""
+
+    def __init__(
+        self,
+        *,
+        flight_code: _builtins.str = ...,
+        origin: _builtins.str = ...,
+        destination: _builtins.str = ...,
+        departs_at: _timestamp_pb2.Timestamp | None = ...,
+        arrives_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arrives_at", b"arrives_at", "departs_at", b"departs_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrives_at", b"arrives_at", "departs_at", b"departs_at", "destination", b"destination", "flight_code", b"flight_code", "origin", b"origin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ManagedFlight: _TypeAlias = ManagedFlight  # noqa: Y015
 
 @_typing.final
 class BookingAdminServiceCreateEventRequest(_message.Message):
@@ -348,6 +454,12 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
     MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PUBLISHED_FIELD_NUMBER: _builtins.int
+    VENUE_FIELD_NUMBER: _builtins.int
+    FLIGHT_FIELD_NUMBER: _builtins.int
+    SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -363,6 +475,14 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     the event's max_seats_per_customer. A negative value is INVALID_ARGUMENT
     (INVALID_FIELD, field max_tickets_per_customer).
     """
+    time_zone: _builtins.str
+    """The IANA time zone of the venue or of the flight's departure; empty
+    takes "UTC".
+    """
+    description: _builtins.str
+    """What fans read about the event; up to 2,000 characters."""
+    published: _builtins.bool
+    """Whether fans see the event in the catalogue; unset publishes it."""
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -379,6 +499,18 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___SectionDraft]:
         """At least one section."""
 
+    @_builtins.property
+    def venue(self) -> Global___ManagedVenue:
+        """A concert's venue."""
+
+    @_builtins.property
+    def flight(self) -> Global___ManagedFlight:
+        """A flight's route and times; only for a flight."""
+
+    @_builtins.property
+    def sale_opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the waiting room opens; unset: on sale from creation."""
+
     def __init__(
         self,
         *,
@@ -391,12 +523,20 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
         refund_policy: Global___ManagedRefundPolicy | None = ...,
         sections: _abc.Iterable[Global___SectionDraft] | None = ...,
         max_tickets_per_customer: _builtins.int = ...,
+        time_zone: _builtins.str = ...,
+        description: _builtins.str = ...,
+        published: _builtins.bool | None = ...,
+        venue: Global___ManagedVenue | None = ...,
+        flight: Global___ManagedFlight | None = ...,
+        sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__published: _TypeAlias = _typing.Literal["published"]  # noqa: Y015
+    _WhichOneofArgType__published: _TypeAlias = _typing.Literal["_published", b"_published"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__published) -> _WhichOneofReturnType__published | None: ...
 
 Global___BookingAdminServiceCreateEventRequest: _TypeAlias = BookingAdminServiceCreateEventRequest  # noqa: Y015
 

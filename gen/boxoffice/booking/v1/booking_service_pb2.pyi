@@ -105,6 +105,38 @@ HOLD_STATE_CANCELLED: HoldState.ValueType  # 5
 """The confirmed booking was cancelled and its seats returned to sale."""
 Global___HoldState: _TypeAlias = HoldState  # noqa: Y015
 
+class _EventAvailability:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EventAvailabilityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EventAvailability.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EVENT_AVAILABILITY_UNSPECIFIED: _EventAvailability.ValueType  # 0
+    """Unknown; never sent."""
+    EVENT_AVAILABILITY_ON_SALE: _EventAvailability.ValueType  # 1
+    """Seats are for sale."""
+    EVENT_AVAILABILITY_FEW_LEFT: _EventAvailability.ValueType  # 2
+    """Seats are for sale, but at most a tenth of them (or 10) are left."""
+    EVENT_AVAILABILITY_SOLD_OUT: _EventAvailability.ValueType  # 3
+    """Every seat is sold or held."""
+    EVENT_AVAILABILITY_NOT_YET_ON_SALE: _EventAvailability.ValueType  # 4
+    """The waiting room has not opened yet, or no seat is loaded yet."""
+
+class EventAvailability(_EventAvailability, metaclass=_EventAvailabilityEnumTypeWrapper):
+    """EventAvailability sums up what is left of an event for the catalogue."""
+
+EVENT_AVAILABILITY_UNSPECIFIED: EventAvailability.ValueType  # 0
+"""Unknown; never sent."""
+EVENT_AVAILABILITY_ON_SALE: EventAvailability.ValueType  # 1
+"""Seats are for sale."""
+EVENT_AVAILABILITY_FEW_LEFT: EventAvailability.ValueType  # 2
+"""Seats are for sale, but at most a tenth of them (or 10) are left."""
+EVENT_AVAILABILITY_SOLD_OUT: EventAvailability.ValueType  # 3
+"""Every seat is sold or held."""
+EVENT_AVAILABILITY_NOT_YET_ON_SALE: EventAvailability.ValueType  # 4
+"""The waiting room has not opened yet, or no seat is loaded yet."""
+Global___EventAvailability: _TypeAlias = EventAvailability  # noqa: Y015
+
 @_typing.final
 class Money(_message.Message):
     """Money is an amount in the minor unit of a currency (cents)."""
@@ -226,6 +258,12 @@ class Event(_message.Message):
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
     MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PUBLISHED_FIELD_NUMBER: _builtins.int
+    VENUE_FIELD_NUMBER: _builtins.int
+    FLIGHT_FIELD_NUMBER: _builtins.int
+    SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive."""
     display_name: _builtins.str
@@ -239,6 +277,14 @@ class Event(_message.Message):
     bought (confirmed, not cancelled) and held (live holds) together, over
     all of their orders and sessions (default max_seats_per_customer).
     """
+    time_zone: _builtins.str
+    """The IANA time zone of the venue or of the flight's departure, e.g.
+    "Asia/Ho_Chi_Minh": "starts at 20:00" is 20:00 there.
+    """
+    description: _builtins.str
+    """What fans read about the event; up to 2,000 characters, may be empty."""
+    published: _builtins.bool
+    """Whether fans see the event in the catalogue."""
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -255,6 +301,20 @@ class Event(_message.Message):
     def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___Section]:
         """The sections or fare classes."""
 
+    @_builtins.property
+    def venue(self) -> Global___Venue:
+        """Where a concert takes place; unset for a flight."""
+
+    @_builtins.property
+    def flight(self) -> Global___Flight:
+        """The flight's route and times; unset for a concert."""
+
+    @_builtins.property
+    def sale_opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the waiting room opens (the on-sale); unset when the event is on
+        sale from its creation.
+        """
+
     def __init__(
         self,
         *,
@@ -267,14 +327,94 @@ class Event(_message.Message):
         refund_policy: Global___RefundPolicy | None = ...,
         sections: _abc.Iterable[Global___Section] | None = ...,
         max_tickets_per_customer: _builtins.int = ...,
+        time_zone: _builtins.str = ...,
+        description: _builtins.str = ...,
+        published: _builtins.bool = ...,
+        venue: Global___Venue | None = ...,
+        flight: Global___Flight | None = ...,
+        sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class Venue(_message.Message):
+    """Venue is where a concert takes place."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    CITY_FIELD_NUMBER: _builtins.int
+    COUNTRY_CODE_FIELD_NUMBER: _builtins.int
+    display_name: _builtins.str
+    """The venue's name, 1 to 200 characters."""
+    city: _builtins.str
+    """The city, 1 to 100 characters."""
+    country_code: _builtins.str
+    """ISO 3166-1 alpha-2 code of the country, e.g. "VN"."""
+    def __init__(
+        self,
+        *,
+        display_name: _builtins.str = ...,
+        city: _builtins.str = ...,
+        country_code: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["city", b"city", "country_code", b"country_code", "display_name", b"display_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Venue: _TypeAlias = Venue  # noqa: Y015
+
+@_typing.final
+class Flight(_message.Message):
+    """Flight is a flight's route and times."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FLIGHT_CODE_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    DEPARTS_AT_FIELD_NUMBER: _builtins.int
+    ARRIVES_AT_FIELD_NUMBER: _builtins.int
+    flight_code: _builtins.str
+    """The flight number: a 2-character airline code and 1 to 4 digits, e.g.
+    "VN213".
+    """
+    origin: _builtins.str
+    """IATA code of the departure airport, e.g. "SGN"."""
+    destination: _builtins.str
+    """IATA code of the arrival airport, e.g. "HAN"; not the origin."""
+    @_builtins.property
+    def departs_at(self) -> _timestamp_pb2.Timestamp:
+        """When the flight departs; the event starts then."""
+
+    @_builtins.property
+    def arrives_at(self) -> _timestamp_pb2.Timestamp:
+        """When the flight arrives; after departs_at."""
+
+    def __init__(
+        self,
+        *,
+        flight_code: _builtins.str = ...,
+        origin: _builtins.str = ...,
+        destination: _builtins.str = ...,
+        departs_at: _timestamp_pb2.Timestamp | None = ...,
+        arrives_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arrives_at", b"arrives_at", "departs_at", b"departs_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrives_at", b"arrives_at", "departs_at", b"departs_at", "destination", b"destination", "flight_code", b"flight_code", "origin", b"origin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Flight: _TypeAlias = Flight  # noqa: Y015
 
 @_typing.final
 class Seat(_message.Message):
@@ -453,6 +593,12 @@ class CreateEventRequest(_message.Message):
     REFUND_POLICY_FIELD_NUMBER: _builtins.int
     SECTIONS_FIELD_NUMBER: _builtins.int
     MAX_TICKETS_PER_CUSTOMER_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PUBLISHED_FIELD_NUMBER: _builtins.int
+    VENUE_FIELD_NUMBER: _builtins.int
+    FLIGHT_FIELD_NUMBER: _builtins.int
+    SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -469,6 +615,14 @@ class CreateEventRequest(_message.Message):
     per-customer number, so that holding, paying and holding again cannot
     go past it). There is no unlimited value; a large one is.
     """
+    time_zone: _builtins.str
+    """The IANA time zone of the venue or of the flight's departure; empty
+    takes "UTC". An unknown zone is INVALID_ARGUMENT.
+    """
+    description: _builtins.str
+    """What fans read about the event; up to 2,000 characters, may be empty."""
+    published: _builtins.bool
+    """Whether fans see the event in the catalogue; unset publishes it."""
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -485,6 +639,22 @@ class CreateEventRequest(_message.Message):
     def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___SectionSpec]:
         """At least one section."""
 
+    @_builtins.property
+    def venue(self) -> Global___Venue:
+        """A concert's venue; not for a flight."""
+
+    @_builtins.property
+    def flight(self) -> Global___Flight:
+        """A flight's route and times (only for a flight; a flight without one is
+        listed without its route); its departs_at must equal starts_at.
+        """
+
+    @_builtins.property
+    def sale_opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the waiting room opens (the catalogue says "on sale at" until
+        then); unset: on sale from creation.
+        """
+
     def __init__(
         self,
         *,
@@ -497,12 +667,20 @@ class CreateEventRequest(_message.Message):
         refund_policy: Global___RefundPolicy | None = ...,
         sections: _abc.Iterable[Global___SectionSpec] | None = ...,
         max_tickets_per_customer: _builtins.int = ...,
+        time_zone: _builtins.str = ...,
+        description: _builtins.str = ...,
+        published: _builtins.bool | None = ...,
+        venue: Global___Venue | None = ...,
+        flight: Global___Flight | None = ...,
+        sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "starts_at", b"starts_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "event_id", b"event_id", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "refund_policy", b"refund_policy", "sections", b"sections", "starts_at", b"starts_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__published: _TypeAlias = _typing.Literal["published"]  # noqa: Y015
+    _WhichOneofArgType__published: _TypeAlias = _typing.Literal["_published", b"_published"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__published) -> _WhichOneofReturnType__published | None: ...
 
 Global___CreateEventRequest: _TypeAlias = CreateEventRequest  # noqa: Y015
 
@@ -551,6 +729,171 @@ class GetEventRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetEventRequest: _TypeAlias = GetEventRequest  # noqa: Y015
+
+@_typing.final
+class EventListing(_message.Message):
+    """EventListing is one event of the catalogue."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    STARTS_AT_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    VENUE_FIELD_NUMBER: _builtins.int
+    FLIGHT_FIELD_NUMBER: _builtins.int
+    LOWEST_PRICE_FIELD_NUMBER: _builtins.int
+    AVAILABILITY_FIELD_NUMBER: _builtins.int
+    SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event."""
+    display_name: _builtins.str
+    """Display name."""
+    kind: Global___EventKind.ValueType
+    """Concert or flight."""
+    time_zone: _builtins.str
+    """The IANA time zone the start is shown in."""
+    description: _builtins.str
+    """What fans read about the event."""
+    availability: Global___EventAvailability.ValueType
+    """What is left, from counters at most a few seconds old."""
+    @_builtins.property
+    def starts_at(self) -> _timestamp_pb2.Timestamp:
+        """When the performance or flight starts."""
+
+    @_builtins.property
+    def venue(self) -> Global___Venue:
+        """A concert's venue."""
+
+    @_builtins.property
+    def flight(self) -> Global___Flight:
+        """A flight's route and times."""
+
+    @_builtins.property
+    def lowest_price(self) -> Global___Money:
+        """The lowest price of a section with seats left (of any section when
+        none has).
+        """
+
+    @_builtins.property
+    def sale_opens_at(self) -> _timestamp_pb2.Timestamp:
+        """When the waiting room opens; unset when on sale from creation."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        display_name: _builtins.str = ...,
+        kind: Global___EventKind.ValueType = ...,
+        starts_at: _timestamp_pb2.Timestamp | None = ...,
+        time_zone: _builtins.str = ...,
+        description: _builtins.str = ...,
+        venue: Global___Venue | None = ...,
+        flight: Global___Flight | None = ...,
+        lowest_price: Global___Money | None = ...,
+        availability: Global___EventAvailability.ValueType = ...,
+        sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flight", b"flight", "lowest_price", b"lowest_price", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["availability", b"availability", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "kind", b"kind", "lowest_price", b"lowest_price", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventListing: _TypeAlias = EventListing  # noqa: Y015
+
+@_typing.final
+class ListEventsRequest(_message.Message):
+    """ListEventsRequest asks for a page of the catalogue. Every filter is
+    optional; the filters are ANDed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    LOCAL_DATE_FIELD_NUMBER: _builtins.int
+    STARTS_AFTER_FIELD_NUMBER: _builtins.int
+    STARTS_BEFORE_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Most events to return, 1 to 100; 0 means 20."""
+    page_token: _builtins.str
+    """Token from a previous response's next_page_token, with the same filters."""
+    query: _builtins.str
+    """Words, each matched whole against the words of the name, the venue,
+    the city, the flight code and the airports, ignoring case and accents
+    ("my dinh" finds "Mỹ Đình"); up to 200 characters.
+    """
+    kind: Global___EventKind.ValueType
+    """Only concerts or only flights."""
+    origin: _builtins.str
+    """Only flights from this IATA airport code."""
+    destination: _builtins.str
+    """Only flights to this IATA airport code."""
+    local_date: _builtins.str
+    """Only events starting on this date (YYYY-MM-DD) in their own time zone."""
+    @_builtins.property
+    def starts_after(self) -> _timestamp_pb2.Timestamp:
+        """Only events starting at or after this time; unset: now."""
+
+    @_builtins.property
+    def starts_before(self) -> _timestamp_pb2.Timestamp:
+        """Only events starting before this time."""
+
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        query: _builtins.str = ...,
+        kind: Global___EventKind.ValueType = ...,
+        origin: _builtins.str = ...,
+        destination: _builtins.str = ...,
+        local_date: _builtins.str = ...,
+        starts_after: _timestamp_pb2.Timestamp | None = ...,
+        starts_before: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["starts_after", b"starts_after", "starts_before", b"starts_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "kind", b"kind", "local_date", b"local_date", "origin", b"origin", "page_size", b"page_size", "page_token", b"page_token", "query", b"query", "starts_after", b"starts_after", "starts_before", b"starts_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEventsRequest: _TypeAlias = ListEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListEventsResponse(_message.Message):
+    """ListEventsResponse is one page of the catalogue."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty on the last page."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventListing]:
+        """The events, soonest first (by event id at the same start)."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___EventListing] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEventsResponse: _TypeAlias = ListEventsResponse  # noqa: Y015
 
 @_typing.final
 class GetEventResponse(_message.Message):

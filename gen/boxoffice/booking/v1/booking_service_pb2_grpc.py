@@ -47,6 +47,11 @@ class BookingServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetEventRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetEventResponse.FromString,
                 _registered_method=True)
+        self.ListEvents = channel.unary_unary(
+                '/boxoffice.booking.v1.BookingService/ListEvents',
+                request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.ListEventsRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.ListEventsResponse.FromString,
+                _registered_method=True)
         self.LoadInventory = channel.unary_unary(
                 '/boxoffice.booking.v1.BookingService/LoadInventory',
                 request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LoadInventoryRequest.SerializeToString,
@@ -109,6 +114,19 @@ class BookingServiceServicer:
 
     def GetEvent(self, request, context):
         """GetEvent returns an event with its sections and live counters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvents(self, request, context):
+        """ListEvents is the catalogue: published events, soonest first, filtered
+        by words (accent- and case-insensitive), kind, a flight's origin and
+        destination, a local date in each event's own time zone and a start
+        range, a page at a time (AIP-158). Unpublished events are never listed.
+        Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
+        or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
+        listing did not hand out (forged, or from other filters).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -235,6 +253,11 @@ def add_BookingServiceServicer_to_server(servicer, server):
                     request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetEventRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetEventResponse.SerializeToString,
             ),
+            'ListEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvents,
+                    request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.ListEventsRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.ListEventsResponse.SerializeToString,
+            ),
             'LoadInventory': grpc.unary_unary_rpc_method_handler(
                     servicer.LoadInventory,
                     request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LoadInventoryRequest.FromString,
@@ -338,6 +361,33 @@ class BookingService:
             '/boxoffice.booking.v1.BookingService/GetEvent',
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetEventRequest.SerializeToString,
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.booking.v1.BookingService/ListEvents',
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.ListEventsRequest.SerializeToString,
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.ListEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

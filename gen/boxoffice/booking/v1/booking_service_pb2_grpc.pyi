@@ -48,6 +48,15 @@ class BookingServiceStub:
         """CreateEvent creates an event (a concert or a flight) with its sections."""
     GetEvent: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetEventRequest, _booking_service_pb2.GetEventResponse]
     """GetEvent returns an event with its sections and live counters."""
+    ListEvents: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.ListEventsRequest, _booking_service_pb2.ListEventsResponse]
+    """ListEvents is the catalogue: published events, soonest first, filtered
+    by words (accent- and case-insensitive), kind, a flight's origin and
+    destination, a local date in each event's own time zone and a start
+    range, a page at a time (AIP-158). Unpublished events are never listed.
+    Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
+    or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
+    listing did not hand out (forged, or from other filters).
+    """
     @_builtins.property
     @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
     def LoadInventory(self) -> _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.LoadInventoryRequest, _booking_service_pb2.LoadInventoryResponse]:
@@ -137,6 +146,15 @@ class BookingServiceAsyncStub(BookingServiceStub):
         """CreateEvent creates an event (a concert or a flight) with its sections."""
     GetEvent: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetEventRequest, _booking_service_pb2.GetEventResponse]  # type: ignore[assignment]
     """GetEvent returns an event with its sections and live counters."""
+    ListEvents: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.ListEventsRequest, _booking_service_pb2.ListEventsResponse]  # type: ignore[assignment]
+    """ListEvents is the catalogue: published events, soonest first, filtered
+    by words (accent- and case-insensitive), kind, a flight's origin and
+    destination, a local date in each event's own time zone and a start
+    range, a page at a time (AIP-158). Unpublished events are never listed.
+    Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
+    or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
+    listing did not hand out (forged, or from other filters).
+    """
     @_builtins.property
     @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
     def LoadInventory(self) -> _aio.UnaryUnaryMultiCallable[_booking_service_pb2.LoadInventoryRequest, _booking_service_pb2.LoadInventoryResponse]:  # type: ignore[override]
@@ -234,6 +252,21 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_booking_service_pb2.GetEventResponse, _abc.Awaitable[_booking_service_pb2.GetEventResponse]]:
         """GetEvent returns an event with its sections and live counters."""
+
+    @_abc_1.abstractmethod
+    def ListEvents(
+        self,
+        request: _booking_service_pb2.ListEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_booking_service_pb2.ListEventsResponse, _abc.Awaitable[_booking_service_pb2.ListEventsResponse]]:
+        """ListEvents is the catalogue: published events, soonest first, filtered
+        by words (accent- and case-insensitive), kind, a flight's origin and
+        destination, a local date in each event's own time zone and a start
+        range, a page at a time (AIP-158). Unpublished events are never listed.
+        Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
+        or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
+        listing did not hand out (forged, or from other filters).
+        """
 
     @_deprecated("""LoadInventory adds the seats of an event's seated sections. It validates\nthe whole load first and applies all of it or nothing.""")
     @_abc_1.abstractmethod

@@ -240,6 +240,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (seats in their confirmed bookings), all decimal; ConfirmHold adds
     `hold_id`.
     """
+    ERROR_REASON_PAGE_TOKEN_INVALID: _ErrorReason.ValueType  # 125
+    """ListEvents with a page token that this listing did not hand out: forged,
+    signed with a key the service no longer knows, or handed out for other
+    filters (INVALID_ARGUMENT). Metadata: `field` ("page_token").
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason BookingService can answer, as
@@ -472,5 +477,10 @@ limit (the customer held others since); the payment is refunded.
 Metadata: `limit`, `held` (seats in the customer's live holds), `bought`
 (seats in their confirmed bookings), all decimal; ConfirmHold adds
 `hold_id`.
+"""
+ERROR_REASON_PAGE_TOKEN_INVALID: ErrorReason.ValueType  # 125
+"""ListEvents with a page token that this listing did not hand out: forged,
+signed with a key the service no longer knows, or handed out for other
+filters (INVALID_ARGUMENT). Metadata: `field` ("page_token").
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
