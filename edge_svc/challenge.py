@@ -172,7 +172,7 @@ class ProofOfWork:
         except Unsealed as err:
             # A retired key reads as a bad signature: challenges live minutes.
             raise _invalid("format" if err.check == "format" else "signature") from None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             raise _invalid("format") from None
         if event_id != attempt.event_id or customer != attempt.customer_id:
             raise _invalid("subject")

@@ -8,17 +8,23 @@ verifies, the first signs: rotate by putting a new key first). Development
 sign-in hands one out for a name; in production the customer is the subject
 of a verified OpenID Connect token.
 
-Bearer tokens are JWTs verified against the issuer's JWKS: the algorithm is
-fixed by configuration (RS256 / ES256), never taken from the token; the key
-is found by ``kid`` (the JWKS is fetched again when a token names a key it
-does not have, at most once per ``_REFETCH_SECONDS``); issuer, audience,
-expiry and not-before are checked with a small leeway.
+Bearer tokens are JWTs verified with PyJWT against the issuer's JWKS: the
+algorithms are fixed by configuration (RS256 / ES256), never taken from the
+token; the key is found by ``kid`` (the JWKS is fetched again when a token
+names a key it does not have, at most once per ``_REFETCH_SECONDS``); a
+header with ``crit`` or a ``kid`` that is no plain name is refused before any
+key is looked up; issuer, audience and subject are checked by PyJWT, expiry
+and not-before on the process's clock with a small leeway.
+
+Whatever a client sends is read within bounds (:mod:`boxoffice.boundedjson`):
+a token's header and claims, and a cookie's payload, past their size or
+nesting depth are refused (401) before any parser recurses into them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import binascii
 import logging
 import math
 import re
@@ -28,11 +34,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from boxoffice import boundedjson
 from boxoffice.clock import Clock
 from boxoffice.config import ConfigError
 from boxoffice.errors import Unauthenticated
@@ -45,6 +50,11 @@ _log = logging.getLogger("boxoffice.edge.identity")
 
 _MAX_COOKIE = 1024
 _MAX_JWT = 8192
+# How deep a token's header and claims may nest (an ID token's claims are
+# flat but for a few objects such as ``address``).
+_MAX_JWT_DEPTH = 8
+# A key id is a plain name: no path, no query, no control characters.
+_KID = re.compile(r"[A-Za-z0-9_.+=-]{1,256}")
 # The longest a customer id (a development name or a token subject) may be:
 # the longest fan the services take in an assertion (boxoffice.tls, in
 # characters once decoded).
@@ -87,14 +97,19 @@ class SessionCookies:
             raise _session_invalid("the session cookie is too long")
         try:
             body = self._sealer.open(cookie)
-            customer_id, expires_at = str(body["c"]), int(body["exp"])
         except Unsealed as err:
             raise _session_invalid(_UNSEALED[err.check]) from None
-        except (ValueError, KeyError, TypeError):
-            raise _session_invalid("the session cookie is malformed") from None
+        # Signed by a key of ours, still read as a stranger's: a customer id
+        # the services take and an expiry that is a time (not NaN, infinite
+        # or past year 9999, which no clock or date can hold).
+        customer_id = body.get("c") if isinstance(body, dict) else None
+        expires_at = _instant(body.get("exp")) if isinstance(body, dict) else None
+        if not is_customer_id(customer_id) or expires_at is None:
+            raise _session_invalid("the session cookie is malformed")
+        assert isinstance(customer_id, str)
         if expires_at < self._clock.now():
             raise _session_invalid("the session has expired; sign in again")
-        return Session(customer_id, expires_at, "cookie")
+        return Session(customer_id, int(expires_at), "cookie")
 
 
 _UNSEALED = {
@@ -109,13 +124,15 @@ def _bearer_invalid(check: str, message: str) -> Unauthenticated:
 
 
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
+# The algorithm the edge verifies each key type with (JWKS "kty", and "crv" for EC).
+_FAMILY: dict[tuple[object, object], str] = {("RSA", None): "RS256", ("EC", "P-256"): "ES256"}
 
 
 def parse_jwks(text: str) -> dict[str, tuple[str, PublicKey]]:
-    """The keys of a JWKS document by kid: (algorithm family, key). Keys of
-    a type or curve the edge does not verify with are skipped."""
+    """The keys of a JWKS document by kid: (algorithm, key), read by PyJWT.
+    Keys of a type or curve the edge does not verify with are skipped."""
     try:
-        document = json.loads(text)
+        document = boundedjson.loads(text, max_bytes=1 << 20)
         entries = document["keys"]
         if not isinstance(entries, list):
             raise TypeError("keys is not a list")
@@ -126,19 +143,16 @@ def parse_jwks(text: str) -> dict[str, tuple[str, PublicKey]]:
         if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
             continue
         kid = str(entry.get("kid", ""))
+        algorithm = _FAMILY.get((entry.get("kty"), entry.get("crv") if entry.get("kty") == "EC" else None))
+        if algorithm is None:
+            continue
         try:
-            if entry.get("kty") == "RSA":
-                numbers = rsa.RSAPublicNumbers(
-                    int.from_bytes(unb64(entry["e"]), "big"), int.from_bytes(unb64(entry["n"]), "big")
-                )
-                keys[kid] = ("RS256", numbers.public_key())
-            elif entry.get("kty") == "EC" and entry.get("crv") == "P-256":
-                point = ec.EllipticCurvePublicNumbers(
-                    int.from_bytes(unb64(entry["x"]), "big"), int.from_bytes(unb64(entry["y"]), "big"), ec.SECP256R1()
-                )
-                keys[kid] = ("ES256", point.public_key())
-        except (KeyError, ValueError, TypeError):
+            key = jwt.PyJWK(entry, algorithm=algorithm).key
+        except (jwt.PyJWTError, KeyError, ValueError, TypeError):
             _log.warning("JWKS key skipped: malformed", extra={"kid": kid[:64]})
+            continue
+        if isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+            keys[kid] = (algorithm, key)
     return keys
 
 
@@ -211,6 +225,17 @@ class OidcVerifier:
         self._config = config
         self._keys = keys
         self._clock = clock
+        # The checks PyJWT makes: the signature with the one algorithm the
+        # key is for, issuer, audience, the claims every ID token carries,
+        # a subject that is a string. Times are checked on our clock.
+        self._jwt = jwt.PyJWT(
+            options={
+                "require": ["iss", "aud", "sub", "exp"],
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+            }
+        )
 
     async def verify(self, token: str) -> Session:
         if len(token) > _MAX_JWT:
@@ -218,50 +243,77 @@ class OidcVerifier:
         parts = token.split(".")
         if len(parts) != 3:
             raise _bearer_invalid("format", "the bearer token is not a JWT")
+        # Read within bounds before PyJWT parses them again.
         try:
-            header = json.loads(unb64(parts[0]))
-            claims = json.loads(unb64(parts[1]))
-            signature = unb64(parts[2])
+            header = boundedjson.loads(unb64(parts[0]), max_bytes=_MAX_JWT, max_depth=_MAX_JWT_DEPTH)
+            claims = boundedjson.loads(unb64(parts[1]), max_bytes=_MAX_JWT, max_depth=_MAX_JWT_DEPTH)
             if not isinstance(header, dict) or not isinstance(claims, dict):
                 raise TypeError("not objects")
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, binascii.Error):
             raise _bearer_invalid("format", "the bearer token is not a JWT") from None
+        if "crit" in header or "b64" in header:
+            # No extension of JWS is understood here (RFC 7515, 4.1.11).
+            raise _bearer_invalid("format", "the bearer token names a critical header this service does not know")
         algorithm = header.get("alg")
         if algorithm not in self._config.algorithms:
             raise _bearer_invalid("key", "the bearer token's algorithm is not accepted")
-        kid = str(header.get("kid", ""))
+        kid = header.get("kid", "")
+        if not isinstance(kid, str) or (kid and (not _KID.fullmatch(kid) or ".." in kid)):
+            # Refused before the key source is asked (no JWKS fetch for it).
+            raise _bearer_invalid("key", "the bearer token names no key the issuer could publish")
         keys = await self._keys.keys(refresh=False)
         if kid not in keys:
             keys = await self._keys.keys(refresh=True)
         found = keys.get(kid)
         if found is None or found[0] != algorithm:
             raise _bearer_invalid("key", "the bearer token is signed with a key the issuer does not publish")
-        if not _signature_ok(found[1], f"{parts[0]}.{parts[1]}".encode(), signature):
-            raise _bearer_invalid("signature", "the bearer token's signature does not verify")
-        return self._claims(claims)
-
-    def _claims(self, claims: dict[str, Any]) -> Session:
         config = self._config
-        if claims.get("iss") != config.issuer:
-            raise _bearer_invalid("issuer", "the bearer token is from another issuer")
-        audience = claims.get("aud")
-        audiences = audience if isinstance(audience, list) else [audience]
-        if config.audience not in audiences:
-            raise _bearer_invalid("audience", "the bearer token is for another audience")
+        try:
+            self._jwt.decode(
+                token,
+                key=found[1],
+                algorithms=[found[0]],
+                audience=config.audience,
+                issuer=config.issuer,
+            )
+        except jwt.InvalidSignatureError:
+            raise _bearer_invalid("signature", "the bearer token's signature does not verify") from None
+        except jwt.InvalidIssuerError:
+            raise _bearer_invalid("issuer", "the bearer token is from another issuer") from None
+        except jwt.InvalidAudienceError:
+            raise _bearer_invalid("audience", "the bearer token is for another audience") from None
+        except jwt.exceptions.InvalidSubjectError:
+            raise _bearer_invalid("subject", _NO_SUBJECT) from None
+        except jwt.MissingRequiredClaimError as err:
+            check = _MISSING.get(err.claim, "format")
+            raise _bearer_invalid(check, f"the bearer token has no {err.claim[:16]} claim") from None
+        except jwt.InvalidAlgorithmError:
+            raise _bearer_invalid("key", "the bearer token's algorithm is not accepted") from None
+        except jwt.PyJWTError:
+            raise _bearer_invalid("format", "the bearer token is not a JWT this service reads") from None
+        return self._times(claims)
+
+    def _times(self, claims: dict[str, Any]) -> Session:
+        """The session of verified claims: expiry and not-before on the
+        process's clock, and a subject the services can serve."""
+        leeway = self._config.leeway_seconds
         now = self._clock.now()
         expires = _instant(claims.get("exp"))
-        if expires is None or expires + config.leeway_seconds < now:
+        if expires is None or expires + leeway < now:
             raise _bearer_invalid("expiry", "the bearer token has expired")
         not_before = claims.get("nbf")
-        if not_before is not None and (
-            (instant := _instant(not_before)) is None or instant - config.leeway_seconds > now
-        ):
+        if not_before is not None and ((instant := _instant(not_before)) is None or instant - leeway > now):
             raise _bearer_invalid("expiry", "the bearer token is not valid yet")
         subject = claims.get("sub")
         if not is_customer_id(subject):
-            raise _bearer_invalid("subject", "the bearer token names no subject this service can serve")
+            raise _bearer_invalid("subject", _NO_SUBJECT)
         assert isinstance(subject, str)
         return Session(subject, int(expires), "bearer")
+
+
+_NO_SUBJECT = "the bearer token names no subject this service can serve"
+# The check a missing required claim fails.
+_MISSING = {"iss": "issuer", "aud": "audience", "sub": "subject", "exp": "expiry"}
 
 
 def is_customer_id(subject: object) -> bool:
@@ -290,20 +342,6 @@ def _instant(value: object) -> float | None:
     if not math.isfinite(value) or not 0 <= value <= _LAST_INSTANT:
         return None
     return float(value)
-
-
-def _signature_ok(key: PublicKey, signed: bytes, signature: bytes) -> bool:
-    try:
-        if isinstance(key, rsa.RSAPublicKey):
-            key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
-        else:
-            if len(signature) != 64:
-                return False
-            r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
-            key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(hashes.SHA256()))
-    except InvalidSignature:
-        return False
-    return True
 
 
 def key_source(config: OidcConfig) -> KeySource:

@@ -2,7 +2,8 @@
 cookies, proof-of-work challenges. Each is ``<kind>.<kid>.<payload>.<mac>``:
 the payload base64url JSON, the MAC an HMAC-SHA256 of what precedes it with
 the key ``kid`` of the edge's key ring (every key verifies, the active one
-signs), compared in constant time."""
+signs), compared in constant time. A payload is read within bounds (a few
+KiB, a shallow nesting) even when its MAC verifies."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import hmac
 import json
 from typing import Any
 
+from boxoffice import boundedjson
 from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
+
+# The largest payload a sealed value carries, and how deep it may nest.
+_MAX_PAYLOAD_BYTES = 4096
+_MAX_DEPTH = 4
 
 
 def b64(data: bytes) -> str:
@@ -58,7 +64,7 @@ class Sealer:
         if not hmac.compare_digest(_mac(key, f"{self._kind}.{kid}.{payload}").encode(), mac.encode()):
             raise Unsealed("signature")
         try:
-            return json.loads(unb64(payload))
+            return boundedjson.loads(unb64(payload), max_bytes=_MAX_PAYLOAD_BYTES, max_depth=_MAX_DEPTH)
         except ValueError:
             raise Unsealed("format") from None
 

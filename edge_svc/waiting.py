@@ -135,7 +135,7 @@ class PlaceCookies:
             event, customer, score, ahead, admitted_total, pre_queue_joined, read_at_ms, *rest = fields
             lane = str(rest[0]) if rest else ""
             base = places.PlaceBase(int(score), int(ahead), int(admitted_total), int(pre_queue_joined))
-        except (Unsealed, ValueError, TypeError):
+        except (Unsealed, ValueError, TypeError, OverflowError):
             return None
         if event != event_id or customer != customer_id or len(rest) > 1:
             return None

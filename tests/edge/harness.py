@@ -45,6 +45,13 @@ class EdgeStack:
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, timeout=30.0, **kwargs)
 
+    def client_from(self, address: str, **kwargs: Any) -> httpx.AsyncClient:
+        """A client whose connections come from ``address`` (a loopback
+        address of its own, so that a test that spends a per-address limit
+        spends no other test's)."""
+        transport = httpx.AsyncHTTPTransport(local_address=address)
+        return httpx.AsyncClient(base_url=self.url, timeout=30.0, transport=transport, **kwargs)
+
     async def event(
         self,
         *,
@@ -146,6 +153,12 @@ async def sign_in(client: httpx.AsyncClient, name: str) -> None:
     assert client.cookies.get("bo_session")
 
 
+def loopback_address() -> str:
+    """A fresh address of 127.0.0.0/8 (all of it is loopback on Linux)."""
+    number = uuid.uuid4().int
+    return f"127.{number % 250 + 2}.{(number >> 8) % 250}.{(number >> 16) % 250 + 1}"
+
+
 def error_of(reply: httpx.Response) -> tuple[int, str, str]:
     """(HTTP status, canonical status name, ErrorInfo reason) of an error answer."""
     body = json.loads(reply.text)["error"]
@@ -155,4 +168,4 @@ def error_of(reply: httpx.Response) -> tuple[int, str, str]:
     return reply.status_code, body["status"], info["reason"]
 
 
-__all__ = ["GENEROUS", "EdgeStack", "access", "edge_stack", "error_of", "sign_in"]
+__all__ = ["GENEROUS", "EdgeStack", "access", "edge_stack", "error_of", "loopback_address", "sign_in"]

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.edge.fans import expect
-from tests.edge.harness import EdgeStack, edge_stack
+from tests.edge.harness import EdgeStack, edge_stack, loopback_address
 from tests.support import Stores
 
 # Three requests at once per address, then one per 100 s.
@@ -31,8 +31,8 @@ async def untrusting(stores: Stores) -> AsyncIterator[EdgeStack]:
 
 
 async def test_a_forwarded_address_from_an_untrusted_peer_is_ignored(untrusting: EdgeStack) -> None:
-    async with untrusting.client() as client:
-        # Loopback's budget spent with a new made-up address each time.
+    async with untrusting.client_from(loopback_address()) as client:
+        # The peer's budget spent with a new made-up address each time.
         for n in range(3):
             forged = {"X-Forwarded-For": f"198.51.100.{n + 1}"}
             reply = await client.post("/v1/session", json={"name": f"xff-{n}"}, headers=forged)
