@@ -255,6 +255,11 @@ class BookingHandler:
             now=self.now(),
         )
 
+    async def restore_hold_expiry(self, *, hold_id: uuid.UUID, customer_id: str, expires_at: datetime) -> Hold:
+        return await self._store.restore_hold_expiry(
+            hold_id=hold_id, customer_id=customer_id, expires_at=expires_at, now=self.now()
+        )
+
     async def confirm_hold(
         self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money
     ) -> Hold:
@@ -275,13 +280,19 @@ class BookingHandler:
         finally:
             self._metrics.confirms.labels(result).inc()
 
-    async def cancel_booking(self, *, hold_id: uuid.UUID, customer_id: str | None, reason: str) -> tuple[Hold, int]:
+    async def cancel_booking(
+        self, *, hold_id: uuid.UUID, customer_id: str | None, reason: str, refunded_at_provider: bool = False
+    ) -> tuple[Hold, int]:
         """Cancel a confirmed booking. The edge cancels its asserted fan's
         own (``customer_id``, when given, must name that fan); an operator
         and payment name the booking's customer. PaymentService cancels one
         only to refund it (RefundPayment): for that caller a policy that
         grants nothing refuses the cancel, so a refund never voids a booking
-        for nothing and never leaves one confirmed."""
+        for nothing and never leaves one confirmed; but money already given
+        back at the provider (``refunded_at_provider``, PaymentService only)
+        cancels it whatever the policy, granting nothing more."""
+        if refunded_at_provider and caller.current().role != access.PAYMENT:
+            raise validate.invalid("refunded_at_provider", "is for PaymentService only")
         if caller.current().is_edge:
             customer_id = asserted_customer(customer_id or "")
         elif customer_id is None:
@@ -291,7 +302,8 @@ class BookingHandler:
             customer_id=customer_id,
             reason=reason,
             now=self.now(),
-            refund_required=caller.current().role == access.PAYMENT,
+            refund_required=caller.current().role == access.PAYMENT and not refunded_at_provider,
+            refunded_at_provider=refunded_at_provider,
         )
         if self._config.seat_gate:
             await self._gate.clear(hold.event_id, [s.seat_id for s in hold.seats])

@@ -67,17 +67,31 @@ class BookingStore(Protocol):
         self, *, hold_id: uuid.UUID, customer_id: str, extend_by: timedelta, max_lifetime: timedelta, now: datetime
     ) -> Hold: ...
 
+    async def restore_hold_expiry(
+        self, *, hold_id: uuid.UUID, customer_id: str, expires_at: datetime, now: datetime
+    ) -> Hold:
+        """Move a HELD hold's expiry back to ``expires_at`` (never later);
+        a hold no longer held is returned as it is."""
+
     async def confirm_hold(
         self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
     ) -> Hold: ...
 
     async def cancel_booking(
-        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime, refund_required: bool = False
+        self,
+        *,
+        hold_id: uuid.UUID,
+        customer_id: str,
+        reason: str,
+        now: datetime,
+        refund_required: bool = False,
+        refunded_at_provider: bool = False,
     ) -> tuple[Hold, int]:
         """Cancel a confirmed booking: its seats go back, a BookingCancelled
         event carries the refund the event's policy grants. With
         ``refund_required`` a policy that grants nothing refuses the cancel
-        (FAILED_PRECONDITION, REFUND_NOT_ALLOWED) and changes nothing."""
+        (FAILED_PRECONDITION, REFUND_NOT_ALLOWED) and changes nothing. With
+        ``refunded_at_provider`` the refund is zero (it was made at the provider)."""
 
     async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult: ...
 

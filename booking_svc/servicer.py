@@ -24,6 +24,7 @@ from booking_svc.converters import (
     seat_map_pb,
 )
 from booking_svc.handler import BookingHandler
+from booking_svc.times import timestamp
 from boxoffice import validate
 from boxoffice.server import Registration
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
@@ -104,6 +105,15 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
     async def ExtendHold(self, request: pb.ExtendHoldRequest, context: Context) -> pb.ExtendHoldResponse:
         hold_id = parse_hold_id("hold_id", request.hold_id)
         customer_id = validate.text("customer_id", request.customer_id, max_length=128)
+        if request.HasField("restore_expires_at"):
+            if request.HasField("extend_by"):
+                raise validate.invalid("extend_by", "must not be set with restore_expires_at")
+            restored = await self._handler.restore_hold_expiry(
+                hold_id=hold_id,
+                customer_id=customer_id,
+                expires_at=timestamp("restore_expires_at", request.restore_expires_at),
+            )
+            return pb.ExtendHoldResponse(hold=hold_pb(restored, self._handler.now()))
         if not request.HasField("extend_by"):
             raise validate.required("extend_by")
         extend_by = parse_seconds("extend_by", request.extend_by, minimum=1, maximum=1800)
@@ -128,7 +138,12 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
         hold_id = parse_hold_id("hold_id", request.hold_id)
         customer_id = validate.text("customer_id", request.customer_id, max_length=128) if request.customer_id else None
         reason = validate.text("reason", request.reason, max_length=500, min_length=0)
-        hold, refund = await self._handler.cancel_booking(hold_id=hold_id, customer_id=customer_id, reason=reason)
+        hold, refund = await self._handler.cancel_booking(
+            hold_id=hold_id,
+            customer_id=customer_id,
+            reason=reason,
+            refunded_at_provider=request.refunded_at_provider,
+        )
         return pb.CancelBookingResponse(
             hold=hold_pb(hold, self._handler.now()),
             refund_amount=pb.Money(currency_code=hold.amount.currency, amount_minor=refund),

@@ -72,29 +72,33 @@ class PgHoldChanges(PgBase):
                 expires = min(max(hold.expires_at, now + extend_by), hold.created_at + max_lifetime)
                 expires = max(expires, hold.expires_at)
                 if expires != hold.expires_at:
-                    await conn.execute("UPDATE holds SET expires_at = %s WHERE hold_id = %s", (expires, hold_id))
-                    await conn.execute(
-                        """
-                        WITH mine AS MATERIALIZED (
-                            SELECT s.seat_id FROM seats s
-                             WHERE s.event_id = %(event)s AND s.seat_id = ANY (%(ids)s)
-                               AND s.hold_id = %(hold)s AND s.status = 'HELD'
-                             ORDER BY s.seat_id
-                               FOR UPDATE
-                        )
-                        UPDATE seats s SET hold_expires_at = %(expires)s
-                          FROM mine WHERE s.event_id = %(event)s AND s.seat_id = mine.seat_id
-                        """,
-                        {
-                            "event": hold.event_id,
-                            "ids": [seat.seat_id for seat in hold.seats],
-                            "hold": hold_id,
-                            "expires": expires,
-                        },
-                    )
+                    await self._set_expiry(conn, hold, expires)
                 return await self._read_hold(conn, hold_id)
 
         return await retry_tx_once(work)
+
+    async def _set_expiry(self, conn: AsyncConnection[TupleRow], hold: Hold, expires: datetime) -> None:
+        """The hold's and its held seats' expiry."""
+        await conn.execute("UPDATE holds SET expires_at = %s WHERE hold_id = %s", (expires, hold.hold_id))
+        await conn.execute(
+            """
+            WITH mine AS MATERIALIZED (
+                SELECT s.seat_id FROM seats s
+                 WHERE s.event_id = %(event)s AND s.seat_id = ANY (%(ids)s)
+                   AND s.hold_id = %(hold)s AND s.status = 'HELD'
+                 ORDER BY s.seat_id
+                   FOR UPDATE
+            )
+            UPDATE seats s SET hold_expires_at = %(expires)s
+              FROM mine WHERE s.event_id = %(event)s AND s.seat_id = mine.seat_id
+            """,
+            {
+                "event": hold.event_id,
+                "ids": [seat.seat_id for seat in hold.seats],
+                "hold": hold.hold_id,
+                "expires": expires,
+            },
+        )
 
     async def confirm_hold(
         self, *, hold_id: uuid.UUID, idempotency_key: str, payment_id: str, amount_paid: Money, now: datetime
@@ -138,8 +142,29 @@ class PgHoldChanges(PgBase):
             (uuid.uuid4(), str(hold_id), kind, json.dumps(payload), current_traceparent()),
         )
 
+    async def restore_hold_expiry(
+        self, *, hold_id: uuid.UUID, customer_id: str, expires_at: datetime, now: datetime
+    ) -> Hold:
+        async def work() -> Hold:
+            async with transaction(self._pool) as conn:
+                hold = await self._lock_hold(conn, hold_id)
+                self._check_owner(hold, customer_id)
+                if hold.state_at(now) is not HoldState.HELD or expires_at >= hold.expires_at:
+                    return hold
+                await self._set_expiry(conn, hold, expires_at)
+                return await self._read_hold(conn, hold_id)
+
+        return await retry_deadlock_once(work)
+
     async def cancel_booking(
-        self, *, hold_id: uuid.UUID, customer_id: str, reason: str, now: datetime, refund_required: bool = False
+        self,
+        *,
+        hold_id: uuid.UUID,
+        customer_id: str,
+        reason: str,
+        now: datetime,
+        refund_required: bool = False,
+        refunded_at_provider: bool = False,
     ) -> tuple[Hold, int]:
         async def work() -> tuple[Hold, int]:
             async with transaction(self._pool) as conn:
@@ -158,7 +183,7 @@ class PgHoldChanges(PgBase):
                 )
                 policy_row = await cur.fetchone()
                 policy = RefundPolicy(None, 0) if policy_row is None else RefundPolicy(policy_row[0], policy_row[1])
-                refund = policy.refund_for(hold.amount.amount_minor, now)
+                refund = 0 if refunded_at_provider else policy.refund_for(hold.amount.amount_minor, now)
                 if refund_required and refund <= 0:
                     raise FailedPrecondition(
                         "the event's refund policy grants nothing for cancelling this booking now",

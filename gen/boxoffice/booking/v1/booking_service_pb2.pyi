@@ -1441,13 +1441,24 @@ class ExtendHoldRequest(_message.Message):
     HOLD_ID_FIELD_NUMBER: _builtins.int
     CUSTOMER_ID_FIELD_NUMBER: _builtins.int
     EXTEND_BY_FIELD_NUMBER: _builtins.int
+    RESTORE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     hold_id: _builtins.str
     """The hold."""
     customer_id: _builtins.str
     """The customer who must own it."""
     @_builtins.property
     def extend_by(self) -> _duration_pb2.Duration:
-        """The hold will expire no earlier than now plus this; 1 s to 30 min."""
+        """The hold will expire no earlier than now plus this; 1 s to 30 min.
+        Exactly one of extend_by and restore_expires_at is set.
+        """
+
+    @_builtins.property
+    def restore_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """The hold's own expiry, from before a payment extended it: the expiry
+        moves back to it (never later than it is now). A payment whose charge
+        was declined or failed gives its extension back so, and a hold whose
+        own expiry has passed is expired from then on.
+        """
 
     def __init__(
         self,
@@ -1455,10 +1466,11 @@ class ExtendHoldRequest(_message.Message):
         hold_id: _builtins.str = ...,
         customer_id: _builtins.str = ...,
         extend_by: _duration_pb2.Duration | None = ...,
+        restore_expires_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by", "restore_expires_at", b"restore_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "extend_by", b"extend_by", "hold_id", b"hold_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "extend_by", b"extend_by", "hold_id", b"hold_id", "restore_expires_at", b"restore_expires_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1557,6 +1569,7 @@ class CancelBookingRequest(_message.Message):
     HOLD_ID_FIELD_NUMBER: _builtins.int
     CUSTOMER_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    REFUNDED_AT_PROVIDER_FIELD_NUMBER: _builtins.int
     hold_id: _builtins.str
     """The booking (a confirmed hold)."""
     customer_id: _builtins.str
@@ -1566,16 +1579,23 @@ class CancelBookingRequest(_message.Message):
     """
     reason: _builtins.str
     """Why, up to 500 characters."""
+    refunded_at_provider: _builtins.bool
+    """PaymentService only: the money already went back at the provider (a
+    refund made there, a dispute). The booking is cancelled whatever the
+    refund policy says and the response grants nothing more (refund_amount
+    zero). From any other caller: INVALID_ARGUMENT.
+    """
     def __init__(
         self,
         *,
         hold_id: _builtins.str = ...,
         customer_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        refunded_at_provider: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "hold_id", b"hold_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "hold_id", b"hold_id", "reason", b"reason", "refunded_at_provider", b"refunded_at_provider"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -203,7 +203,10 @@ class BookingServiceServicer:
         a HELD, unexpired hold of that customer (else FAILED_PRECONDITION
         HOLD_EXPIRED or HOLD_NOT_HELD, PERMISSION_DENIED NOT_HOLD_OWNER). The
         expiry never moves earlier, and never past the service's maximum hold
-        lifetime from the hold's creation (30 minutes by default).
+        lifetime from the hold's creation (30 minutes by default). With
+        restore_expires_at instead of extend_by it gives an extension back: the
+        expiry moves earlier, to that time (a HELD hold only; one that is no
+        longer held is returned as it is).
         Internal: called by PaymentService.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
