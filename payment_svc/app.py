@@ -38,9 +38,10 @@ from payment_svc.jobs.issuer import ISSUER_GROUP, TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.jobs.sandbox_webhooks import WebhookDelivery
 from payment_svc.metrics import IssuerMetrics, ServerMetrics
-from payment_svc.ports import BookingClient, PaymentProvider
+from payment_svc.ports import BookingClient, PaymentProvider, WebhookReader
+from payment_svc.provider_webhooks import ProviderWebhooks
 from payment_svc.servicer import PaymentServicer
-from payment_svc.webhooks import WebhookVerifier
+from payment_svc.webhooks import SignedWebhooks, WebhookVerifier
 
 COMPONENT = "payment"
 DEFAULT_GRPC_PORT = 50053
@@ -57,7 +58,8 @@ class Overrides:
 
     # Default: BookingService over gRPC at BOXOFFICE_BOOKING_ADDR.
     booking: BookingClient | None = None
-    # Default: the sandbox provider (its records in the service's database).
+    # Default: the configured provider (the sandbox keeps its records in the
+    # service's database).
     provider: PaymentProvider | None = None
     # Default: no hooks.
     hooks: PaymentHooks = field(default_factory=PaymentHooks)
@@ -85,6 +87,7 @@ class PaymentServer:
     config: PaymentConfig
     server: GrpcServer
     handler: PaymentHandler
+    webhooks: ProviderWebhooks
     store: PgPaymentStore
     booking: BookingClient
     provider: PaymentProvider
@@ -146,10 +149,13 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     metrics = ServerMetrics.create(rt.registry)
     sandbox: SandboxProvider | None = None
     provider: PaymentProvider
-    if overrides.provider is None:
-        provider = sandbox = SandboxProvider(config.sandbox, rt.clock, pool)
-    else:
+    reader: WebhookReader
+    verifier = WebhookVerifier(config.webhook_secret_source.get, rt.clock, config.webhook_tolerance_seconds)
+    reader = SignedWebhooks(verifier)
+    if overrides.provider is not None:
         provider = overrides.provider
+    else:
+        provider = sandbox = SandboxProvider(config.sandbox, rt.clock, pool)
     booking_channel: GrpcBookingClient | None = None
     booking: BookingClient
     if overrides.booking is None:
@@ -162,18 +168,24 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     )
     handler = PaymentHandler(
         store=store,
-        webhook_events=PgWebhookStore(pool, lock_seconds=config.idempotency_lock_seconds),
         tickets=PgTicketStore(pool),
         booking=booking,
         provider=provider,
         tokens=rt.token_signer,
-        verifier=WebhookVerifier(config.webhook_secret_source.get, rt.clock, config.webhook_tolerance_seconds),
         config=config,
         metrics=metrics,
         hooks=overrides.hooks,
+    )
+    webhooks = ProviderWebhooks(
+        payments=handler,
+        store=store,
+        webhook_events=PgWebhookStore(pool, lock_seconds=config.idempotency_lock_seconds),
+        booking=booking,
+        reader=reader,
+        metrics=metrics,
         tracing=rt.tracing,
     )
-    servicer = PaymentServicer(handler=handler, idempotent=Idempotent(idempotency))
+    servicer = PaymentServicer(handler=handler, webhooks=webhooks, idempotent=Idempotent(idempotency))
     server = rt.grpc_server(COMPONENT, [servicer.registration()])
     reconciler = Reconciler(
         payments=handler,
@@ -199,6 +211,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         config=config,
         server=server,
         handler=handler,
+        webhooks=webhooks,
         store=store,
         booking=booking,
         provider=provider,

@@ -1,19 +1,11 @@
-"""The payment use cases: start, settle, refund, list tickets, and the
-provider's webhooks.
+"""The payment use cases: start, settle, refund and list tickets (the
+provider's webhooks are :mod:`payment_svc.provider_webhooks`).
 
 Money moves only through the provider, with keys derived from the order, so
 any step may be repeated: a charge per (hold, attempt), a confirm per
 payment, a refund per refund row. The payment row is the recovery point
 between those calls: whatever stopped half way, the next settle (a
 ConfirmPayment, a webhook, the reconciler) picks up from its state.
-
-A webhook is verified, then deduplicated by the provider's event id: it is
-recorded (with a lock) before it is applied and marked applied after; a
-later delivery of an applied event changes nothing, one that arrives while
-it is being applied is ABORTED (the provider retries), and one whose first
-application failed applies it again. An event about the payment's charge or
-refund whose amount or currency is not the payment's is refused before it
-is recorded: a valid signature does not make foreign money the payment's.
 
 Money and tickets agree: a refund of a booking that is still confirmed
 goes through the booking's cancellation (see :meth:`PaymentHandler.request_refund`).
@@ -22,27 +14,24 @@ goes through the booking's cancellation (see :meth:`PaymentHandler.request_refun
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from boxoffice import caller, deadline
 from boxoffice.errors import (
-    Aborted,
+    BoxofficeError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    Unauthenticated,
     Unavailable,
 )
 from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
-from boxoffice.tracing import Tracing, current_traceparent
+from boxoffice.tracing import current_traceparent
 from payment_svc.config import PaymentConfig
-from payment_svc.idempotency import detached, key_scope
+from payment_svc.idempotency import key_scope
 from payment_svc.metrics import ServerMetrics, state_label
 from payment_svc.model import (
     Payment,
@@ -60,7 +49,6 @@ from payment_svc.ports import (
     ChargeRequest,
     ChargeResult,
     ChargeStatus,
-    ClaimState,
     HoldState,
     PaymentProvider,
     PaymentStore,
@@ -68,9 +56,7 @@ from payment_svc.ports import (
     RefundRequest,
     RefundStatus,
     TicketStore,
-    WebhookStore,
 )
-from payment_svc.webhooks import MAX_BODY_BYTES, WebhookEvent, WebhookVerifier, parse_event
 
 _log = logging.getLogger("payment_svc.handler")
 
@@ -80,6 +66,9 @@ T = TypeVar("T")
 _RECORD_MARGIN_SECONDS = 0.25
 _MAX_SETTLE_STEPS = 8
 AUTOMATIC_REFUND_KEY = "automatic"
+
+# A payment that ends here gave up its charge: its hold gets its own expiry back.
+_GAVE_UP = (PaymentState.DECLINED, PaymentState.FAILED)
 
 _CHARGE_STATES = {
     ChargeStatus.CAPTURED: PaymentState.CAPTURED,
@@ -96,13 +85,6 @@ class PaymentHooks:
     before_confirm_hold: Callable[[Payment], Awaitable[None]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class WebhookOutcome:
-    provider_event_id: str
-    duplicate: bool
-    payment: Payment | None
-
-
 class PaymentHandler:
     """The payment use cases, over the stores, BookingService and a provider."""
 
@@ -110,28 +92,22 @@ class PaymentHandler:
         self,
         *,
         store: PaymentStore,
-        webhook_events: WebhookStore,
         tickets: TicketStore,
         booking: BookingClient,
         provider: PaymentProvider,
         tokens: TokenSigner,
-        verifier: WebhookVerifier,
         config: PaymentConfig,
         metrics: ServerMetrics,
         hooks: PaymentHooks | None = None,
-        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
-        self._webhook_events = webhook_events
         self._tickets = tickets
         self._booking = booking
         self._provider = provider
         self._tokens = tokens
-        self._verifier = verifier
         self._config = config
         self._metrics = metrics
         self._hooks = hooks or PaymentHooks()
-        self._tracing = tracing or Tracing.off()
 
     # -- queries
 
@@ -205,6 +181,7 @@ class PaymentHandler:
             currency=hold.currency,
             payment_method=payment_method,
             traceparent=current_traceparent() or "",
+            hold_expires_at=hold.expires_at,
         )
         if not created:
             return payment
@@ -426,144 +403,6 @@ class PaymentHandler:
             RefundOrder(refund.payment_id, refund.request_key, None, None, reason="", source=refund.source)
         )
 
-    # -- HandleProviderWebhook
-
-    async def handle_webhook(self, signature: str, body: bytes) -> WebhookOutcome:
-        """Verify a delivery, then apply its event once (see the module docstring)."""
-        if len(body) > MAX_BODY_BYTES:
-            raise InvalidArgument("the webhook body is larger than 64 KiB", reason="WEBHOOK_TOO_LARGE")
-        try:
-            self._verifier.verify(signature, body)
-        except Unauthenticated as err:
-            self._metrics.webhook_verification_failures.labels(err.reason).inc()
-            raise
-        event = parse_event(body)
-        await self._refuse_foreign_money(event)
-        payment_id = _uuid_or_none(event.payment_id)
-        claim = await self._webhook_events.claim(
-            event.event_id, event.type, payment_id, hashlib.sha256(body).digest(), body
-        )
-        if claim.state == ClaimState.APPLIED:
-            self._metrics.webhooks.labels(event.type, "duplicate").inc()
-            payment = None if payment_id is None else await self._store.get(payment_id)
-            return WebhookOutcome(event.event_id, True, payment)
-        if claim.state == ClaimState.IN_FLIGHT:
-            raise Aborted(
-                "this event is being applied; retry later",
-                reason="WEBHOOK_IN_FLIGHT",
-                metadata={"provider_event_id": event.event_id},
-            )
-        try:
-            applied = await self._apply_webhook(event)
-        except BaseException:
-            await detached(self._webhook_events.release(event.event_id, claim.token))
-            raise
-        await detached(self._webhook_events.applied(event.event_id, claim.token))
-        self._metrics.webhooks.labels(event.type, "applied").inc()
-        return WebhookOutcome(event.event_id, False, applied)
-
-    async def _apply_webhook(self, event: WebhookEvent) -> Payment | None:
-        """Apply one provider event; facts only move a payment forward, so
-        events arriving twice or out of order change nothing more."""
-        payment = await self._webhook_payment(event)
-        if payment is None:
-            return None
-        # The webhook arrives in a trace of its own: what it does is linked
-        # to the call that started the payment (and made the charge).
-        attributes = {"boxoffice.provider_event_id": event.event_id, "boxoffice.payment_id": payment.payment_id}
-        with self._tracing.linked(f"apply {event.type}", payment.traceparent, attributes):
-            return await self._apply_to(payment, event)
-
-    async def _apply_to(self, payment: Payment, event: WebhookEvent) -> Payment:
-        data = event.data
-        if event.type in ("charge.succeeded", "charge.failed"):
-            if data.get("idempotency_key") != payment.provider_idempotency_key:
-                _log.warning("webhook charge does not match its payment", extra={"provider_event_id": event.event_id})
-                return payment
-            status = {"captured": ChargeStatus.CAPTURED, "declined": ChargeStatus.DECLINED}.get(
-                str(data.get("status")), ChargeStatus.FAILED
-            )
-            result = ChargeResult(
-                charge_id=str(data.get("id", "")),
-                status=status,
-                amount_minor=int(data.get("amount", 0)),
-                currency=str(data.get("currency", "")),
-                failure_code=str(data.get("failure_code", "")),
-            )
-            payment = await self.apply_charge(payment, result)
-            if payment.state in (PaymentState.CAPTURED, PaymentState.REFUND_REQUIRED):
-                payment = await self.settle(payment.payment_id)
-            return payment
-        if event.type in ("charge.refunded", "refund.failed"):
-            refund_data = data.get("refund")
-            if isinstance(refund_data, dict):
-                refund = await self._store.refund_by_provider_key(str(refund_data.get("idempotency_key", "")))
-                if (
-                    refund is not None
-                    and refund.payment_id == payment.payment_id
-                    and refund.state == RefundState.PENDING
-                ):
-                    succeeded = event.type == "charge.refunded"
-                    payment = await self._store.finish_refund(
-                        refund.refund_id,
-                        succeeded=succeeded,
-                        provider_refund_id=str(refund_data.get("id", "")),
-                        failure_reason="" if succeeded else "refund_failed",
-                    )
-                    self._metrics.refunds.labels(refund.source.value, "succeeded" if succeeded else "failed").inc()
-            return payment
-        return payment
-
-    async def _refuse_foreign_money(self, event: WebhookEvent) -> None:
-        """Refuse, before it is recorded, an event about this service's charge
-        (its key) or refund whose money is not the payment's or the refund's:
-        a genuine provider never sends one, so it is a forgery or a bug, and it
-        changes nothing."""
-        payment = await self._webhook_payment(event)
-        if payment is None:
-            return
-        data = event.data
-        if event.type in ("charge.succeeded", "charge.failed"):
-            if data.get("idempotency_key") == payment.provider_idempotency_key:
-                self._check_webhook_money(
-                    event, payment, data.get("amount"), data.get("currency"), payment.amount_minor
-                )
-        elif event.type in ("charge.refunded", "refund.failed"):
-            refund_data = data.get("refund")
-            if isinstance(refund_data, dict):
-                refund = await self._store.refund_by_provider_key(str(refund_data.get("idempotency_key", "")))
-                if refund is not None and refund.payment_id == payment.payment_id:
-                    self._check_webhook_money(
-                        event, payment, refund_data.get("amount"), data.get("currency"), refund.amount_minor
-                    )
-
-    def _check_webhook_money(
-        self, event: WebhookEvent, payment: Payment, amount: object, currency: object, expected_minor: int
-    ) -> None:
-        if type(amount) is int and amount == expected_minor and currency == payment.currency:
-            return
-        self._metrics.webhooks_refused.labels(event.type, "WEBHOOK_AMOUNT_MISMATCH").inc()
-        _log.warning(
-            "webhook refused: its amount or currency is not the payment's",
-            extra={"provider_event_id": event.event_id, "payment_id": payment.payment_id},
-        )
-        raise InvalidArgument(
-            "the webhook's amount or currency differs from the payment's",
-            reason="WEBHOOK_AMOUNT_MISMATCH",
-            metadata={
-                "provider_event_id": event.event_id,
-                "payment_id": payment.payment_id,
-                "amount_minor": str(amount)[:32],
-                "currency": str(currency)[:8],
-                "expected_amount_minor": str(expected_minor),
-                "expected_currency": payment.currency,
-            },
-        )
-
-    async def _webhook_payment(self, event: WebhookEvent) -> Payment | None:
-        payment_id = _uuid_or_none(event.payment_id)
-        return None if payment_id is None else await self._store.get(payment_id)
-
     # -- helpers
 
     def _charge_request(self, payment: Payment) -> ChargeRequest:
@@ -603,11 +442,22 @@ class PaymentHandler:
                 "payment moved",
                 extra={"payment_id": payment.payment_id, "from": payment.state.value, "to": target.value},
             )
+            if target in _GAVE_UP and payment.state == PaymentState.PENDING:
+                await self._give_hold_back(moved)
         return moved
 
-
-def _uuid_or_none(value: str) -> str | None:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
+    async def _give_hold_back(self, payment: Payment) -> None:
+        """A charge that did not go through no longer needs the time
+        StartPayment added to the hold: the hold gets its own expiry back,
+        so a declined card cannot keep seats. The fan may pay again until
+        then. A hold that is no longer held is left as it is."""
+        if payment.hold_expires_at is None:
+            return
+        try:
+            await self._booking.restore_hold_expiry(payment.hold_id, payment.customer_id, payment.hold_expires_at)
+        except BoxofficeError as err:
+            # Booking down or the hold gone: the extension stays (it is bounded).
+            _log.info(
+                "hold not given its expiry back",
+                extra={"payment_id": payment.payment_id, "hold_id": payment.hold_id, "reason": err.reason},
+            )

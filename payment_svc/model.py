@@ -54,6 +54,8 @@ class Payment:
     updated_at: datetime
     # The traceparent of the call that started it ("" when none).
     traceparent: str = ""
+    # The hold's own expiry before StartPayment extended it (None: unknown).
+    hold_expires_at: datetime | None = None
 
 
 class RefundState(enum.StrEnum):
@@ -66,6 +68,8 @@ class RefundSource(enum.StrEnum):
     REQUEST = "REQUEST"
     AUTOMATIC = "AUTOMATIC"
     BOOKING_CANCELLED = "BOOKING_CANCELLED"
+    # Money given back at the provider without us: a refund made there, a dispute.
+    PROVIDER = "PROVIDER"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from boxoffice.errors import Aborted, BoxofficeError
 from payment_svc.model import Payment, PaymentState, Refund, RefundOrder, Ticket
+from payment_svc.webhooks import WebhookEvent
 
 # -- payments and refunds
 
@@ -27,11 +29,13 @@ class PaymentStore(Protocol):
         currency: str,
         payment_method: str,
         traceparent: str = "",
+        hold_expires_at: datetime | None = None,
     ) -> tuple[Payment, bool]:
         """A new PENDING payment for the hold, or (the live one, False) when
         another is live (the caller has looked; a concurrent start loses on
         the unique index and answers with the winner's). ``traceparent``:
-        the starting call's, kept with the payment."""
+        the starting call's, kept with the payment; ``hold_expires_at``: the
+        hold's expiry before the payment extended it."""
 
     async def get(self, payment_id: str) -> Payment | None: ...
 
@@ -60,6 +64,9 @@ class PaymentStore(Protocol):
     ) -> Payment: ...
 
     async def refund_by_provider_key(self, request_key: str) -> Refund | None: ...
+
+    async def by_provider_payment_id(self, provider_payment_id: str) -> Payment | None:
+        """The payment whose charge has this provider id."""
 
     async def cancellation_refund(self, payment_id: str) -> Refund | None:
         """The refund of the payment's cancelled booking (source
@@ -196,6 +203,8 @@ class HoldView:
     amount_minor: int
     currency: str
     payment_id: str
+    # When it expires (None: unknown).
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,16 +222,25 @@ class BookingClient(Protocol):
     async def extend_hold(self, hold_id: str, customer_id: str, extend_by_seconds: int) -> HoldView:
         """Push the hold's expiry to at least now + extend_by_seconds."""
 
+    async def restore_hold_expiry(self, hold_id: str, customer_id: str, expires_at: datetime) -> HoldView:
+        """Give a held hold back the earlier expiry ``expires_at`` (undo an
+        extension a failed charge no longer needs); never later than it is."""
+
     async def confirm_hold(
         self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
     ) -> HoldView:
         """Turn the hold into a booking; FAILED_PRECONDITION when it is gone."""
 
-    async def cancel_booking(self, hold_id: str, customer_id: str, reason: str) -> CancelledBooking:
+    async def cancel_booking(
+        self, hold_id: str, customer_id: str, reason: str, *, refunded_at_provider: bool = False
+    ) -> CancelledBooking:
         """Cancel the confirmed booking to refund it (seats returned, tickets
         voided from the BookingCancelled event); the same answer for one
         already cancelled. FAILED_PRECONDITION REFUND_NOT_ALLOWED, changing
-        nothing, when the event's policy grants no refund now."""
+        nothing, when the event's policy grants no refund now.
+        ``refunded_at_provider``: the money went back at the provider (a
+        refund made there, a dispute): cancelled whatever the policy, and
+        granting nothing more."""
 
 
 # -- the payment provider
@@ -284,6 +302,12 @@ class ProviderError(Exception):
         self.code = code
 
 
+class ProviderPending(TimeoutError):
+    """The provider has no final answer yet (it is still processing, it
+    asked us to come back later, or it could not be reached): the caller
+    asks again later with the same key, as after a timeout."""
+
+
 class PaymentProvider(Protocol):
     """A card processor, keyed by idempotency keys so that a repeated call
     never moves money twice. Calls may hang: callers bound them with a
@@ -297,6 +321,15 @@ class PaymentProvider(Protocol):
 
     async def refund(self, request: RefundRequest) -> RefundResult:
         """Refund once per key; a repeat returns the first result."""
+
+
+class WebhookReader(Protocol):
+    """The provider's webhook deliveries: verified, then read as one of
+    :data:`payment_svc.webhooks.EVENT_TYPES` (data in the sandbox's shape)."""
+
+    def read(self, signature: str, body: bytes) -> WebhookEvent:
+        """The delivery's event; UNAUTHENTICATED when the signature does not
+        verify or is stale, INVALID_ARGUMENT when the body cannot be read."""
 
 
 class WebhookSink(Protocol):

@@ -21,6 +21,7 @@ from payment_svc.converters import CURRENCY, access_token, parse_uuid, payment_t
 from payment_svc.handler import PaymentHandler
 from payment_svc.idempotency import Idempotent, fingerprint
 from payment_svc.model import RefundOrder, RefundSource
+from payment_svc.provider_webhooks import ProviderWebhooks
 
 SERVICE_NAME = "boxoffice.payment.v1.PaymentService"
 
@@ -28,8 +29,9 @@ M = TypeVar("M", bound=Message)
 
 
 class PaymentServicer(pb_grpc.PaymentServiceServicer):
-    def __init__(self, *, handler: PaymentHandler, idempotent: Idempotent) -> None:
+    def __init__(self, *, handler: PaymentHandler, webhooks: ProviderWebhooks, idempotent: Idempotent) -> None:
         self._handler = handler
+        self._webhooks = webhooks
         self._idempotent = idempotent
 
     def registration(self) -> Registration:
@@ -80,7 +82,7 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
     async def HandleProviderWebhook(
         self, request: pb.HandleProviderWebhookRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HandleProviderWebhookResponse:
-        outcome = await self._handler.handle_webhook(request.signature, request.body)
+        outcome = await self._webhooks.handle(request.signature, request.body)
         response = pb.HandleProviderWebhookResponse(
             provider_event_id=outcome.provider_event_id, duplicate=outcome.duplicate
         )

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from boxoffice import deadline
 from boxoffice.errors import from_rpc_error
@@ -33,6 +34,7 @@ def _hold_view(hold: pb.Hold) -> HoldView:
         amount_minor=hold.amount.amount_minor,
         currency=hold.amount.currency_code,
         payment_id=hold.payment_id,
+        expires_at=hold.expires_at.ToDatetime(tzinfo=UTC) if hold.HasField("expires_at") else None,
     )
 
 
@@ -64,6 +66,13 @@ class GrpcBookingClient:
         reply = await self._call("ExtendHold", request)
         return _hold_view(reply.hold)
 
+    async def restore_hold_expiry(self, hold_id: str, customer_id: str, expires_at: datetime) -> HoldView:
+        when = timestamp_pb2.Timestamp()
+        when.FromDatetime(expires_at)
+        request = pb.ExtendHoldRequest(hold_id=hold_id, customer_id=customer_id, restore_expires_at=when)
+        reply = await self._call("ExtendHold", request)
+        return _hold_view(reply.hold)
+
     async def confirm_hold(
         self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
     ) -> HoldView:
@@ -76,8 +85,12 @@ class GrpcBookingClient:
         reply = await self._call("ConfirmHold", request)
         return _hold_view(reply.hold)
 
-    async def cancel_booking(self, hold_id: str, customer_id: str, reason: str) -> CancelledBooking:
-        request = pb.CancelBookingRequest(hold_id=hold_id, customer_id=customer_id, reason=reason)
+    async def cancel_booking(
+        self, hold_id: str, customer_id: str, reason: str, *, refunded_at_provider: bool = False
+    ) -> CancelledBooking:
+        request = pb.CancelBookingRequest(
+            hold_id=hold_id, customer_id=customer_id, reason=reason, refunded_at_provider=refunded_at_provider
+        )
         reply = await self._call("CancelBooking", request)
         return CancelledBooking(_hold_view(reply.hold), reply.refund_amount.amount_minor)
 

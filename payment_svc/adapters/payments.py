@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -33,7 +34,7 @@ from payment_svc.ports import PaymentStore
 _PAYMENT_COLUMNS = (
     "payment_id::text, hold_id::text, attempt, event_id, customer_id, amount_minor, currency, payment_method, "
     "state, provider_idempotency_key, coalesce(provider_payment_id, ''), failure_reason, refunded_minor, "
-    "created_at, updated_at, traceparent"
+    "created_at, updated_at, traceparent, hold_expires_at"
 )
 _REFUND_COLUMNS = (
     "refund_id::text, payment_id::text, request_key, amount_minor, currency, reason, source, state, "
@@ -67,6 +68,7 @@ def _payment(row: Sequence[Any]) -> Payment:
         created_at=row[13],
         updated_at=row[14],
         traceparent=row[15],
+        hold_expires_at=row[16],
     )
 
 
@@ -99,6 +101,7 @@ class PgPaymentStore:
         currency: str,
         payment_method: str,
         traceparent: str = "",
+        hold_expires_at: datetime | None = None,
     ) -> tuple[Payment, bool]:
         for attempt in range(3):
             if attempt > 0:
@@ -117,8 +120,8 @@ class PgPaymentStore:
                         f"""
                         INSERT INTO payments (payment_id, hold_id, attempt, event_id, customer_id, amount_minor,
                                               currency, payment_method, state, provider_idempotency_key,
-                                              traceparent)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s)
+                                              traceparent, hold_expires_at)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s, %s)
                         RETURNING {_PAYMENT_COLUMNS}
                         """,
                         (
@@ -132,6 +135,7 @@ class PgPaymentStore:
                             payment_method,
                             provider_key(hold_id, attempt),
                             traceparent,
+                            hold_expires_at,
                         ),
                     )
                     created = await cur.fetchone()
@@ -144,6 +148,16 @@ class PgPaymentStore:
     async def get(self, payment_id: str) -> Payment | None:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE payment_id = %s", (payment_id,))
+            row = await cur.fetchone()
+        return None if row is None else _payment(row)
+
+    async def by_provider_payment_id(self, provider_payment_id: str) -> Payment | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE provider_payment_id = %s "
+                "ORDER BY created_at DESC LIMIT 1",
+                (provider_payment_id,),
+            )
             row = await cur.fetchone()
         return None if row is None else _payment(row)
 

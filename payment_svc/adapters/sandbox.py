@@ -228,6 +228,50 @@ class SandboxProvider:
         await self._sleep(self.config.delay_seconds)
         return result
 
+    # -- what the provider's own staff do (its dashboard): tests use them
+
+    async def refund_at_provider(self, charge_id: str, amount_minor: int) -> str:
+        """A refund made at the provider, not asked for by the service (no
+        key of ours), announced by ``charge.refunded``; its id."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"UPDATE sandbox_charges SET refunded_minor = refunded_minor + %s "
+                f"WHERE charge_id = %s AND status = 'CAPTURED' AND refunded_minor + %s <= amount_minor "
+                f"RETURNING {_CHARGE_COLUMNS}",
+                (amount_minor, charge_id, amount_minor),
+            )
+            charge = await cur.fetchone()
+            if charge is None:
+                raise ProviderError("charge_not_refundable", "no captured charge with this much left")
+            refund_id = "re_" + secrets.token_hex(12)
+            refund = {"id": refund_id, "idempotency_key": None, "amount": amount_minor, "status": "succeeded"}
+            await self._emit(conn, "charge.refunded", {**_charge_data(charge), "refund": refund})
+        return refund_id
+
+    async def dispute(self, charge_id: str, reason: str = "fraudulent") -> str:
+        """The card holder's bank disputes the whole charge (the money is
+        taken back), announced by ``charge.dispute.created``; its id."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_CHARGE_COLUMNS} FROM sandbox_charges WHERE charge_id = %s AND status = 'CAPTURED'",
+                (charge_id,),
+            )
+            charge = await cur.fetchone()
+            if charge is None:
+                raise ProviderError("charge_not_disputable", "no captured charge with this id")
+            dispute_id = "dp_" + secrets.token_hex(12)
+            data = {
+                "object": "dispute",
+                "id": dispute_id,
+                "charge": charge_id,
+                "amount": charge[2] - charge[6],
+                "currency": charge[3],
+                "reason": reason,
+                "metadata": charge[7],
+            }
+            await self._emit(conn, "charge.dispute.created", data)
+        return dispute_id
+
     # -- what the delivery loop and tests use
 
     async def settle_due(self, idempotency_key: str | None = None) -> int:

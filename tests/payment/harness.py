@@ -15,6 +15,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 import grpc
@@ -94,6 +95,8 @@ class FakeBooking:
     confirm_calls: int = 0
     extend_calls: int = 0
     cancel_calls: int = 0
+    # The expiries restore_hold_expiry was asked to give back.
+    restore_calls: list[datetime] = field(default_factory=list)
     # What the event's refund policy grants on a cancellation, in percent.
     refund_percent: int = 100
 
@@ -130,6 +133,10 @@ class FakeBooking:
             raise FailedPrecondition("gone", reason="HOLD_EXPIRED")
         return hold.view
 
+    async def restore_hold_expiry(self, hold_id: str, customer_id: str, expires_at: datetime) -> HoldView:
+        self.restore_calls.append(expires_at)
+        return self.holds[hold_id].view
+
     async def confirm_hold(
         self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
     ) -> HoldView:
@@ -158,18 +165,21 @@ class FakeBooking:
         hold.confirm_key = idempotency_key
         return hold.view
 
-    async def cancel_booking(self, hold_id: str, customer_id: str, reason: str) -> CancelledBooking:
+    async def cancel_booking(
+        self, hold_id: str, customer_id: str, reason: str, *, refunded_at_provider: bool = False
+    ) -> CancelledBooking:
         """Cancel as booking does, with a policy of ``refund_percent`` (100
-        unless a test sets it): the BookingCancelled outbox row, once."""
+        unless a test sets it): the BookingCancelled outbox row, once; for
+        money given back at the provider, whatever the policy, for nothing."""
         self.cancel_calls += 1
         hold = self.holds[hold_id]
         v = hold.view
-        refund = v.amount_minor * self.refund_percent // 100
+        refund = 0 if refunded_at_provider else v.amount_minor * self.refund_percent // 100
         if v.state == HoldState.CANCELLED:
             return CancelledBooking(v, refund)
         if v.state != HoldState.CONFIRMED:
             raise FailedPrecondition("not a confirmed booking", reason="BOOKING_NOT_CONFIRMED")
-        if refund <= 0:
+        if refund <= 0 and not refunded_at_provider:
             raise FailedPrecondition("the policy grants nothing", reason="REFUND_NOT_ALLOWED")
         payload = {
             "event_id": v.event_id,
