@@ -200,6 +200,11 @@ class ServerConfig:
     # finish (0: as long as they take).
     max_connection_age_seconds: float = 0.0
     max_connection_age_grace_seconds: float = 0.0
+    # Whether the listening ports are shared with the other copies of this
+    # server role (SO_REUSEPORT): only a copy run under BOXOFFICE_PROCESSES,
+    # which its supervisor marks with BOXOFFICE_PROCESS_INDEX. Anything else
+    # finds a port in use an error, not a listener to split traffic with.
+    reuse_port: bool = False
 
     @property
     def grpc_address(self) -> str:
@@ -221,6 +226,7 @@ class ServerConfig:
             drain_seconds=env.number("BOXOFFICE_DRAIN_SECONDS", 5.0, minimum=0.0, maximum=300.0),
             max_connection_age_seconds=_age(env, "BOXOFFICE_GRPC_MAX_CONNECTION_AGE_SECONDS", 300.0),
             max_connection_age_grace_seconds=_age(env, "BOXOFFICE_GRPC_MAX_CONNECTION_AGE_GRACE_SECONDS", 3600.0),
+            reuse_port=env.raw("BOXOFFICE_PROCESS_INDEX") is not None,
         )
 
 

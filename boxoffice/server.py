@@ -623,7 +623,8 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.so_reuseport", 1),
+        # Only copies of one server role share a port (gRPC's default on Linux is to share).
+        ("grpc.so_reuseport", int(config.reuse_port)),
     ]
 
 
@@ -764,7 +765,9 @@ class GrpcServer:
                 self._grpc_metrics.handling_seconds.labels(*labels)
 
     async def _start_health_server(self, port: int) -> None:
-        server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 16)])
+        server = grpc.aio.server(
+            options=[("grpc.max_concurrent_streams", 16), ("grpc.so_reuseport", int(self._config.reuse_port))]
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         host = self._config.grpc_host
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

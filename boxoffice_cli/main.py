@@ -27,6 +27,7 @@ from boxoffice.tls import CertFiles, local_pki
 from boxoffice.tracing import TracingConfig
 from boxoffice_cli import workers
 from boxoffice_cli.pipes import STDOUT_CLOSED, QuietStdout
+from boxoffice_cli.ports import Listener, ensure_free
 
 _log = logging.getLogger("boxoffice.cli")
 
@@ -136,10 +137,7 @@ def _up_env(env: Env, on_embedded_stores: bool) -> Env:
     """`boxoffice up`'s environment: every service dials the others on the
     ports this process serves them on, and the edge's development sign-in
     is on when the stores are embedded (unless switched off)."""
-    ports = {
-        name: env.integer(f"BOXOFFICE_{name.upper()}_PORT", port, minimum=0, maximum=65535)
-        for name, port in UP_PORTS.items()
-    }
+    ports = _up_ports(env)
     wired = {f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in ("queue", "booking", "payment")}
     if on_embedded_stores and env.raw(secrets.EDGE_DEV_SIGNIN) is None:
         wired[secrets.EDGE_DEV_SIGNIN] = "true"
@@ -148,6 +146,29 @@ def _up_env(env: Env, on_embedded_stores: bool) -> Env:
             # No load balancer to tell on one machine: Ctrl-C stops at once.
             wired[drain] = "0"
     return env.overlay(wired)
+
+
+def _up_ports(env: Env) -> dict[str, int]:
+    """The port of each service of `boxoffice up` (and of the edge)."""
+    return {
+        name: env.integer(f"BOXOFFICE_{name.upper()}_PORT", port, minimum=0, maximum=65535)
+        for name, port in UP_PORTS.items()
+    }
+
+
+def _up_listeners(env: Env) -> list[Listener]:
+    """Every port `boxoffice up` listens on, to check before anything starts."""
+    base = ServerConfig.from_env(env, default_grpc_port=0)
+    edge_host = env.string("BOXOFFICE_EDGE_HOST", "127.0.0.1")
+    return [
+        *(
+            Listener(
+                name, f"BOXOFFICE_{name.upper()}_PORT", edge_host if name in _HTTP_COMPONENTS else base.grpc_host, port
+            )
+            for name, port in _up_ports(env).items()
+        ),
+        Listener("metrics", "BOXOFFICE_METRICS_PORT", base.grpc_host, base.metrics_port),
+    ]
 
 
 async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store: StoreConfig) -> None:
@@ -161,16 +182,14 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         for module in modules:
             rt.identities[module.COMPONENT] = pki[module.COMPONENT]
         tls_dir = pki[access.OPERATOR].ca.parent
-    applied = await _migrate(store.direct_url or stores.database_url, modules)
+    ports = _up_ports(env)
+    # Each migration applied is in the log (db.migrate); the banner stays short.
+    await _migrate(store.direct_url or stores.database_url, modules)
     components: list[Component] = []
     service_components: list[Component] = []
-    for module in modules:
-        port = env.integer(
-            f"BOXOFFICE_{module.COMPONENT.upper()}_PORT", UP_PORTS[module.COMPONENT], minimum=0, maximum=65535
-        )
-        if module.COMPONENT in _HTTP_COMPONENTS:
-            continue
-        rt.grpc_ports[module.COMPONENT] = port
+    for name, port in ports.items():
+        if name not in _HTTP_COMPONENTS:
+            rt.grpc_ports[name] = port
     for module in modules:
         for role in module.ROLES.values():
             service_components.extend(await module.build(rt, role))
@@ -187,8 +206,6 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
             print(f"  tls        {tls_dir} (ca.pem; operator.pem and operator-key.pem for your tools)", flush=True)
         else:
             print("  tls        off (BOXOFFICE_TLS=off)", flush=True)
-        if applied:
-            print(f"  migrations applied: {', '.join(applied)}", flush=True)
         for component in service_components:
             url = getattr(component, "url", None)
             address = getattr(component, "address", None)
@@ -243,6 +260,10 @@ async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, stor
     built = await module.build(rt, role)
     if module.COMPONENT in _HTTP_COMPONENTS:
         # An HTTP process answers its probes and serves its metrics on its own port.
+        edge_port = env.integer("BOXOFFICE_EDGE_PORT", 8080, minimum=0, maximum=65535)
+        ensure_free(
+            [Listener("the edge", "BOXOFFICE_EDGE_PORT", env.string("BOXOFFICE_EDGE_HOST", "127.0.0.1"), edge_port)]
+        )
         await run([*rt.infrastructure(), *built], grace_seconds=server.shutdown_grace_seconds)
         return
     if not any(isinstance(component, GrpcServer) for component in built):
@@ -252,7 +273,19 @@ async def _one(env: Env, module: ServiceModule, role: str, stores: _Stores, stor
         if env.raw("BOXOFFICE_GRPC_PORT") is None:
             rt.grpc_ports[module.COMPONENT] = 0
         built.append(rt.grpc_server(module.COMPONENT, []))
-    metrics = MetricsEndpoint(rt.registry, env.string("BOXOFFICE_METRICS_HOST", server.grpc_host), server.metrics_port)
+    metrics_host = env.string("BOXOFFICE_METRICS_HOST", server.grpc_host)
+    if not server.reuse_port:
+        # Before any server starts (copies under BOXOFFICE_PROCESSES share
+        # their ports: their supervisor checked them).
+        grpc_port = rt.grpc_ports.get(module.COMPONENT, server.grpc_port)
+        ensure_free(
+            [
+                Listener(module.COMPONENT, "BOXOFFICE_GRPC_PORT", server.grpc_host, grpc_port),
+                Listener("health", "BOXOFFICE_HEALTH_PORT", server.grpc_host, rt.tls.health_port or 0),
+                Listener("metrics", "BOXOFFICE_METRICS_PORT", metrics_host, server.metrics_port),
+            ]
+        )
+    metrics = MetricsEndpoint(rt.registry, metrics_host, server.metrics_port)
     try:
         await run([*rt.infrastructure(), *built], grace_seconds=server.shutdown_grace_seconds, on_started=metrics.start)
     finally:
@@ -333,6 +366,9 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
         secrets.refuse_development_secrets(
             env, on_embedded_stores=store.database_url is None and store.redis_url is None, components=components
         )
+        if args.command == "up":
+            # Every port before any store or server starts.
+            ensure_free(_up_listeners(env))
         if args.command not in ("up", "migrate"):
             needs = _stores_of(table[args.command][0])
             embedded = ("postgres" in needs and store.database_url is None) or (
@@ -343,8 +379,28 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
     if processes > 1:
-        metrics_port = ServerConfig.from_env(env, default_grpc_port=0).metrics_port
-        return workers.supervise(args.command, processes, raw_environ, metrics_port)
+        module = table[args.command][0]
+        server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
+        metrics_host = env.string("BOXOFFICE_METRICS_HOST", server.grpc_host)
+        try:
+            # The copies share the gRPC and health ports with each other alone.
+            ensure_free(
+                [
+                    Listener(args.command, "BOXOFFICE_GRPC_PORT", server.grpc_host, server.grpc_port),
+                    Listener("health", "BOXOFFICE_HEALTH_PORT", server.grpc_host, tls.health_port or 0),
+                    *(
+                        Listener(
+                            f"metrics of copy {i}", "BOXOFFICE_METRICS_PORT", metrics_host, server.metrics_port + i
+                        )
+                        for i in range(processes)
+                        if server.metrics_port
+                    ),
+                ]
+            )
+        except ConfigError as err:
+            print(f"boxoffice: configuration error: {err}", file=sys.stderr)
+            return 2
+        return workers.supervise(args.command, processes, raw_environ, server.metrics_port)
     try:
         needs = ("postgres", "redis") if args.command in ("up", "migrate") else _stores_of(table[args.command][0])
         stores = _stores(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -47,6 +48,8 @@ async def test_up_serves_the_edge_and_wires_its_own_ports(tmp_path: Path) -> Non
                 banner.append(line.rstrip("\n"))
         edge = f"http://127.0.0.1:{ports['EDGE']}"
         assert f"  edge       {edge}" in banner
+        # A short banner: what was migrated is in the log, not here.
+        assert not any("migration" in line for line in banner), banner
         assert f"  booking    grpcs://127.0.0.1:{ports['BOOKING']}" in banner
 
         async with httpx.AsyncClient(base_url=edge, timeout=30) as fan:
@@ -76,3 +79,43 @@ async def test_up_serves_the_edge_and_wires_its_own_ports(tmp_path: Path) -> Non
         async with asyncio.timeout(60):
             code = await process.wait()
     assert code == 0
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["a plain listener", "another mesh's SO_REUSEPORT listener"])
+async def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path, shared: bool) -> None:
+    """Another process on one of `up`'s ports (the edge's, the last server
+    `up` starts) stops it at once: no store started, no server, one line. A
+    listener that allows sharing (as every server of the mesh once did) is
+    no exception."""
+    ports = {name: free_port() for name in ("QUEUE", "BOOKING", "PAYMENT", "EDGE", "METRICS")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("BOXOFFICE_") and key not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env.update({f"BOXOFFICE_{name}_PORT": str(port) for name, port in ports.items()})
+    env["BOXOFFICE_DATA_DIR"] = str(tmp_path / "data")
+    with socket.socket() as other:
+        if shared:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", ports["EDGE"]))
+        other.listen()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "boxoffice_cli",
+            "up",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    assert process.returncode == 2
+    assert out == b""
+    assert err.decode().splitlines() == [
+        f"boxoffice: configuration error: edge cannot listen on 127.0.0.1:{ports['EDGE']} (BOXOFFICE_EDGE_PORT):"
+        " the port is in use"
+    ]
+    # Not even the embedded stores were started.
+    assert not (tmp_path / "data").exists()

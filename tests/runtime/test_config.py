@@ -120,8 +120,8 @@ def test_a_port_in_use_is_one_line(stores: Stores) -> None:
             )
         )
     assert line == (
-        f"boxoffice: configuration error: queue cannot listen on 127.0.0.1:{port}: "
-        "the port is in use or the address is not this host's"
+        f"boxoffice: configuration error: queue cannot listen on 127.0.0.1:{port} (BOXOFFICE_GRPC_PORT): "
+        "the port is in use"
     )
 
 

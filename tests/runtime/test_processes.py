@@ -157,3 +157,56 @@ async def test_a_copy_that_dies_stops_the_other_and_the_supervisor_fails(stores:
         if supervisor.returncode is None:
             supervisor.kill()
             await supervisor.wait()
+
+
+async def test_only_copies_of_one_server_share_its_port(stores: Stores, tmp_path: Path) -> None:
+    """Two copies under one supervisor share the port; a second queue-svc
+    started on it (one process, or another supervisor's copies) is refused
+    with one line before it listens, instead of silently taking a share of
+    the first's connections."""
+    port, metrics = _ports()
+    supervisor = await _start(stores, tmp_path, port, metrics)
+    try:
+        await _until(lambda: _scrape(metrics) is not None and _scrape(metrics + 1) is not None, "both copies serve")
+        for processes in ("1", "2"):
+            other_metrics = free_port()
+            env = role_environ(
+                stores,
+                "queue-svc",
+                {
+                    "BOXOFFICE_PROCESSES": processes,
+                    "BOXOFFICE_GRPC_PORT": str(port),
+                    "BOXOFFICE_METRICS_PORT": str(other_metrics),
+                },
+            )
+            second = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "boxoffice_cli",
+                "queue-svc",
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                async with asyncio.timeout(60):
+                    _, err = await second.communicate()
+            finally:
+                if second.returncode is None:
+                    second.kill()
+                    await second.wait()
+            lines = [line for line in err.decode().splitlines() if not line.startswith("{")]
+            assert (second.returncode, lines) == (
+                2,
+                [
+                    f"boxoffice: configuration error: {'queue' if processes == '1' else 'queue-svc'} cannot listen"
+                    f" on 127.0.0.1:{port} (BOXOFFICE_GRPC_PORT): the port is in use"
+                ],
+            ), err.decode()
+            assert _scrape(other_metrics) is None
+        # The copies serve on, undisturbed.
+        assert _scrape(metrics) is not None and _scrape(metrics + 1) is not None
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            await supervisor.wait()
