@@ -18,6 +18,17 @@ from boxoffice.db import transaction
 # At most this many seats left, or a tenth of them, is FEW_LEFT.
 FEW_LEFT_SEATS = 10
 
+# The listed events' sections with their live counters (the stripes by
+# primary key, a few per event).
+SECTIONS_SQL = b"""
+    SELECT sc.event_id, sc.price_minor, sc.currency, sc.capacity + sc.overbook_limit,
+           COALESCE(sum(st.sold), 0)::integer + COALESCE(sum(st.held), 0)::integer
+      FROM sections sc
+      LEFT JOIN section_stripes st ON st.event_id = sc.event_id AND st.section_id = sc.section_id
+     WHERE sc.event_id = ANY(%s)
+     GROUP BY sc.event_id, sc.section_id
+"""
+
 
 def catalogue_sql(query: CatalogueQuery, *, after: bool, limit: int) -> tuple[str, dict[str, Any]]:
     """The page statement for ``query`` and its parameters (besides the
@@ -78,17 +89,7 @@ class PgCatalogue(PgBase):
                 return []
             # Each listed event's sections with their live counters (the
             # stripes by primary key, a few per event).
-            cur = await conn.execute(
-                b"""
-            SELECT sc.event_id, sc.price_minor, sc.currency, sc.capacity + sc.overbook_limit,
-                   COALESCE(sum(st.sold), 0)::integer + COALESCE(sum(st.held), 0)::integer
-              FROM sections sc
-              LEFT JOIN section_stripes st ON st.event_id = sc.event_id AND st.section_id = sc.section_id
-             WHERE sc.event_id = ANY(%s)
-             GROUP BY sc.event_id, sc.section_id
-            """,
-                ([r[0] for r in rows],),
-            )
+            cur = await conn.execute(SECTIONS_SQL, ([r[0] for r in rows],))
             sections = await cur.fetchall()
         by_event: dict[int, list[tuple[int, str, int, int]]] = defaultdict(list)
         for event_id, price, currency, places, taken in sections:
