@@ -103,37 +103,69 @@ async def test_a_deposed_leader_changes_nothing(stores: Stores) -> None:
         assert progress is not None and progress.admitted_total == 10 and progress.queue_length == 20
 
 
-class _LeadThenLose:
-    """A Leadership double that leads until told to lose, then stops."""
+class _LeadLoseLeadAgain:
+    """A Leadership double: leads (epoch 4) until told to lose, campaigns
+    without winning until told to win, then leads again (epoch 5)."""
 
     def __init__(self) -> None:
         self.lose = asyncio.Event()
-        self.leading = asyncio.Event()
         self.lost = asyncio.Event()
+        self.win = asyncio.Event()
 
     async def run(self, lead: Callable[[int], Awaitable[None]]) -> None:
         task = asyncio.ensure_future(lead(4))
-        self.leading.set()
         await self.lose.wait()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         self.lost.set()
-        await asyncio.Event().wait()  # campaign on, never winning
+        await self.win.wait()
+        await lead(5)
+
+
+# While nobody leads: as many ticks as would admit 20 fans at the event's
+# rate (a bound on how long the test watches for a stray admission).
+_LEADERLESS_TICKS = 20
 
 
 async def test_losing_leadership_stops_the_ticks(stores: Stores) -> None:
-    leadership = _LeadThenLose()
-    admitting = build_app(stores, environ=FAST_TICKS, leadership=leadership)
-    rt = admitting.rt
-    components = admitting.components("admitter")
-    async with running([*rt.infrastructure(), *components]):
-        await leadership.leading.wait()
-        leadership.lose.set()
-        # The lead work ended (cancelled and awaited), and the loop goes on.
-        await leadership.lost.wait()
-        loop = components[-1]
-        assert isinstance(loop, Loop) and not loop.failed.is_set()
+    """Once the leadership is lost, not one fan is admitted (nor one tick
+    made), though fans wait and slots are free; leading again, admission
+    goes on from where it stopped."""
+    event_id = new_event_id()
+    async with queue_service(stores) as q:
+        await q.create_event(
+            event_id,
+            opens_at_ms=int(q.rt.clock.now() * 1000) - 1000,
+            admission_rate_per_second=20,
+            max_active_shoppers=1000,
+        )
+        for i in range(300):
+            await q.stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id=f"fan-{i}"))
+        leadership = _LeadLoseLeadAgain()
+        admitting = build_app(stores, environ=FAST_TICKS, leadership=leadership)
+        rt = admitting.rt
+        components = admitting.components("admitter")
+
+        def ticks() -> float:
+            return rt.registry.get_sample_value("boxoffice_queue_admit_tick_seconds_count") or 0.0
+
+        async with running([*rt.infrastructure(), *components]):
+            await _eventually(lambda: _admitted_more_than(q, event_id, 3))
+            leadership.lose.set()
+            await leadership.lost.wait()  # the lead work was cancelled and awaited
+            admitted, ticked = await _admitted(q, event_id), ticks()
+            # Watch for as long as a leader would have taken to admit 20 more.
+            await asyncio.sleep(_LEADERLESS_TICKS * float(FAST_TICKS["BOXOFFICE_QUEUE_TICK_SECONDS"]))
+            stats = await q.stub.GetQueueStats(pb.GetQueueStatsRequest(event_id=event_id))
+            assert (stats.progress.admitted_total, ticks()) == (admitted, ticked)
+            # Not for want of fans or room: the queue still had both.
+            assert stats.progress.queue_length > 0 and stats.progress.active_shoppers < 1000
+            loop = components[-1]
+            assert isinstance(loop, Loop) and not loop.failed.is_set()
+            # Leading again, the same loop admits again.
+            leadership.win.set()
+            await _eventually(lambda: _admitted_more_than(q, event_id, admitted))
 
 
 async def _gauge_is(registry: CollectorRegistry, value: float) -> bool:
