@@ -124,16 +124,26 @@ def allowed(full_method: str, role: str | None) -> bool:
     return ANYONE in roles or (role is not None and role in roles)
 
 
-def role_of(spiffe_id: str, trust_domain: str) -> str | None:
+def role_of(spiffe_id: str, trust_domain: str, namespaces: frozenset[str] | None = None) -> str | None:
     """The role named by ``spiffe://<trust_domain>/ns/<ns>/sa/<role>``, or
-    None for an ID of another trust domain or shape."""
+    None for an ID of another trust domain or shape, or (``namespaces``
+    given) of a namespace not among them."""
     prefix = f"spiffe://{trust_domain}/ns/"
     if not spiffe_id.startswith(prefix):
         return None
     parts = spiffe_id[len(prefix) :].split("/")
     if len(parts) != 3 or parts[1] != "sa" or not parts[0] or parts[2] not in ROLES:
         return None
+    if namespaces is not None and parts[0] not in namespaces:
+        return None
     return parts[2]
+
+
+def namespace_of(spiffe_id: str, trust_domain: str) -> str | None:
+    """The namespace of a mesh identity of ``trust_domain`` (None for any other ID)."""
+    if role_of(spiffe_id, trust_domain) is None:
+        return None
+    return spiffe_id[len(f"spiffe://{trust_domain}/ns/") :].split("/")[0]
 
 
 def spiffe_id(trust_domain: str, namespace: str, role: str) -> str:

@@ -262,6 +262,9 @@ class TlsConfig:
     trust_domain: str
     mesh_identity: str | None
     health_port: int | None
+    # The namespaces whose identities are the mesh's (BOXOFFICE_TRUST_NAMESPACES);
+    # empty: the namespace of the process's own certificate.
+    trust_namespaces: tuple[str, ...] = ()
 
     @property
     def has_files(self) -> bool:
@@ -298,6 +301,7 @@ class TlsConfig:
         trust_domain = env.string("BOXOFFICE_TRUST_DOMAIN", "boxoffice.local")
         if not _TRUST_DOMAIN.match(trust_domain):
             raise ConfigError(f"BOXOFFICE_TRUST_DOMAIN={trust_domain!r} is not a trust domain (lower-case DNS name)")
+        trust_namespaces = _namespaces(env.optional_str("BOXOFFICE_TRUST_NAMESPACES"))
         mesh_identity = env.optional_str("BOXOFFICE_TLS_MESH_IDENTITY")
         if mesh_identity is not None:
             if mesh_identity != "xfcc":
@@ -320,7 +324,24 @@ class TlsConfig:
             trust_domain=trust_domain,
             mesh_identity=mesh_identity,
             health_port=health_port,
+            trust_namespaces=trust_namespaces,
         )
+
+
+# A Kubernetes namespace name (an RFC 1123 label).
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespaces(value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = tuple(part.strip() for part in value.split(","))
+    if not any(names):
+        raise ConfigError("BOXOFFICE_TRUST_NAMESPACES names no namespace (unset it to trust the process's own)")
+    for name in names:
+        if not _NAMESPACE.match(name):
+            raise ConfigError(f"BOXOFFICE_TRUST_NAMESPACES: {name!r} is not a namespace name (an RFC 1123 label)")
+    return names
 
 
 _TLS_FILES = ("BOXOFFICE_TLS_CA_FILE", "BOXOFFICE_TLS_CERT_FILE", "BOXOFFICE_TLS_KEY_FILE")

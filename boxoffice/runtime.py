@@ -31,7 +31,7 @@ from boxoffice.lifecycle import Component
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.redis import RedisComponent, create_client
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
-from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, server_credentials
+from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, namespaces_of, server_credentials
 from boxoffice.tracing import Tracing, TracingConfig
 from boxoffice.wire import StreamBudget
 
@@ -76,7 +76,10 @@ class Runtime:
         # builds the services: servers and channels read it when made).
         self.tracing = tracing or Tracing.off()
         source = "tls" if tls.enabled else (tls.mesh_identity or "none")
-        self.gate = Gate(CallerResolver(source, tls.trust_domain), Gate.refused_counter(registry))
+        self._trusted: frozenset[str] | None = frozenset(tls.trust_namespaces) if tls.trust_namespaces else None
+        # Who called: an identity of the trust domain in a trusted namespace.
+        self.callers = CallerResolver(source, tls.trust_domain, namespaces=self._trusted_namespaces)
+        self.gate = Gate(self.callers, Gate.refused_counter(registry))
         # `boxoffice up` (and tests) give each component its own identity;
         # otherwise the process has one, from the BOXOFFICE_TLS_*_FILE settings.
         self.identities: dict[str, CertFiles] = {}
@@ -185,6 +188,23 @@ class Runtime:
             streams=self.streams,
             tracing=self.tracing,
         )
+
+    def _trusted_namespaces(self) -> frozenset[str] | None:
+        """BOXOFFICE_TRUST_NAMESPACES, else the namespaces of the process's
+        own certificates (read once they are known; none trusted before).
+        Behind a sidecar (TLS off) without the setting: any namespace of
+        the trust domain (the mesh's own policies pin it)."""
+        if self._trusted is not None:
+            return self._trusted
+        if not self.tls.enabled:
+            return None
+        files = [files.cert for files in self.identities.values()]
+        if not files and self.tls.cert_file is not None:
+            files = [Path(self.tls.cert_file)]
+        found = namespaces_of(files, self.tls.trust_domain)
+        if found:
+            self._trusted = found
+        return found
 
     def identity(self, component: str) -> CertFiles | None:
         """The certificate files ``component`` serves and dials with (None

@@ -21,6 +21,7 @@ from boxoffice.tls._pki import (
     Authority,
     CertFiles,
     local_pki,
+    namespaces_of,
     spiffe_ids_of,
     write_identity,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "ClientChannel",
     "identity_from_xfcc",
     "local_pki",
+    "namespaces_of",
     "read_pair",
     "server_credentials",
     "spiffe_ids_of",

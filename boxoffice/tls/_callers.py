@@ -4,6 +4,7 @@ certificate (TLS on) or from a trusted sidecar's XFCC header (TLS off)."""
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -27,17 +28,43 @@ class CallerResolver:
     ``source`` is ``"tls"`` (the ``peer_spiffe_id`` grpc puts in the auth
     context of a verified client certificate with one SPIFFE URI SAN),
     ``"xfcc"`` (the sidecar's header) or ``"none"`` (no caller has an
-    identity). An ID of another trust domain, or not of the
-    ``/ns/<ns>/sa/<role>`` shape, is no role of this mesh."""
+    identity). An ID of another trust domain, not of the
+    ``/ns/<ns>/sa/<role>`` shape, or of a namespace ``namespaces`` does not
+    name (it answers None for any namespace, an empty set for none yet),
+    is no role of this mesh: the CA signs for the trust domain, the mesh
+    is one namespace of it."""
 
-    def __init__(self, source: str, trust_domain: str) -> None:
+    def __init__(
+        self,
+        source: str,
+        trust_domain: str,
+        *,
+        namespaces: Callable[[], frozenset[str] | None] = lambda: None,
+    ) -> None:
         if source not in ("tls", "xfcc", "none"):
             raise ValueError(f"unknown identity source {source!r}")
         self._source = source
         self._trust_domain = trust_domain
+        self._namespaces = namespaces
         # The role of each identity seen (a mesh has a handful of them);
         # emptied if it ever grows past a bound.
         self._roles: dict[str, str | None] = {}
+
+    def role_of(self, identity: str) -> str | None:
+        """The mesh role of a SPIFFE ID, or None."""
+        roles = self._roles
+        if identity in roles:
+            return roles[identity]
+        namespaces = self._namespaces()
+        role = access.role_of(identity, self._trust_domain, namespaces)
+        if namespaces is not None and not namespaces:
+            # Nothing is trusted yet (the process's own identity is not
+            # known): answered, not remembered.
+            return role
+        if len(roles) >= _MAX_IDENTITIES:
+            roles.clear()
+        roles[identity] = role
+        return role
 
     def _identity(self, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
         if self._source == "tls":
@@ -55,13 +82,7 @@ class CallerResolver:
         identity = self._identity(context)
         if identity is None:
             return NOBODY
-        roles = self._roles
-        if identity in roles:
-            role = roles[identity]
-        else:
-            if len(roles) >= _MAX_IDENTITIES:
-                roles.clear()
-            role = roles[identity] = access.role_of(identity, self._trust_domain)
+        role = self.role_of(identity)
         if role is None:
             return Caller(identity=identity, role=None)
         customer = None

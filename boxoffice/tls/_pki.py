@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from boxoffice import access
+
 # A leaf lives a month; `boxoffice up` renews one with less than a third of
 # that left. The CA lives a year.
 LEAF_VALIDITY = datetime.timedelta(days=30)
@@ -191,6 +193,22 @@ def spiffe_ids_of(cert: x509.Certificate) -> list[str]:
     except x509.ExtensionNotFound:
         return []
     return [str(uri) for uri in san.get_values_for_type(x509.UniformResourceIdentifier)]
+
+
+def namespaces_of(cert_files: Iterable[Path], trust_domain: str) -> frozenset[str]:
+    """The namespaces of the mesh identities (of ``trust_domain``) in the
+    certificates of ``cert_files``; a file that cannot be read names none."""
+    found: set[str] = set()
+    for path in cert_files:
+        try:
+            cert = x509.load_pem_x509_certificate(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        for uri in spiffe_ids_of(cert):
+            namespace = access.namespace_of(uri, trust_domain)
+            if namespace is not None:
+                found.add(namespace)
+    return frozenset(found)
 
 
 def _still_good(files: CertFiles, ca: Authority, spiffe_id: str) -> bool:

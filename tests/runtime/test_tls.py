@@ -29,10 +29,26 @@ from boxoffice.config import ConfigError, Env, TlsConfig
 from boxoffice.errors import PermissionDenied, from_rpc_error
 from boxoffice.metrics import GrpcServerMetrics
 from boxoffice.server import Drain, Gate, GrpcServer, Registration
-from boxoffice.tls import CallerResolver, CertFiles, ClientChannel, identity_from_xfcc, local_pki, spiffe_ids_of
+from boxoffice.tls import (
+    CallerResolver,
+    CertFiles,
+    ClientChannel,
+    identity_from_xfcc,
+    local_pki,
+    server_credentials,
+    spiffe_ids_of,
+)
 from boxoffice_cli import main as cli
 from tests.e2e.harness import eventually
-from tests.support import NAMESPACE, TRUST_DOMAIN, Stores, bare_server, channel_credentials, server_config
+from tests.support import (
+    NAMESPACE,
+    TRUST_DOMAIN,
+    Stores,
+    bare_server,
+    channel_credentials,
+    make_runtime,
+    server_config,
+)
 
 SERVICE = "boxoffice.test.v1.TlsService"
 WHO = f"/{SERVICE}/Who"
@@ -426,3 +442,64 @@ def test_the_local_ca_makes_every_role_and_reuses_what_is_still_good(tmp_path: P
     # A certificate of another trust domain is not reused.
     other = local_pki(tls, {"edge": access.spiffe_id("other.example", cli.UP_NAMESPACE, "edge")})
     assert other["edge"].cert.read_bytes() != before["edge"]
+
+
+@contextlib.asynccontextmanager
+async def _served_by_runtime(stores: Stores, environ: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """A server of the test service whose callers are read as a process
+    reads them (the Runtime's resolver), serving as the queue; its address."""
+    rt = make_runtime(stores, role=access.QUEUE, environ=environ)
+    service = _Service()
+    registry = CollectorRegistry()
+    server = GrpcServer(
+        name="test",
+        config=server_config(),
+        metrics=GrpcServerMetrics.create(registry),
+        services=[service.registration()],
+        drain=Drain(),
+        gate=Gate(rt.callers, Gate.refused_counter(registry), policy={**access.POLICY, **_ALLOW}),
+        credentials=server_credentials(stores.pki.files(access.QUEUE)),
+    )
+    await server.start()
+    try:
+        yield server.address
+    finally:
+        await server.stop(0)
+
+
+async def _role_seen(stores: Stores, address: str, files: CertFiles) -> str:
+    async with grpc.aio.secure_channel(address, channel_credentials(files, files.ca)) as channel:
+        try:
+            return (await _who(channel)(b"", timeout=5)).decode().split("|")[1]
+        except grpc.aio.AioRpcError as err:
+            return from_rpc_error(err).reason
+
+
+async def test_a_certificate_of_another_namespace_is_no_role_of_the_mesh(stores: Stores) -> None:
+    """The CA signs for the whole trust domain; the mesh is one namespace of
+    it. By default a process trusts its own certificate's namespace only."""
+    ours = stores.pki.files(access.EDGE)
+    theirs = stores.pki.issue(
+        f"attacker-{uuid.uuid4().hex[:8]}", access.spiffe_id(TRUST_DOMAIN, "attacker", access.EDGE)
+    )
+    async with _served_by_runtime(stores) as address:
+        assert await _role_seen(stores, address, ours) == access.EDGE
+        assert await _role_seen(stores, address, theirs) == "CALLER_UNKNOWN"
+    # Named namespaces are trusted, and only they.
+    async with _served_by_runtime(stores, {"BOXOFFICE_TRUST_NAMESPACES": f"attacker, {NAMESPACE}"}) as address:
+        assert await _role_seen(stores, address, ours) == access.EDGE
+        assert await _role_seen(stores, address, theirs) == access.EDGE
+    async with _served_by_runtime(stores, {"BOXOFFICE_TRUST_NAMESPACES": "elsewhere"}) as address:
+        assert await _role_seen(stores, address, ours) == "CALLER_UNKNOWN"
+
+
+def test_the_xfcc_identity_is_pinned_to_the_named_namespaces() -> None:
+    pinned = CallerResolver("xfcc", TRUST_DOMAIN, namespaces=lambda: frozenset({NAMESPACE}))
+    assert pinned.role_of(access.spiffe_id(TRUST_DOMAIN, NAMESPACE, access.OPERATOR)) == access.OPERATOR
+    assert pinned.role_of(access.spiffe_id(TRUST_DOMAIN, "attacker", access.OPERATOR)) is None
+
+
+@pytest.mark.parametrize("value", ["Upper", "a/b", "-lead", "x" * 64, "a..b", ","])
+def test_trust_namespaces_are_namespace_names(value: str) -> None:
+    with pytest.raises(ConfigError, match="BOXOFFICE_TRUST_NAMESPACES"):
+        TlsConfig.from_env(Env({"BOXOFFICE_TRUST_NAMESPACES": value}))
