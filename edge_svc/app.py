@@ -20,7 +20,13 @@ from boxoffice.runtime import Runtime
 from edge_svc.cache import PublicCache
 from edge_svc.challenge import ExternalCheck, HumanCheck, NoCheck, ProofOfWork, RedisProofUsed
 from edge_svc.config import EdgeConfig
-from edge_svc.handlers import EdgeDeps, Handlers
+from edge_svc.endpoints.catalogue import Catalogue
+from edge_svc.endpoints.checkout import Checkout
+from edge_svc.endpoints.common import Callers, EdgeDeps, mount
+from edge_svc.endpoints.draws import Draws
+from edge_svc.endpoints.operations import Operations
+from edge_svc.endpoints.queue import Queue
+from edge_svc.endpoints.sessions import Sessions
 from edge_svc.http import EdgeApp
 from edge_svc.identity import OidcVerifier, SessionCookies, key_source
 from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, GrpcMesh, Mesh
@@ -130,9 +136,17 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         human_check=_human_check(config, rt),
         refusals=refusals,
     )
-    app = EdgeApp(
-        config, metrics, Handlers(deps).table(Pages(dev_sign_in=config.dev_sign_in).table()), tracing=rt.tracing
+    callers = Callers(deps)
+    endpoints = mount(
+        Sessions(deps, callers),
+        Catalogue(deps),
+        Queue(deps, callers),
+        Draws(deps, callers),
+        Checkout(deps, callers),
+        Operations(deps),
+        Pages(dev_sign_in=config.dev_sign_in),
     )
+    app = EdgeApp(config, metrics, endpoints, tracing=rt.tracing)
     server = EdgeServer(
         app,
         state,

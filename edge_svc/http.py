@@ -1,7 +1,7 @@
 """The edge's HTTP plumbing: routing by the route table, request ids and
 trace context, deadlines, body limits, the client's address, cookies, error
 answers, access logs and RED metrics. What each route does is in
-:mod:`edge_svc.handlers`; this module is the same for all of them.
+:mod:`edge_svc.endpoints`; this module is the same for all of them.
 
 The app is a plain ASGI callable over Starlette's request and response
 classes, run by uvicorn (httptools) in the same event loop as grpc.aio.

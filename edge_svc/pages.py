@@ -199,7 +199,7 @@ class Pages:
     def __init__(self, *, dev_sign_in: bool, root: Traversable | None = None) -> None:
         self.site = build(root or web_root(), dev_sign_in=dev_sign_in)
 
-    def table(self) -> Mapping[str, Handler]:
+    def endpoints(self) -> Mapping[str, Handler]:
         return {"GetIndexPage": self.index, "GetEventPage": self.event_page, "GetAsset": self.asset}
 
     async def index(self, ctx: Ctx) -> Response:

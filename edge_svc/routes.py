@@ -1,7 +1,8 @@
 """The edge's HTTP surface: every route, who may call it and acting as whom.
 
 This table is the HTTP half of the authorization table (the gRPC half is
-:data:`boxoffice.access.POLICY`): the server mounts exactly these routes,
+:data:`boxoffice.access.POLICY`): the server mounts exactly these routes
+(each answered by the endpoint its area of :mod:`edge_svc.endpoints` names),
 the OpenAPI document is generated from them (with the contracts' messages
 and their ``google.api.http`` annotations), and the matrix test calls each
 one as every kind of caller.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -26,14 +26,12 @@ from starlette.types import Send
 from boxoffice import deadline, lifecycle
 from boxoffice.errors import BoxofficeError
 from edge_svc import errors
+from edge_svc.endpoints.common import EdgeDeps, to_json
 from edge_svc.http import PRIVATE, Ctx, attrs
 from edge_svc.identity import Session
 from edge_svc.progress import Watch
-from edge_svc.waiting import FINAL_STATES, WAITING, Place, PositionJson, PositionTemplates, estimated
+from edge_svc.waiting import FINAL_STATES, WAITING, Place, PositionJson, PositionTemplates, estimated, shown_to
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
-
-if TYPE_CHECKING:
-    from edge_svc.handlers import EdgeDeps
 
 _log = logging.getLogger("boxoffice.edge.sse")
 
@@ -44,7 +42,7 @@ Claim = Callable[[Ctx, int, str], Awaitable[queue_pb.QueuePosition]]
 
 
 class Positions(Protocol):
-    """What the stream needs of the handlers."""
+    """What the stream needs of the queue's endpoints."""
 
     async def position(self, ctx: Ctx, event_id: int, session: Session) -> queue_pb.QueuePosition: ...
 
@@ -106,8 +104,6 @@ class PositionStream:
         return EventStream(body, media_type="text/event-stream", headers=headers)
 
     def _format(self, ctx: Ctx, session: Session, name: str, position: queue_pb.QueuePosition) -> str:
-        from edge_svc.handlers import shown_to, to_json
-
         position = shown_to(session, position)
         data = to_json(queue_pb.GetQueuePositionResponse(position=position)).decode()
         return f"id: {event_id_of_position(position)}\nevent: {name}\ndata: {data}\n\n"

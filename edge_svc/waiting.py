@@ -23,6 +23,7 @@ from google.protobuf import duration_pb2, json_format, timestamp_pb2
 from boxoffice import places
 from boxoffice.secrets import SecretSource
 from boxoffice.tokens import KeyRing
+from edge_svc.identity import Session
 from edge_svc.sealed import Sealer, Unsealed
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 
@@ -395,3 +396,15 @@ def _to_json_text(position: queue_pb.QueuePosition) -> str:
     message = queue_pb.GetQueuePositionResponse(position=position)
     document = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
     return json.dumps(document, separators=(",", ":"))
+
+
+def shown_to(session: Session, position: queue_pb.QueuePosition) -> queue_pb.QueuePosition:
+    """The position as the fan sees it: a browser (a cookie session) gets
+    the access token only as an HttpOnly cookie, never in a body its scripts
+    can read; an app gets it in the body."""
+    if session.via != "cookie" or not position.access_token:
+        return position
+    shown = queue_pb.QueuePosition()
+    shown.CopyFrom(position)
+    shown.access_token = ""
+    return shown

@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import json_format
 
 from boxoffice import places
-from edge_svc.handlers import to_json
+from edge_svc.endpoints.common import to_json
 from edge_svc.waiting import (
     Place,
     PositionJson,

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from edge_svc.handlers import SESSION_COOKIE
+from edge_svc.endpoints.common import SESSION_COOKIE
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from tests.e2e.harness import eventually

@@ -1,0 +1,140 @@
+"""The checkout: an admitted fan's holds, payments and tickets, and the
+payment provider's webhook."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.message import Message
+from starlette.responses import Response
+
+from boxoffice.errors import BoxofficeError, InvalidArgument
+from edge_svc import errors
+from edge_svc.endpoints.common import (
+    Callers,
+    EdgeDeps,
+    call_context,
+    event_id_of,
+    int_query,
+    read_message,
+    to_json,
+    unknown_query,
+)
+from edge_svc.http import Ctx, Handler, json_response, read_body
+from edge_svc.identity import Session
+from edge_svc.mesh import BOOKING, PAYMENT
+from gen.boxoffice.booking.v1 import booking_service_pb2 as booking_pb
+from gen.boxoffice.payment.v1 import payment_service_pb2 as payment_pb
+
+# Webhook bodies are at most this long (PaymentService's limit).
+_WEBHOOK_MAX_BYTES = 64 * 1024
+
+# Answers of the services that, for a hold, mean "not yours or not there":
+# answered alike, so that hold ids reveal nothing.
+_NOT_YOUR_HOLD = frozenset({"NOT_HOLD_OWNER", "HOLD_NOT_FOUND", "TOKEN_WRONG_EVENT"})
+
+
+class Checkout:
+    def __init__(self, deps: EdgeDeps, callers: Callers) -> None:
+        self._d = deps
+        self._callers = callers
+
+    def endpoints(self) -> Mapping[str, Handler]:
+        return {
+            "HoldSeats": self.hold_seats,
+            "GetHold": self.get_hold,
+            "ReleaseHold": self.release_hold,
+            "StartPayment": self.start_payment,
+            "ConfirmPayment": self.confirm_payment,
+            "GetPayment": self.get_payment,
+            "ListTickets": self.list_tickets,
+            "HandleProviderWebhook": self.handle_provider_webhook,
+        }
+
+    async def _hold_call(self, ctx: Ctx, service: str, method: str, request: Message, session: Session) -> Any:
+        try:
+            return await self._d.mesh.call(service, method, request, call_context(ctx, session.customer_id))
+        except BoxofficeError as err:
+            if err.reason in _NOT_YOUR_HOLD:
+                raise errors.not_found("hold") from None
+            raise
+
+    async def hold_seats(self, ctx: Ctx) -> Response:
+        session, token = await self._callers.shopper(ctx)
+        request = booking_pb.HoldSeatsRequest()
+        await read_message(ctx, request, max_bytes=self._d.config.max_body_bytes)
+        request.event_id = event_id_of(ctx)
+        request.access_token = token
+        reply = await self._d.mesh.call(BOOKING, "HoldSeats", request, call_context(ctx, session.customer_id))
+        return json_response(to_json(reply))
+
+    async def get_hold(self, ctx: Ctx) -> Response:
+        session, token = await self._callers.shopper(ctx)
+        request = booking_pb.GetHoldRequest(access_token=token, hold_id=ctx.params["hold_id"])
+        return json_response(to_json(await self._hold_call(ctx, BOOKING, "GetHold", request, session)))
+
+    async def release_hold(self, ctx: Ctx) -> Response:
+        session, token = await self._callers.shopper(ctx)
+        request = booking_pb.ReleaseHoldRequest(access_token=token, hold_id=ctx.params["hold_id"])
+        return json_response(to_json(await self._hold_call(ctx, BOOKING, "ReleaseHold", request, session)))
+
+    async def start_payment(self, ctx: Ctx) -> Response:
+        session, token = await self._callers.shopper(ctx)
+        request = payment_pb.StartPaymentRequest()
+        await read_message(ctx, request, max_bytes=self._d.config.max_body_bytes)
+        request.access_token = token
+        request.hold_id = ctx.params["hold_id"]
+        return json_response(to_json(await self._hold_call(ctx, PAYMENT, "StartPayment", request, session)))
+
+    async def confirm_payment(self, ctx: Ctx) -> Response:
+        session = await self._callers.fan(ctx)
+        key = ctx.request.headers.get("idempotency-key", "")
+        if not key:
+            raise InvalidArgument(
+                "the Idempotency-Key header is required", reason="FIELD_REQUIRED", metadata={"field": "Idempotency-Key"}
+            )
+        request = payment_pb.ConfirmPaymentRequest()
+        await read_message(ctx, request, max_bytes=self._d.config.max_body_bytes)
+        request.payment_id = ctx.params["payment_id"]
+        request.idempotency_key = key
+        reply = await self._d.mesh.call(PAYMENT, "ConfirmPayment", request, call_context(ctx, session.customer_id))
+        return json_response(to_json(reply))
+
+    async def get_payment(self, ctx: Ctx) -> Response:
+        session = await self._callers.fan(ctx)
+        request = payment_pb.GetPaymentRequest(payment_id=ctx.params["payment_id"])
+        reply = await self._d.mesh.call(PAYMENT, "GetPayment", request, call_context(ctx, session.customer_id))
+        return json_response(to_json(reply))
+
+    async def list_tickets(self, ctx: Ctx) -> Response:
+        session = await self._callers.fan(ctx)
+        query = ctx.request.query_params
+        unknown = set(query) - {"holdId", "pageSize", "pageToken"}
+        if unknown:
+            raise unknown_query(unknown)
+        request = payment_pb.ListTicketsRequest(
+            event_id=event_id_of(ctx),
+            access_token=self._callers.access_token(ctx, required=False),
+            hold_id=query.get("holdId", ""),
+            page_size=int_query(query.get("pageSize"), "pageSize"),
+            page_token=query.get("pageToken", ""),
+        )
+        call = call_context(ctx, session.customer_id)
+        try:
+            reply = await self._d.mesh.call(PAYMENT, "ListTickets", request, call)
+        except BoxofficeError as err:
+            if request.access_token and err.reason.startswith(("TOKEN_", "SESSION_ENDED")):
+                # A stale token cookie: the fan's own tickets need none.
+                request.access_token = ""
+                reply = await self._d.mesh.call(PAYMENT, "ListTickets", request, call)
+            else:
+                raise
+        return json_response(to_json(reply))
+
+    async def handle_provider_webhook(self, ctx: Ctx) -> Response:
+        body = await read_body(ctx.request, _WEBHOOK_MAX_BYTES)
+        signature = ctx.request.headers.get(self._d.config.webhook_signature_header, "")
+        request = payment_pb.HandleProviderWebhookRequest(signature=signature, body=body)
+        reply = await self._d.mesh.call(PAYMENT, "HandleProviderWebhook", request, call_context(ctx, None))
+        return json_response(to_json(reply))

@@ -1,0 +1,69 @@
+"""Sessions: development sign-in, who is signed in, sign-out."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+from starlette.responses import Response
+
+from boxoffice.errors import InvalidArgument, NotFound
+from edge_svc import errors
+from edge_svc.endpoints.common import (
+    ACCESS_COOKIE,
+    PLACE_COOKIE,
+    SESSION_COOKIE,
+    Callers,
+    EdgeDeps,
+    rfc3339,
+)
+from edge_svc.http import Cookie, Ctx, Handler, json_response, read_body
+from edge_svc.identity import Session, is_customer_id
+
+_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
+
+
+class Sessions:
+    def __init__(self, deps: EdgeDeps, callers: Callers) -> None:
+        self._d = deps
+        self._callers = callers
+
+    def endpoints(self) -> Mapping[str, Handler]:
+        return {
+            "CreateSession": self.create_session,
+            "GetSession": self.get_session,
+            "DeleteSession": self.delete_session,
+        }
+
+    async def create_session(self, ctx: Ctx) -> Response:
+        if not self._d.config.dev_sign_in:
+            raise NotFound("development sign-in is off", reason="SIGN_IN_DISABLED")
+        await self._callers.ip_limit(ctx)
+        self._callers.same_site(ctx)
+        body = await read_body(ctx.request, 4096)
+        try:
+            document = json.loads(body or b"{}")
+            name = document.get("name") if isinstance(document, dict) else None
+        except (ValueError, UnicodeDecodeError):
+            raise errors.malformed_json("not a JSON object") from None
+        if not isinstance(name, str) or not _NAME.match(name.strip()) or not is_customer_id(name.strip()):
+            raise InvalidArgument(
+                "name must be 1 to 64 printable characters", reason="INVALID_FIELD", metadata={"field": "name"}
+            )
+        value, session = self._d.sessions.issue(name.strip())
+        ctx.customer_id = session.customer_id
+        ctx.cookies_out.append(Cookie(SESSION_COOKIE, value, self._d.sessions.ttl_seconds))
+        return json_response(_session_json(session))
+
+    async def get_session(self, ctx: Ctx) -> Response:
+        return json_response(_session_json(await self._callers.fan(ctx)))
+
+    async def delete_session(self, ctx: Ctx) -> Response:
+        for name in (SESSION_COOKIE, ACCESS_COOKIE, PLACE_COOKIE):
+            ctx.cookies_out.append(Cookie(name, "", 0))
+        return json_response(b"{}")
+
+
+def _session_json(session: Session) -> bytes:
+    return json.dumps({"customerId": session.customer_id, "expiresAt": rfc3339(session.expires_at)}).encode()
