@@ -67,7 +67,8 @@ _TYPES: Mapping[str, str] = MappingProxyType(
     }
 )
 _IMPORT = re.compile(r"""(['"])\./([A-Za-z0-9_-]+\.js)\1""")
-_PLACEHOLDER = re.compile(r"\{\{([a-z_.-]+)\}\}")
+# Any name between double braces: one the build does not know fails it.
+_PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 # Message catalogs: one file per language, in web/messages/.
 LANGUAGES = ("en", "vi", "pt-BR")
 
@@ -158,9 +159,20 @@ def build(root: Traversable, *, dev_sign_in: bool) -> Site:
             raise ValueError(f"web: index.html names {key}, which does not exist")
         return f"/assets/{names[key]}"
 
-    page = _PLACEHOLDER.sub(fill, template).encode()
+    filled = _PLACEHOLDER.sub(fill, template)
+    texts = [("index.html", filled), *((src, bodies[name].decode()) for src, name in names.items() if _texty(src))]
+    for source, text in texts:
+        if "{{" in text:
+            # A template name left unfilled would ship as a broken reference.
+            line = text.count("\n", 0, text.find("{{")) + 1
+            raise ValueError(f"web: {source} line {line} has an unfilled template name ({{{{...}}}})")
+    page = filled.encode()
     assets = {name: _built(body, _TYPES[name.rsplit(".", 1)[-1]]) for name, body in bodies.items()}
     return Site(page=_built(page, _TYPES["html"]), assets=assets, names=names)
+
+
+def _texty(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] in ("js", "css", "html", "json", "svg")
 
 
 def web_root() -> Traversable:

@@ -804,7 +804,8 @@ async function start() {
   const language = setLanguage(lang);
   const eventRead = match ? api.event(state.eventId).then((r) => r.event) : null;
   const sessionRead = match ? api.session().then((r) => r.customerId, () => null) : null;
-  const positionRead = match ? api.position(state.eventId) : null;
+  // The fan's place once someone is signed in (read for nobody, it is a 401 the browser logs).
+  const positionRead = sessionRead ? sessionRead.then((me) => (me ? api.position(state.eventId) : null)) : null;
   positionRead?.catch(() => null);
   eventRead?.catch(() => null);
   $('lang').addEventListener('change', async () => {

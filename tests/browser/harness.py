@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from playwright.async_api import Browser, BrowserContext, Page, Request
+from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response
 
 from edge_svc import app as edge_app
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
@@ -138,10 +138,25 @@ class Fan:
     page: Page
     origin: str
     requests: list[str] = field(default_factory=list)
+    # Console errors, requests that failed and answers of 400 or more, as
+    # they happened (see troubles()).
+    problems: list[str] = field(default_factory=list)
 
     def foreign(self) -> list[str]:
         """Requests to anywhere but the edge's origin."""
         return [url for url in self.requests if not url.startswith(self.origin + "/")]
+
+    def troubles(self, *expected: str) -> list[str]:
+        """What went wrong in the fan's pages: every console error, failed
+        request and answer of 400 or more, but the "who is signed in" probe's
+        401 before sign-in (the browser logs that answer as a console error
+        too) and any of ``expected`` (a test's deliberate failures, each
+        ``"<status> <method> <path>"``)."""
+        allowed = {"401 GET /v1/session", *expected}
+        noise = {
+            f"console: Failed to load resource: the server responded with a status of {a.split()[0]}" for a in allowed
+        }
+        return [p for p in self.problems if p.split(" (", 1)[0] not in allowed and not p.startswith(tuple(noise))]
 
 
 async def new_fan(browser: Browser, origin: str, *, lang: str = "en", reduced_motion: bool = True) -> Fan:
@@ -157,7 +172,24 @@ async def new_fan(browser: Browser, origin: str, *, lang: str = "en", reduced_mo
     def record(request: Request) -> None:
         fan.requests.append(request.url)
 
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            fan.problems.append(f"console: {message.text}")
+
+    def failed(request: Request) -> None:
+        if request.failure == "net::ERR_ABORTED" and urlsplit(request.url).path.endswith(":watch"):
+            return  # the page closed its own stream of the fan's place (admitted, left)
+        fan.problems.append(f"failed {request.method} {request.url}: {request.failure}")
+
+    def answered(response: Response) -> None:
+        if response.status >= 400:
+            path = urlsplit(response.url).path
+            fan.problems.append(f"{response.status} {response.request.method} {path} ({response.url})")
+
     context.on("request", record)
+    context.on("console", console)
+    context.on("requestfailed", failed)
+    context.on("response", answered)
     return fan
 
 

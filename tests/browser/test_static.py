@@ -156,3 +156,41 @@ def test_every_string_comes_from_each_catalog() -> None:
     used |= {"link.live", "link.reconnecting"} | {f"languages.{lang}" for lang in LANGUAGES}
     missing = sorted(key for key in used if key not in keys["en"])
     assert missing == [], missing
+
+
+def test_the_build_refuses_any_unfilled_template_name(tmp_path: object) -> None:
+    """A name between double braces is filled or fails the build, whatever
+    its characters (``{{i18n.js}}`` once shipped as it was); every
+    reference the page makes is to an asset the site serves."""
+    import pathlib
+
+    import pytest
+
+    from edge_svc.pages import build
+
+    site = Pages(dev_sign_in=False).site
+    page = site.page.body.decode()
+    assert "{{" not in page
+    referenced = re.findall(r'(?:href|src)="/assets/([^"]+)"', page)
+    assert "i18n.js" in {site_source(site, name) for name in referenced}
+    assert all(name in site.assets for name in referenced), referenced
+
+    root = pathlib.Path(str(tmp_path))
+    for path in web_root().iterdir():
+        if path.is_file():
+            (root / path.name).write_bytes(path.read_bytes())
+    (root / "messages").mkdir()
+    for lang in LANGUAGES:
+        (root / "messages" / f"{lang}.json").write_bytes(web_root().joinpath("messages", f"{lang}.json").read_bytes())
+    template = (root / "index.html").read_text()
+    for broken, problem in (
+        ('<link rel="modulepreload" href="{{Nowhere2.js}}">', r"names Nowhere2\.js, which does not exist"),
+        ("<p>{{ unclosed</p>", r"index\.html line \d+ has an unfilled template name"),
+    ):
+        (root / "index.html").write_text(template.replace("</head>", f"{broken}\n</head>"))
+        with pytest.raises(ValueError, match=problem):
+            build(root, dev_sign_in=False)
+    (root / "index.html").write_text(template)
+    (root / "waiting.js").write_text((root / "waiting.js").read_text() + "\n// {{later.js}}\n")
+    with pytest.raises(ValueError, match=r"waiting\.js line \d+ has an unfilled template name"):
+        build(root, dev_sign_in=False)
