@@ -2,9 +2,9 @@
 
 Roles (``ROLES``):
 
-- ``payment-svc`` (role ``server``): PaymentService, the sandbox provider and
-  its webhook delivery, the reconciler, and the consumer that refunds
-  cancelled bookings;
+- ``payment-svc`` (role ``server``): PaymentService, its provider (the
+  sandbox and its webhook delivery, or Stripe: ``BOXOFFICE_PAYMENT_PROVIDER``),
+  the reconciler, and the consumer that refunds cancelled bookings;
 - ``issuer``: the ticket issuer.
 
 Both consumers read booking's outbox stream, which booking's relay publishes.
@@ -27,10 +27,11 @@ from payment_svc.adapters.booking import GrpcBookingClient
 from payment_svc.adapters.idempotency import PgIdempotencyStore
 from payment_svc.adapters.payments import PgPaymentStore
 from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider
+from payment_svc.adapters.stripe_provider import StripeProvider, StripeWebhooks
 from payment_svc.adapters.tickets import PgTicketStore
 from payment_svc.adapters.webhook_events import PgWebhookStore
 from payment_svc.adapters.webhook_sink import GrpcWebhookSink
-from payment_svc.config import PaymentConfig
+from payment_svc.config import STRIPE, PaymentConfig
 from payment_svc.handler import PaymentHandler, PaymentHooks
 from payment_svc.idempotency import Idempotent
 from payment_svc.jobs.cancellations import CANCELLATION_GROUP, CancellationRefunds
@@ -148,12 +149,19 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     pool = rt.pool()
     metrics = ServerMetrics.create(rt.registry)
     sandbox: SandboxProvider | None = None
+    stripe_provider: StripeProvider | None = None
     provider: PaymentProvider
     reader: WebhookReader
     verifier = WebhookVerifier(config.webhook_secret_source.get, rt.clock, config.webhook_tolerance_seconds)
-    reader = SignedWebhooks(verifier)
+    if config.provider == STRIPE:
+        assert config.stripe is not None
+        reader = StripeWebhooks(config.webhook_secret_source.get, rt.clock, config.webhook_tolerance_seconds)
+    else:
+        reader = SignedWebhooks(verifier)
     if overrides.provider is not None:
         provider = overrides.provider
+    elif config.stripe is not None:
+        provider = stripe_provider = StripeProvider(config.stripe, call_timeout_seconds=config.provider_timeout_seconds)
     else:
         provider = sandbox = SandboxProvider(config.sandbox, rt.clock, pool)
     booking_channel: GrpcBookingClient | None = None
@@ -202,6 +210,8 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     closers: list[Callable[[], Awaitable[None]]] = []
     if booking_channel is not None:
         closers.append(booking_channel.close)
+    if stripe_provider is not None:
+        closers.append(stripe_provider.close)
     if sandbox is not None and config.sandbox.webhook_mode == "auto":
         sink = GrpcWebhookSink(lambda: rt.channel(COMPONENT, server.local_address))
         loops.append(Loop("sandbox-webhooks", WebhookDelivery(sandbox, sink, pool).run))

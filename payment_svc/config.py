@@ -50,6 +50,39 @@ class SandboxConfig:
         )
 
 
+PROVIDER = "BOXOFFICE_PAYMENT_PROVIDER"
+SANDBOX = "sandbox"
+STRIPE = "stripe"
+STRIPE_SECRET_KEY = "BOXOFFICE_STRIPE_SECRET_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class StripeConfig:
+    """How the Stripe provider reaches Stripe."""
+
+    # The secret API key (sk_...), from BOXOFFICE_STRIPE_SECRET_KEY_FILE (or
+    # the variable itself), re-read when the file changes.
+    secret_key_source: SecretSource[str]
+    # Stripe's API address (tests point it at a local server).
+    api_base: str
+    # The most retries Stripe's library makes of one request (fewer when
+    # the call's deadline leaves no time for their back-off).
+    max_network_retries: int
+    # Longest wait for one HTTP request.
+    request_timeout_seconds: float
+
+    @classmethod
+    def from_env(cls, env: Env) -> StripeConfig:
+        return cls(
+            secret_key_source=secret_files.read_secret(env, STRIPE_SECRET_KEY, _stripe_key, default=None),
+            api_base=env.string("BOXOFFICE_STRIPE_API_BASE", "https://api.stripe.com").rstrip("/"),
+            max_network_retries=env.integer("BOXOFFICE_STRIPE_MAX_NETWORK_RETRIES", 2, minimum=0, maximum=10),
+            request_timeout_seconds=env.number(
+                "BOXOFFICE_STRIPE_REQUEST_TIMEOUT_SECONDS", 10.0, minimum=0.1, maximum=80.0
+            ),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class PaymentConfig:
     """Everything the payment processes read from the environment."""
@@ -79,6 +112,11 @@ class PaymentConfig:
     # A pending stream entry idle this long is claimed from its consumer.
     claim_idle_ms: int
     sandbox: SandboxConfig
+    # Which provider takes the money: "sandbox" (no money; the default on a
+    # laptop, and named explicitly on a staging mesh) or "stripe".
+    provider: str
+    # Set when the provider is Stripe.
+    stripe: StripeConfig | None
 
     @property
     def webhook_secrets(self) -> tuple[str, ...]:
@@ -91,6 +129,7 @@ class PaymentConfig:
             env, secret_files.WEBHOOK_SECRETS, _webhook_secrets, default=DEV_WEBHOOK_SECRET
         )
         secrets = source.get()
+        provider = env.choice(PROVIDER, SANDBOX, (SANDBOX, STRIPE))
         return cls(
             booking_addr=env.grpc_target("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
             webhook_secret_source=source,
@@ -109,6 +148,8 @@ class PaymentConfig:
             consumer_concurrency=env.integer("BOXOFFICE_CONSUMER_CONCURRENCY", 16, minimum=1, maximum=1000),
             claim_idle_ms=env.integer("BOXOFFICE_CONSUMER_CLAIM_IDLE_MS", 30_000, minimum=1),
             sandbox=SandboxConfig.from_env(env, signing_secret=secrets[0]),
+            provider=provider,
+            stripe=StripeConfig.from_env(env) if provider == STRIPE else None,
         )
 
 
@@ -118,3 +159,10 @@ def _webhook_secrets(text: str) -> tuple[str, ...]:
     if not secrets or any(len(secret) < 16 for secret in secrets):
         raise ConfigError("BOXOFFICE_WEBHOOK_SECRETS: every secret must be at least 16 characters")
     return secrets
+
+
+def _stripe_key(text: str) -> str:
+    key = text.strip()
+    if not key.startswith(("sk_", "rk_")) or len(key) < 16 or any(c.isspace() for c in key):
+        raise ConfigError(f"{STRIPE_SECRET_KEY}: a Stripe secret key starts with sk_ (or rk_, restricted)")
+    return key
