@@ -6,7 +6,7 @@ A secret ``NAME`` comes from the variable ``NAME`` or from the file that
 A file is re-read when its modification time or size changes, looked at no
 more than once per ``check_interval_seconds``, so rotating a key is an edit
 of the Secret, not a restart. A file that cannot be read or parsed at start
-is a :class:`~boxoffice.config.ConfigError` naming ``NAME_FILE``; later, a
+is a :class:`~boxoffice.env.ConfigError` naming ``NAME_FILE``; later, a
 bad version (a half-written file, say) is logged and the last good value
 kept.
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from boxoffice.config import ConfigError, Env
+from boxoffice.env import ConfigError, Env
 
 _log = logging.getLogger("boxoffice.secrets")
 
