@@ -1,18 +1,23 @@
 """Races against a real BookingService and Postgres: one seat, many
 clients; thousands of overlapping holds audited afterwards; crossed groups;
-overbooking; best available under contention; and the control that shows
-the tests catch a store without the conditional UPDATE."""
+overbooking; best available under contention; late confirms against
+reclaims. Each race has its control: the same race against a store without
+the protection (tests/booking/unsafe.py), which shows that the race happens
+and that the test would catch it."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import uuid
 from collections import Counter
 
 import grpc
 
-from booking_svc.model import utc
-from boxoffice.errors import FailedPrecondition, ResourceExhausted
+from booking_svc.adapters.postgres.base import is_deadlock
+from booking_svc.model import SeatSelection, utc
+from boxoffice.errors import BoxofficeError, FailedPrecondition, ResourceExhausted
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from tests.booking.harness import (
     Booking,
@@ -26,7 +31,14 @@ from tests.booking.harness import (
     seat_ids,
     seated,
 )
-from tests.booking.unsafe import CheckThenUpdateStore
+from tests.booking.unsafe import (
+    CheckThenConfirmStore,
+    CheckThenUpdateStore,
+    CountThenHoldPlacesStore,
+    LockInGivenOrderStore,
+    PickWithoutLocksStore,
+    Rendezvous,
+)
 from tests.support import Stores
 
 RACE_PAUSE_SECONDS = 0.05
@@ -149,27 +161,107 @@ async def test_crossed_groups_never_deadlock_fail(stores: Stores) -> None:
         await audit(booking, event.event_id)
 
 
+async def crossed_straight_to_the_store(booking: Booking, pairs: int) -> Counter[str]:
+    """``pairs`` pairs of customers hold the same two seats at once, one
+    listing them ``[a, b]`` and the other ``[b, a]``, straight to the store
+    (the service sorts the seats before the store sees them); what they got."""
+    event = await create_event(booking, [seated("A")], [("A", "A", 2 * pairs)])
+    seats = await seat_ids(booking, event.event_id, "A")
+    now = utc(booking.clock.now())
+
+    async def hold(customer: str, group: tuple[int, int]) -> str:
+        try:
+            await booking.store.hold_seats(
+                event_id=event.event_id,
+                customer_id=customer,
+                selection=SeatSelection(group),
+                hold_id=uuid.uuid4(),
+                request_id=None,
+                fingerprint=customer,
+                now=now,
+            )
+        except BoxofficeError as err:
+            return "deadlock" if is_deadlock(err) else f"{type(err).__name__}:{err.reason}"
+        return "ok"
+
+    answers = await asyncio.gather(
+        *(
+            hold(f"{side}-{a}", group)
+            for a, b in zip(seats[::2], seats[1::2], strict=True)
+            for side, group in (("x", (a, b)), ("y", (b, a)))
+        )
+    )
+    await audit(booking, event.event_id)
+    return Counter(answers)
+
+
+async def test_crossed_orders_straight_to_the_store_never_deadlock(stores: Stores) -> None:
+    async with booking_server(stores, race_pause_seconds=0.02) as booking:
+        assert await crossed_straight_to_the_store(booking, 10) == {"ok": 10, "FailedPrecondition:SEAT_UNAVAILABLE": 10}
+
+
+async def test_control_locking_seats_in_the_order_given_deadlocks(stores: Stores) -> None:
+    """The same crossed holds against a store that locks the seats in the
+    order listed: each of a pair holds its first seat (the window lets them
+    on once both do) and waits for the other's; Postgres breaks every such
+    deadlock by failing one of the two. The tests above would fail for such
+    a store."""
+    window = Rendezvous(2)
+    store_class = functools.partial(LockInGivenOrderStore, window=window)
+    async with booking_server(stores, store_class=store_class) as booking:
+        assert await crossed_straight_to_the_store(booking, 10) == {"ok": 10, "deadlock": 10}
+
+
+PASSENGERS = 260
+
+
+async def race_for_places(booking: Booking) -> tuple[int, int, list[BoxofficeError], int]:
+    """``PASSENGERS`` passengers hold one place each at once on a flight of
+    180 places and 3 overbooked; (the event, winners, the losers' errors,
+    places the database's holds take)."""
+    event = await create_event(booking, [general("Y", capacity=180, overbook=3)], kind=pb.EVENT_KIND_FLIGHT)
+    answers = await asyncio.gather(
+        *(
+            call(
+                booking.stub.HoldSeats(
+                    hold_request(booking.token(f"p{i}", event.event_id), event.event_id, section="Y", quantity=1)
+                )
+            )
+            for i in range(PASSENGERS)
+        )
+    )
+    won = sum(1 for reply, _ in answers if reply is not None)
+    errors = [err for _, err in answers if err is not None]
+    rows = await query(
+        booking,
+        "SELECT COALESCE(sum(quantity), 0) FROM holds WHERE event_id = %s AND state = 'HELD'",
+        (event.event_id,),
+    )
+    return event.event_id, won, errors, int(rows[0][0])
+
+
 async def test_overbooking_stops_exactly_at_capacity_plus_limit(stores: Stores) -> None:
     async with booking_server(stores) as booking:
-        event = await create_event(booking, [general("Y", capacity=180, overbook=3)], kind=pb.EVENT_KIND_FLIGHT)
-        answers = await asyncio.gather(
-            *(
-                call(
-                    booking.stub.HoldSeats(
-                        hold_request(booking.token(f"p{i}", event.event_id), event.event_id, section="Y", quantity=1)
-                    )
-                )
-                for i in range(260)
-            )
-        )
-        won = sum(1 for reply, _ in answers if reply is not None)
-        assert won == 183
-        for _, err in answers:
-            if err is not None:
-                assert isinstance(err, ResourceExhausted) and err.reason == "SOLD_OUT"
-        rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event.event_id,))
+        event_id, won, errors, taken = await race_for_places(booking)
+        assert (won, taken) == (183, 183)
+        for err in errors:
+            assert isinstance(err, ResourceExhausted) and err.reason == "SOLD_OUT"
+        rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event_id,))
         assert tuple(rows[0]) == (0, 183)
-        await audit(booking, event.event_id)
+        await audit(booking, event_id)
+
+
+async def test_control_counting_then_holding_overbooks(stores: Stores) -> None:
+    """The same race against a store that counts the section's holds, then
+    writes the hold in another transaction: every passenger counted before
+    any wrote, each saw room, and the flight is sold past its capacity plus
+    overbook limit. The test above would fail for such a store."""
+    window = Rendezvous(PASSENGERS)
+    async with booking_server(
+        stores, store_class=functools.partial(CountThenHoldPlacesStore, window=window)
+    ) as booking:
+        _, won, errors, taken = await race_for_places(booking)
+        assert (won, taken, errors) == (PASSENGERS, PASSENGERS, [])
 
 
 async def test_best_available_under_contention_never_hands_a_seat_twice(stores: Stores) -> None:
@@ -218,6 +310,30 @@ async def test_best_available_under_contention_never_hands_a_seat_twice(stores: 
         assert sorted(handed + rest) == sorted(set(handed + rest))
         assert len(handed) + len(rest) == 100
         await audit(booking, event.event_id)
+
+
+async def test_control_picking_without_locks_hands_seats_twice(stores: Stores) -> None:
+    """Best available against a store that picks the lowest free seats as
+    it reads them and marks them held in another transaction: four buyers
+    who all read before any wrote get the same two seats. The test above
+    (every seat handed once) would fail for such a store."""
+    window = Rendezvous(4)
+    async with booking_server(stores, store_class=functools.partial(PickWithoutLocksStore, window=window)) as booking:
+        event = await create_event(
+            booking, [seated("A")], [("A", f"R{r}", 10) for r in range(10)], max_seats_per_customer=100
+        )
+        answers = await asyncio.gather(
+            *(
+                call(
+                    booking.stub.HoldSeats(
+                        hold_request(booking.token(f"b{i}", event.event_id), event.event_id, section="A", quantity=2)
+                    )
+                )
+                for i in range(4)
+            )
+        )
+        handed = [s.seat_id for reply, _ in answers if reply is not None for s in reply.hold.seats]
+        assert len(handed) == 8 and len(set(handed)) == 2, answers
 
 
 async def test_best_available_prefers_adjacent_seats_of_one_row(stores: Stores) -> None:
@@ -271,3 +387,59 @@ async def test_late_confirms_and_reclaims_of_lapsed_holds_never_both_win(stores:
         )
         assert all(paid != taken for paid, taken in outcomes), outcomes
         await audit(booking, event.event_id)
+
+
+async def test_control_checking_then_confirming_sells_seats_a_newcomer_holds(stores: Stores) -> None:
+    """Late confirms against a store that checks that the lapsed hold still
+    has its seats, then sells them in another transaction: each confirm
+    checks, a newcomer then takes the lapsed seats, and the confirm goes on
+    to sell them. Both win, for every hold; the test above (never both)
+    would fail for such a store."""
+    checked: dict[str, asyncio.Event] = {}
+    taken: dict[str, asyncio.Event] = {}
+
+    async def window(hold_id: object) -> None:
+        checked[str(hold_id)].set()
+        async with asyncio.timeout(60):
+            await taken[str(hold_id)].wait()
+
+    async with booking_server(stores, store_class=functools.partial(CheckThenConfirmStore, window=window)) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "A", 20)], max_seats_per_customer=100)
+        seats = await seat_ids(booking, event.event_id, "A")
+        groups = [seats[i : i + 2] for i in range(0, 20, 2)]
+        token = booking.token("early", event.event_id)
+        holds = [(await booking.stub.HoldSeats(hold_request(token, event.event_id, g))).hold for g in groups]
+        for hold in holds:
+            checked[hold.hold_id], taken[hold.hold_id] = asyncio.Event(), asyncio.Event()
+        booking.clock.advance(event.hold_ttl.seconds + 1)
+
+        async def confirm(hold: pb.Hold) -> bool:
+            reply, _ = await call(
+                booking.stub.ConfirmHold(
+                    pb.ConfirmHoldRequest(
+                        hold_id=hold.hold_id,
+                        idempotency_key=f"late-{hold.hold_id}",
+                        payment_id=f"pay-{hold.hold_id}",
+                        amount_paid=hold.amount,
+                    )
+                )
+            )
+            return reply is not None
+
+        async def take(i: int, hold: pb.Hold, group: list[int]) -> bool:
+            async with asyncio.timeout(60):
+                await checked[hold.hold_id].wait()  # the confirm has checked
+            try:
+                reply, _ = await call(
+                    booking.stub.HoldSeats(
+                        hold_request(booking.token(f"new-{i}", event.event_id), event.event_id, group)
+                    )
+                )
+            finally:
+                taken[hold.hold_id].set()
+            return reply is not None
+
+        outcomes = await asyncio.gather(
+            *(asyncio.gather(confirm(h), take(i, h, g)) for i, (h, g) in enumerate(zip(holds, groups, strict=True)))
+        )
+        assert all(paid and took for paid, took in outcomes), outcomes
