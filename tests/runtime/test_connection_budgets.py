@@ -160,6 +160,7 @@ async def test_an_idle_pool_keeps_its_size_through_its_checks(stores: Stores) ->
 
 
 @pytest.mark.slow
+@pytest.mark.apart(reason="every role on its default pool: up to 50 of the Postgres server's 100 connections")
 async def test_the_mesh_on_defaults_holds_its_budgets(stores: Stores, tmp_path: Path) -> None:
     """Every role of the mesh as its own process, on the default pool
     settings, with the idle check every 0.1 s: once each role's pool has
