@@ -31,6 +31,6 @@ ruff format --check .
 mypy
 
 echo "== tests"
-python -m pytest "$@"
+scripts/pytest_parallel.sh "$@"  # in parallel, then the tests marked apart alone
 scripts/pgbouncer_test.sh  # booking, payment and leader election through a transaction-mode PgBouncer
 scripts/redis_cluster_test.sh  # the queue and stream tests on a local Redis Cluster (3 primaries, 3 replicas), with failovers
