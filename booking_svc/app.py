@@ -26,6 +26,7 @@ from booking_svc.metrics import BookingMetrics, RelayMetrics, SweeperMetrics
 from booking_svc.ports import SeatGate
 from booking_svc.seatmap import SeatMapCache
 from boxoffice import audit
+from boxoffice.config import Env
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
@@ -164,6 +165,11 @@ def build_relay(rt: Runtime) -> OutboxRelay:
         repair_group=relay_config.repair_group,
         repair_after_seconds=relay_config.repair_after_seconds,
     )
+
+
+def check_settings(env: Env) -> None:
+    BookingConfig.from_env(env)
+    RelayConfig.from_env(env)
 
 
 async def build(rt: Runtime, role: str, overrides: Overrides | None = None) -> list[Component]:

@@ -256,6 +256,10 @@ class ServiceModule(Protocol):
     def migrations(self) -> list[Migration]:
         """The package's schema migrations, in order."""
 
+    def check_settings(self, env: Env) -> None:
+        """Reads every setting the package's roles read (ConfigError for a
+        bad one), before the process migrates or starts anything."""
+
     async def build(self, rt: Runtime, role: str) -> list[Component]:
         """The components of one role (e.g. "server", "admitter")."""
 

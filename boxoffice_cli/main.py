@@ -369,6 +369,14 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
         if args.command == "up":
             # Every port before any store or server starts.
             ensure_free(_up_listeners(env))
+        # Every setting of what runs, before a migration or a store starts.
+        if args.command == "up":
+            for module in modules:
+                module.check_settings(
+                    _up_env(env, on_embedded_stores=store.database_url is None and store.redis_url is None)
+                )
+        elif args.command != "migrate":
+            table[args.command][0].check_settings(env)
         if args.command not in ("up", "migrate"):
             needs = _stores_of(table[args.command][0])
             embedded = ("postgres" in needs and store.database_url is None) or (

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
+from boxoffice.config import Env
 from boxoffice.db import Migration
 from boxoffice.lifecycle import Component
 from boxoffice.redis import ScriptBatcher
@@ -189,6 +190,10 @@ class _Closing:
 
     async def stop(self, grace_seconds: float) -> None:
         await self._mesh.close()
+
+
+def check_settings(env: Env) -> None:
+    EdgeConfig.from_env(env)
 
 
 async def build(rt: Runtime, role: str, overrides: Overrides | None = None) -> list[Component]:

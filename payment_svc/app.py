@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from boxoffice.config import Env
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
@@ -244,6 +245,10 @@ def compose_issuer(rt: Runtime, *, name: str | None = None, hooks: ConsumerHooks
         rt, config, group=ISSUER_GROUP, handler=handler, metrics=metrics.consumer, name=name, hooks=hooks
     )
     return Issuer(consumer=consumer, handler=handler, metrics=metrics)
+
+
+def check_settings(env: Env) -> None:
+    PaymentConfig.from_env(env)
 
 
 async def build(rt: Runtime, role: str) -> list[Component]:

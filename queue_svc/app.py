@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from boxoffice import audit
+from boxoffice.config import Env
 from boxoffice.db import Migration, load_migrations
 from boxoffice.errors import AlreadyExists
 from boxoffice.lifecycle import Component, Loop
@@ -268,6 +269,13 @@ class QueueApp:
 
 async def build(rt: Runtime, role: str) -> list[Component]:
     return QueueApp(rt).components(role)
+
+
+def check_settings(env: Env) -> None:
+    from boxoffice.leader import LeaderConfig
+
+    QueueSettings.from_env(env)
+    LeaderConfig.from_env(env)
 
 
 async def seed_demo(rt: Runtime) -> list[str]:
