@@ -40,7 +40,7 @@ from payment_svc.jobs.issuer import ISSUER_GROUP, TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.jobs.sandbox_webhooks import WebhookDelivery
 from payment_svc.metrics import IssuerMetrics, ServerMetrics
-from payment_svc.ports import BookingClient, PaymentProvider, WebhookReader
+from payment_svc.ports import BookingClient, IdempotencyStore, PaymentProvider, WebhookReader
 from payment_svc.provider_webhooks import ProviderWebhooks
 from payment_svc.servicer import PaymentServicer
 from payment_svc.webhooks import SignedWebhooks, WebhookVerifier
@@ -65,6 +65,9 @@ class Overrides:
     provider: PaymentProvider | None = None
     # Default: no hooks.
     hooks: PaymentHooks = field(default_factory=PaymentHooks)
+    # Where the requests' idempotency keys live, called as
+    # PgIdempotencyStore is (a control test's store drops a protection).
+    idempotency_store: Callable[..., IdempotencyStore] = PgIdempotencyStore
 
 
 class _Closing:
@@ -172,7 +175,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     else:
         booking = overrides.booking
     store = PgPaymentStore(pool)
-    idempotency = PgIdempotencyStore(
+    idempotency = overrides.idempotency_store(
         pool, retention_seconds=config.idempotency_retention_seconds, lock_seconds=config.idempotency_lock_seconds
     )
     handler = PaymentHandler(

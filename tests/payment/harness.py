@@ -37,13 +37,14 @@ from boxoffice.tokens import TokenSigner
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc import app as payment_app
+from payment_svc.adapters.idempotency import PgIdempotencyStore
 from payment_svc.adapters.payments import PgPaymentStore
 from payment_svc.adapters.sandbox import SandboxProvider
 from payment_svc.handler import PaymentHooks
 from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
 from payment_svc.model import Payment
-from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
+from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView, IdempotencyStore
 from tests.edge.asserting import edge_mesh_client
 from tests.support import ManualClock, Stores, make_runtime, running
 
@@ -286,14 +287,16 @@ async def payment_stack(
     booking: Callable[[Runtime], BookingClient] | None = None,
     environ: dict[str, str] | None = None,
     clock: ManualClock | None = None,
+    idempotency_store: Callable[..., IdempotencyStore] = PgIdempotencyStore,
 ) -> AsyncIterator[PaymentStack]:
     """The ``server`` role's gRPC server (its background loops are left to the
     test to drive: ``stack.reconciler``, ``stack.parts.cancellations``).
     ``booking`` makes the BookingService client from the runtime; without it
-    the app's own calls BOXOFFICE_BOOKING_ADDR."""
+    the app's own calls BOXOFFICE_BOOKING_ADDR. ``idempotency_store``
+    replaces the store of the requests' keys (a control's)."""
     rt = make_runtime(stores, environ={**PAYMENT_ENV, **(environ or {})}, clock=clock)
     client = booking(rt) if booking is not None else None
-    parts = payment_app.compose_server(rt, payment_app.Overrides(booking=client))
+    parts = payment_app.compose_server(rt, payment_app.Overrides(booking=client, idempotency_store=idempotency_store))
     async with (
         running([*rt.infrastructure(), parts.server, parts.clients]),
         edge_mesh_client(stores, parts.server.address, fan=DEFAULT_FAN) as mesh,
@@ -394,6 +397,38 @@ async def race_confirms(stack: PaymentStack, request: pb.ConfirmPaymentRequest, 
     refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
     retried = list(await asyncio.gather(*(stack.stub.ConfirmPayment(request) for _ in refused)))
     return ConfirmRace(answers, refused, retried, executions)
+
+
+async def confirms_all_in_the_window(
+    stack: PaymentStack, request: pb.ConfirmPaymentRequest, calls: int = 50
+) -> tuple[list[pb.ConfirmPaymentResponse], list[BoxofficeError], int]:
+    """For a control: ``calls`` ConfirmPayment calls with one key at once,
+    each that reaches BookingService.ConfirmHold's window held there until
+    all ``calls`` have (a service that lets only one through fails here
+    after a minute); (the answers, the refusals, how many reached the
+    window)."""
+    all_in = asyncio.Event()
+    executions = 0
+
+    async def window(payment: Payment) -> None:
+        nonlocal executions
+        executions += 1
+        if executions == calls:
+            all_in.set()
+        async with asyncio.timeout(60):
+            await all_in.wait()
+
+    stack.hooks.before_confirm_hold = window
+    try:
+        results = await asyncio.gather(
+            *(stack.stub.ConfirmPayment(request) for _ in range(calls)), return_exceptions=True
+        )
+    finally:
+        stack.hooks.before_confirm_hold = None
+    answers = [r for r in results if isinstance(r, pb.ConfirmPaymentResponse)]
+    refused = [from_rpc_error(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert len(answers) + len(refused) == calls, results
+    return answers, refused, executions
 
 
 async def snapshot(pool: Pool, hold_ids: list[str]) -> dict[str, Any]:

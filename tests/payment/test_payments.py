@@ -13,13 +13,22 @@ import pytest
 
 from boxoffice import db
 from boxoffice.errors import BoxofficeError, from_rpc_error
-from boxoffice.runtime import Pool
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
-from payment_svc.adapters.idempotency import PgIdempotencyStore
 from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT
-from payment_svc.idempotency import Idempotent
-from payment_svc.ports import Claimed, HoldState, IdempotencyStore, Stored
-from tests.payment.harness import FakeBooking, PaymentStack, age, new_event_id, race_confirms, snapshot
+from payment_svc.ports import HoldState
+from tests.payment.harness import (
+    FakeBooking,
+    PaymentStack,
+    age,
+    confirms_all_in_the_window,
+    fake_booking,
+    new_event_id,
+    payment_stack,
+    race_confirms,
+    snapshot,
+)
+from tests.payment.unsafe import NoInFlightClaimStore
+from tests.support import Stores
 
 
 def _token(stack: PaymentStack, event_id: int, customer: str) -> str:
@@ -206,58 +215,18 @@ async def test_concurrent_confirms_one_key_one_sale(stack: PaymentStack, booking
     assert await _outbox_rows(stack, hold_id) == 1
 
 
-async def test_control_without_the_in_flight_marker_the_work_runs_many_times(
-    stack: PaymentStack, booking: FakeBooking
-) -> None:
-    """Control: a store that only records answers after the work (no
-    in-flight claim) lets every concurrent duplicate run; the assertion
-    ``executions == 1`` above would catch it."""
-
-    class RecordAfterStore:
-        """Claims by reading a stored answer only: no in-flight marker."""
-
-        def __init__(self, pool: Pool, recorder: IdempotencyStore) -> None:
-            self.pool = pool
-            self.recorder = recorder
-
-        async def claim(self, scope: str, key: str, fingerprint: bytes) -> Claimed | Stored:
-            async with db.transaction(self.pool) as conn:
-                cur = await conn.execute(
-                    "SELECT response FROM payment_idempotency_keys WHERE scope = %s AND key = %s AND status_code = 0",
-                    (scope, key),
-                )
-                row = await cur.fetchone()
-            return Claimed(str(uuid.uuid4())) if row is None else Stored(response=bytes(row[0]))
-
-        async def complete(self, scope: str, key: str, token: str, outcome: bytes | BoxofficeError) -> None:
-            await self.recorder.complete(scope, key, token, outcome)
-
-        async def release(self, scope: str, key: str, token: str) -> None:
-            await self.recorder.release(scope, key, token)
-
-        async def purge_expired(self, limit: int) -> int:
-            return await self.recorder.purge_expired(limit)
-
-    recorder = PgIdempotencyStore(stack.pool, retention_seconds=60, lock_seconds=60)
-    idem = Idempotent(RecordAfterStore(stack.pool, recorder))
-    _, payment = await _started(stack, booking)
-    release = asyncio.Event()
-    executions = 0
-
-    async def work() -> str:
-        nonlocal executions
-        executions += 1
-        await release.wait()
-        return "done"
-
-    runs = [
-        asyncio.ensure_future(idem.run("Control", f"k-{payment.payment_id}", b"fp", work, str.encode, bytes.decode))
-        for _ in range(10)
-    ]
-    await asyncio.sleep(0.3)
-    release.set()
-    await asyncio.gather(*runs)
-    assert executions > 1
+async def test_control_without_the_in_flight_marker_every_duplicate_confirms(stores: Stores) -> None:
+    """Control: the same race against a PaymentService whose keys have no
+    in-flight claim (tests/payment/unsafe.py): every duplicate runs the
+    confirm, and none is refused. The assertions above (one execution,
+    forty-nine ABORTED) would catch it."""
+    async with payment_stack(stores, booking=fake_booking, idempotency_store=NoInFlightClaimStore) as stack:
+        assert isinstance(stack.booking, FakeBooking)
+        _, payment = await _started(stack, stack.booking)
+        request = pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"race-{payment.payment_id}")
+        answers, refused, executions = await confirms_all_in_the_window(stack, request)
+        assert (executions, len(answers), refused) == (50, 50, [])
+        assert stack.booking.confirm_calls == 50
 
 
 async def test_paid_after_the_hold_is_gone_is_refunded(stack: PaymentStack, booking: FakeBooking) -> None:

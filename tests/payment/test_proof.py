@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -24,11 +24,23 @@ from boxoffice.errors import from_rpc_error
 from boxoffice.streams import StreamConsumer
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
+from payment_svc.adapters.idempotency import PgIdempotencyStore
 from payment_svc.adapters.sandbox import PM_DECLINED, PM_OK
 from payment_svc.jobs.cancellations import CANCELLATION_GROUP
 from payment_svc.jobs.issuer import ISSUER_GROUP
+from payment_svc.ports import IdempotencyStore
 from tests.booking.harness import Booking, booking_server, create_event, general, hold_request, query, seated
-from tests.payment.harness import PaymentStack, age, issuers, open_pool, open_redis, payment_stack, race_confirms
+from tests.payment.harness import (
+    PaymentStack,
+    age,
+    confirms_all_in_the_window,
+    issuers,
+    open_pool,
+    open_redis,
+    payment_stack,
+    race_confirms,
+)
+from tests.payment.unsafe import NoInFlightClaimStore
 from tests.support import Stores
 
 
@@ -59,11 +71,14 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def mesh_of(stores: Stores) -> AsyncIterator[Mesh]:
+async def mesh_of(
+    stores: Stores, *, idempotency_store: Callable[..., IdempotencyStore] = PgIdempotencyStore
+) -> AsyncIterator[Mesh]:
     """BookingService and PaymentService on loopback, sharing a clock the
     test moves, PaymentService calling BookingService over gRPC as its
     process does; booking's relay and the two consumers of its stream (the
-    issuer, the cancellation refunds), driven by the test."""
+    issuer, the cancellation refunds), driven by the test.
+    ``idempotency_store`` replaces PaymentService's store of request keys."""
     stream = f"ticket-issued-proof-{uuid.uuid4().hex[:12]}"
     port = _free_port()
     async with (
@@ -76,6 +91,7 @@ async def mesh_of(stores: Stores) -> AsyncIterator[Mesh]:
                 "BOXOFFICE_DB_POOL_MAX": "20",
             },
             clock=booking.clock,
+            idempotency_store=idempotency_store,
         ) as payment,
         issuers(stores, stream) as make_issuer,
         open_pool(stores, max_size=20) as pool,
@@ -182,6 +198,28 @@ async def test_fifty_concurrent_confirms_with_one_key(mesh: Mesh) -> None:
     await mesh.issue_all()  # nothing more
     assert len(await _tickets(mesh, event.event_id)) == 2
     await _audit(mesh, event.event_id)
+
+
+async def test_control_without_the_in_flight_claim_every_duplicate_reaches_booking(stores: Stores) -> None:
+    """The same fifty confirms against a PaymentService whose keys have no
+    in-flight claim (tests/payment/unsafe.py), with the real BookingService:
+    all fifty run the confirm and are in its window at once, where the proof
+    above has one run and forty-nine ABORTED; the proof would fail. What
+    still makes one sale of them is BookingService's own key (the confirm's,
+    derived from the payment): one confirmation, one BookingConfirmed."""
+    async with mesh_of(stores, idempotency_store=NoInFlightClaimStore) as mesh:
+        event = await create_event(mesh.booking, [seated("A")], [("A", "1", 10)])
+        hold = await _hold(mesh, "ann", event.event_id, section="A", quantity=2)
+        payment = await _start(mesh, "ann", hold)
+        request = pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"one-{payment.payment_id}")
+        answers, refused, executions = await confirms_all_in_the_window(mesh.payment, request)
+        assert (executions, len(answers), refused) == (50, 50, [])
+        assert {a.payment.state for a in answers} == {pb.PAYMENT_STATE_SUCCEEDED}
+        confirmations = await query(
+            mesh.booking, "SELECT count(*) FROM confirmations WHERE hold_id = %s", (hold.hold_id,)
+        )
+        assert confirmations[0][0] == 1
+        assert await _outbox(mesh, hold.hold_id) == ["BookingConfirmed"]
 
 
 async def test_a_webhook_delivered_twenty_times(mesh: Mesh) -> None:
