@@ -133,6 +133,9 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         seatmaps=PublicCache(
             max_age_seconds=config.seatmap_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
         ),
+        catalogue=PublicCache(
+            max_age_seconds=config.catalogue_max_age_seconds, load_timeout_seconds=config.request_timeout_seconds
+        ),
         presence=presence,
         human_check=_human_check(config, rt),
         refusals=refusals,

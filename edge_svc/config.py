@@ -90,6 +90,8 @@ class EdgeConfig:
     # The public progress document and seat map: how long a CDN may keep them.
     progress_max_age_seconds: int
     seatmap_max_age_seconds: int
+    # The catalogue (GET /v1/events): how long the edge and a CDN keep an answer.
+    catalogue_max_age_seconds: int
     # After SIGTERM: readiness fails, then this long later the listener closes.
     drain_seconds: float
     # The header the payment provider signs its webhooks in.
@@ -133,6 +135,9 @@ class EdgeConfig:
             sse_retry_ms=env.integer("BOXOFFICE_EDGE_SSE_RETRY_MS", 3000, minimum=100),
             progress_max_age_seconds=env.integer("BOXOFFICE_EDGE_PROGRESS_MAX_AGE_SECONDS", 2, minimum=0, maximum=60),
             seatmap_max_age_seconds=env.integer("BOXOFFICE_EDGE_SEATMAP_MAX_AGE_SECONDS", 2, minimum=0, maximum=60),
+            catalogue_max_age_seconds=env.integer(
+                "BOXOFFICE_EDGE_CATALOGUE_MAX_AGE_SECONDS", 5, minimum=0, maximum=300
+            ),
             drain_seconds=env.number("BOXOFFICE_EDGE_DRAIN_SECONDS", 5.0, minimum=0.0, maximum=300.0),
             webhook_signature_header=env.string("BOXOFFICE_EDGE_WEBHOOK_SIGNATURE_HEADER", "Provider-Signature"),
             place_cache_size=env.integer("BOXOFFICE_EDGE_PLACE_CACHE_SIZE", 1_000_000, minimum=1),

@@ -23,6 +23,7 @@ class EdgeMetrics:
     rate_limit_unavailable: Counter
     upstream_errors: Counter
     admissions_fetched: Counter
+    catalogue_loads: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> EdgeMetrics:
@@ -76,6 +77,11 @@ class EdgeMetrics:
             admissions_fetched=Counter(
                 "boxoffice_edge_admissions_fetched",
                 "Access tokens fetched from QueueService for fans the progress showed admitted.",
+                registry=registry,
+            ),
+            catalogue_loads=Counter(
+                "boxoffice_edge_catalogue_loads",
+                "Catalogue answers loaded from BookingService (the rest came from the edge's cache).",
                 registry=registry,
             ),
         )

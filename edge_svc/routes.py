@@ -236,6 +236,17 @@ ROUTES: tuple[Route, ...] = (
         ("event_id", "customer_id"),
     ),
     Route(
+        "ListEvents",
+        "GET",
+        "/v1/events",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        f"{_BOOKING}ListEvents",
+        "The catalogue: published events soonest first, by words, kind, route, local date and start range; "
+        "cacheable for its max age, with an ETag.",
+    ),
+    Route(
         "GetSeatMap",
         "GET",
         "/v1/events/{event_id}/seatmap",

@@ -69,6 +69,8 @@ class EdgeDeps:
     openapi: bytes
     events: PublicCache
     seatmaps: PublicCache
+    # The catalogue's answers, by query (GET /v1/events).
+    catalogue: PublicCache
     presence: PresenceReporter
     human_check: HumanCheck
     # Where joins refused at the door are counted per event (None: nowhere).

@@ -188,6 +188,7 @@ MATRIX: dict[str, Case] = {
     "GetSession": Case(),
     "DeleteSession": Case(),
     "GetEvent": Case(params=_event),
+    "ListEvents": Case(),
     "GetQueueChallenge": Case(params=_event),
     "JoinQueue": Case(params=_event, body=lambda w: {}),
     "GetQueuePosition": Case(params=_event),

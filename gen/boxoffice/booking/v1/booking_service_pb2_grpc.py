@@ -127,6 +127,8 @@ class BookingServiceServicer:
         Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
         or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
         listing did not hand out (forged, or from other filters).
+        Over HTTP: GET /v1/events?q=&kind=concert|flight&origin=&destination=
+        &date=YYYY-MM-DD&startsAfter=&startsBefore=&pageSize=&pageToken=.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

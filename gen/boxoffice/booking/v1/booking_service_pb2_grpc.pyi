@@ -56,6 +56,8 @@ class BookingServiceStub:
     Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
     or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
     listing did not hand out (forged, or from other filters).
+    Over HTTP: GET /v1/events?q=&kind=concert|flight&origin=&destination=
+    &date=YYYY-MM-DD&startsAfter=&startsBefore=&pageSize=&pageToken=.
     """
     @_builtins.property
     @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
@@ -157,6 +159,8 @@ class BookingServiceAsyncStub(BookingServiceStub):
     Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
     or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
     listing did not hand out (forged, or from other filters).
+    Over HTTP: GET /v1/events?q=&kind=concert|flight&origin=&destination=
+    &date=YYYY-MM-DD&startsAfter=&startsBefore=&pageSize=&pageToken=.
     """
     @_builtins.property
     @_deprecated("""Deprecated: use BookingAdminService, which audits every change.""")
@@ -272,6 +276,8 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT INVALID_FIELD (metadata field) for a bad filter
         or page size, INVALID_ARGUMENT PAGE_TOKEN_INVALID for a page token this
         listing did not hand out (forged, or from other filters).
+        Over HTTP: GET /v1/events?q=&kind=concert|flight&origin=&destination=
+        &date=YYYY-MM-DD&startsAfter=&startsBefore=&pageSize=&pageToken=.
         """
 
     @_deprecated("""LoadInventory adds the seats of an event's seated sections. It validates\nthe whole load first and applies all of it or nothing.""")
