@@ -131,8 +131,9 @@ class BookingAdminServicer(apb_grpc.BookingAdminServiceServicer):
 
 
 class AuditedBookingServicer(BookingServicer):
-    """BookingService whose deprecated admin changes are audited like the
-    admin service's (everything else is BookingServicer's own)."""
+    """BookingService with its deprecated admin RPCs, each the
+    BookingAdminService RPC's use case (:class:`BookingAdmin`, audited) under
+    the old message (everything else is BookingServicer's own)."""
 
     def __init__(self, handler: BookingHandler, admin: BookingAdmin) -> None:
         super().__init__(handler)

@@ -1,5 +1,9 @@
 """BookingService on the wire: each RPC parses its request
-(:mod:`booking_svc.converters`), calls the handler and builds the response."""
+(:mod:`booking_svc.converters`), calls the handler and builds the response.
+
+The service's deprecated admin RPCs are not here: they are answered by
+:class:`booking_svc.admin_servicer.AuditedBookingServicer`, beside the admin
+service whose use cases they share."""
 
 from __future__ import annotations
 
@@ -15,10 +19,8 @@ from booking_svc.converters import (
     SERVICE_NAME,
     event_pb,
     hold_pb,
-    parse_event_spec,
     parse_hold_id,
     parse_money,
-    parse_rows,
     parse_seconds,
     parse_selection,
     seat_map_pb,
@@ -41,10 +43,6 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
         add: Callable[[Any, grpc.aio.Server], None] = pb_grpc.add_BookingServiceServicer_to_server
         return Registration(SERVICE_NAME, lambda server: add(self, server))
 
-    async def CreateEvent(self, request: pb.CreateEventRequest, context: Context) -> pb.CreateEventResponse:
-        event = await self._handler.create_event(parse_event_spec(request))
-        return pb.CreateEventResponse(event=event_pb(event))
-
     async def GetEvent(self, request: pb.GetEventRequest, context: Context) -> pb.GetEventResponse:
         event = await self._handler.get_event(validate.positive_id("event_id", request.event_id))
         return pb.GetEventResponse(event=event_pb(event))
@@ -52,11 +50,6 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
     async def ListEvents(self, request: pb.ListEventsRequest, context: Context) -> pb.ListEventsResponse:
         entries, next_token = await self._handler.list_events(parse_list_events(request))
         return pb.ListEventsResponse(events=[entry_pb(e) for e in entries], next_page_token=next_token or "")
-
-    async def LoadInventory(self, request: pb.LoadInventoryRequest, context: Context) -> pb.LoadInventoryResponse:
-        event_id = validate.positive_id("event_id", request.event_id)
-        loaded, event = await self._handler.load_inventory(event_id, parse_rows(request))
-        return pb.LoadInventoryResponse(seats_loaded=loaded, event=event_pb(event))
 
     async def GetSeatMap(self, request: pb.GetSeatMapRequest, context: Context) -> pb.GetSeatMapResponse:
         event_id = validate.positive_id("event_id", request.event_id)

@@ -36,6 +36,7 @@ from queue_svc.converters import (
     parse_event_id,
     parse_lane_name,
     parse_room_settings,
+    progress_pb,
 )
 from queue_svc.fan_draws import FanDraws
 from queue_svc.handler import QueueHandler
@@ -488,8 +489,10 @@ async def _nothing() -> Json | None:
 
 
 class AuditedQueueServicer(QueueServicer):
-    """QueueService whose deprecated admin changes are audited like the
-    admin service's (reads and the fans' RPCs are QueueServicer's own)."""
+    """QueueService with its deprecated admin RPCs, each the QueueAdminService
+    RPC's use case under the old message: a change through
+    :class:`QueueAdmin`, audited like the admin service's; a read from the
+    handler (the fans' RPCs are QueueServicer's own)."""
 
     def __init__(self, handler: QueueHandler, admin: QueueAdmin) -> None:
         super().__init__(handler)
@@ -513,6 +516,10 @@ class AuditedQueueServicer(QueueServicer):
         stored = await self._admin.update(self._method("UpdateEventQueue"), request, config, keep_room_settings=True)
         return pb.UpdateEventQueueResponse(config=config_pb(stored))
 
+    async def GetEventQueue(self, request: pb.GetEventQueueRequest, context: Context) -> pb.GetEventQueueResponse:
+        config = await self._handler.get_waiting_room(parse_event_id(request.event_id))
+        return pb.GetEventQueueResponse(config=config_pb(config))
+
     async def PauseAdmission(self, request: pb.PauseAdmissionRequest, context: Context) -> pb.PauseAdmissionResponse:
         event_id = parse_event_id(request.event_id)
         stored = await self._admin.set_paused(self._method("PauseAdmission"), request, event_id, True)
@@ -522,3 +529,7 @@ class AuditedQueueServicer(QueueServicer):
         event_id = parse_event_id(request.event_id)
         stored = await self._admin.set_paused(self._method("ResumeAdmission"), request, event_id, False)
         return pb.ResumeAdmissionResponse(config=config_pb(stored))
+
+    async def GetQueueStats(self, request: pb.GetQueueStatsRequest, context: Context) -> pb.GetQueueStatsResponse:
+        progress = await self._handler.stats(parse_event_id(request.event_id))
+        return pb.GetQueueStatsResponse(progress=progress_pb(progress), joined_total=progress.joined_total)

@@ -1,7 +1,11 @@
 """boxoffice.queue.v1.QueueService on gRPC: each call parses its request
 (``converters``), calls the handler and builds its response. Errors are
 raised as domain errors; the shared interceptor turns them into statuses
-with ErrorInfo."""
+with ErrorInfo.
+
+The service's deprecated admin RPCs are not here: they are answered by
+:class:`queue_svc.admin_servicer.AuditedQueueServicer`, beside the admin
+service whose use cases they share."""
 
 from __future__ import annotations
 
@@ -15,10 +19,8 @@ from boxoffice.tokens import asserted_customer
 from gen.boxoffice.queue.v1 import queue_service_pb2 as pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as pb_grpc
 from queue_svc.converters import (
-    config_pb,
     parse_access_code,
     parse_client_id,
-    parse_config,
     parse_customer_id,
     parse_end_reason,
     parse_event_id,
@@ -49,7 +51,7 @@ def _customer(claimed: str) -> str:
 
 
 class QueueServicer(pb_grpc.QueueServiceServicer):
-    """The gRPC face of QueueHandler."""
+    """The gRPC face of QueueHandler for fans and the edge."""
 
     def __init__(self, handler: QueueHandler) -> None:
         self._handler = handler
@@ -120,34 +122,6 @@ class QueueServicer(pb_grpc.QueueServiceServicer):
         event_id = parse_event_id(request.event_id)
         customer_ids = parse_presence_ids(request.customer_ids)
         return pb.RecordPresenceResponse(waiting=await self._handler.record_presence(event_id, customer_ids))
-
-    async def CreateEventQueue(
-        self, request: pb.CreateEventQueueRequest, context: Context
-    ) -> pb.CreateEventQueueResponse:
-        config = parse_config(request.config, present=request.HasField("config"))
-        return pb.CreateEventQueueResponse(config=config_pb(await self._handler.create_waiting_room(config)))
-
-    async def UpdateEventQueue(
-        self, request: pb.UpdateEventQueueRequest, context: Context
-    ) -> pb.UpdateEventQueueResponse:
-        config = parse_config(request.config, present=request.HasField("config"))
-        return pb.UpdateEventQueueResponse(config=config_pb(await self._handler.update_waiting_room(config)))
-
-    async def GetEventQueue(self, request: pb.GetEventQueueRequest, context: Context) -> pb.GetEventQueueResponse:
-        config = await self._handler.get_waiting_room(parse_event_id(request.event_id))
-        return pb.GetEventQueueResponse(config=config_pb(config))
-
-    async def PauseAdmission(self, request: pb.PauseAdmissionRequest, context: Context) -> pb.PauseAdmissionResponse:
-        config = await self._handler.set_paused(parse_event_id(request.event_id), True)
-        return pb.PauseAdmissionResponse(config=config_pb(config))
-
-    async def ResumeAdmission(self, request: pb.ResumeAdmissionRequest, context: Context) -> pb.ResumeAdmissionResponse:
-        config = await self._handler.set_paused(parse_event_id(request.event_id), False)
-        return pb.ResumeAdmissionResponse(config=config_pb(config))
-
-    async def GetQueueStats(self, request: pb.GetQueueStatsRequest, context: Context) -> pb.GetQueueStatsResponse:
-        progress = await self._handler.stats(parse_event_id(request.event_id))
-        return pb.GetQueueStatsResponse(progress=progress_pb(progress), joined_total=progress.joined_total)
 
     async def GetPreQueueProof(
         self, request: pb.GetPreQueueProofRequest, context: Context
