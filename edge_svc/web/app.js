@@ -7,6 +7,7 @@
 import { api, ApiError, seconds } from './api.js';
 import { I18n, chooseLanguage, loadCatalog, remember, roundAhead } from './i18n.js';
 import { Waiting } from './waiting.js';
+import { Catalogue } from './catalogue.js';
 
 const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
 const $ = (id) => document.getElementById(id);
@@ -46,6 +47,7 @@ const state = {
 };
 
 const t = (key, params) => state.i18n.t(key, params);
+const catalogue = new Catalogue({ i18n: () => state.i18n, $ });
 
 function store(kind) {
   return `bo.${kind}.${state.eventId}`;
@@ -89,7 +91,7 @@ function render() {
   for (const el of document.querySelectorAll('.event-name')) el.textContent = state.event ? state.event.displayName : '';
   $('sign-out').hidden = !state.me;
   $('who').textContent = state.me ? t('signedInAs', { name: state.me }) : '';
-  const renderers = { event: renderEvent, waiting: renderWaiting, shop: renderShop, hold: renderHold, tickets: renderTickets };
+  const renderers = { home: () => catalogue.render(), event: renderEvent, waiting: renderWaiting, shop: renderShop, hold: renderHold, tickets: renderTickets };
   if (renderers[state.view]) renderers[state.view]();
   if (state.view) {
     const heading = document.querySelector(`#view-${state.view} h1`);
@@ -133,7 +135,7 @@ function renderEvent() {
   const event = state.event;
   if (!event) return;
   $('event-title').textContent = event.displayName;
-  $('event-when').textContent = state.i18n.dateTime(event.startsAt);
+  $('event-when').textContent = state.i18n.dateTime(event.startsAt, event.timeZone);
   const body = $('sections-body');
   body.replaceChildren(
     ...event.sections.map((s) => {
@@ -816,11 +818,6 @@ async function start() {
     if (state.view === 'tickets') renderTickets();
     if (state.view === 'shop' && state.map && $('map-focus').textContent) state.map.announce();
   });
-  $('home-form').addEventListener('submit', (e) => {
-    e.preventDefault();
-    const id = $('home-event').value.trim();
-    if (/^[0-9]+$/.test(id)) window.location.assign(`/e/${id}`);
-  });
   $('sign-in').addEventListener('submit', signIn);
   $('join').addEventListener('click', join);
   $('fan-draw-register').addEventListener('click', registerForFanDraw);
@@ -842,6 +839,7 @@ async function start() {
   if (!match) {
     await language;
     show('home');
+    await catalogue.start();
     return;
   }
   await language;
@@ -854,7 +852,8 @@ async function start() {
     p.className = 'message';
     p.setAttribute('role', 'alert');
     p.textContent = errorText(err);
-    $('home-form').before(p);
+    $('search-form').before(p);
+    await catalogue.start();
     return;
   }
   state.event = event;

@@ -66,9 +66,23 @@ export class I18n {
     return format.format(Number(money.amountMinor || 0) / 10 ** digits);
   }
 
-  dateTime(iso) {
+  // In the event's own zone when given ("20:00" is the venue's 20:00), with
+  // the zone's name; else in the browser's.
+  dateTime(iso, timeZone) {
     if (!iso) return '';
-    return new Intl.DateTimeFormat(this.lang, { dateStyle: 'full', timeStyle: 'short' }).format(new Date(iso));
+    const options = { dateStyle: 'full', timeStyle: 'short' };
+    if (timeZone) {
+      try {
+        const zoned = new Intl.DateTimeFormat(this.lang, { ...options, timeZone }).format(new Date(iso));
+        const name = new Intl.DateTimeFormat(this.lang, { timeZone, timeZoneName: 'short' })
+          .formatToParts(new Date(iso))
+          .find((part) => part.type === 'timeZoneName');
+        return name ? `${zoned} (${name.value})` : zoned;
+      } catch {
+        // A zone this browser does not know: its own.
+      }
+    }
+    return new Intl.DateTimeFormat(this.lang, options).format(new Date(iso));
   }
 
   minutes(n) {
