@@ -9,7 +9,8 @@ whom, then parses, calls the mesh as the edge asserting that fan, and
 answers the proto3 JSON of the RPC's response.
 
 Shared request helpers live in :mod:`edge_svc.endpoints.common`, which
-imports no area. To add an area: its routes in :mod:`edge_svc.routes`, a
+imports no area; :mod:`edge_svc.endpoints.sse` is the queue's stream of a
+fan's place. To add an area: its routes in :mod:`edge_svc.routes`, a
 module here with its class, and that class among the areas the composition
 root (:func:`edge_svc.app.compose`) mounts; :func:`~edge_svc.endpoints.common.mount`
 refuses a route without an endpoint and an endpoint without a route.

@@ -28,10 +28,10 @@ from edge_svc.endpoints.common import (
     rfc3339,
     to_json,
 )
+from edge_svc.endpoints.sse import PositionStream
 from edge_svc.http import Cookie, Ctx, Handler, json_response
 from edge_svc.identity import Session
 from edge_svc.mesh import QUEUE
-from edge_svc.sse import PositionStream
 from edge_svc.waiting import ADMITTED, WAITING, Admission, Place, estimate, place_from, shown_to
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 

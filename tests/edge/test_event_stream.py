@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from edge_svc.sse import EventStream
+from edge_svc.endpoints.sse import EventStream
 
 
 async def test_a_fan_gone_while_an_event_is_sent_closes_the_events_in_the_same_task() -> None:
