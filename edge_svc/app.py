@@ -150,7 +150,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         Operations(deps),
         Pages(dev_sign_in=config.dev_sign_in),
     )
-    app = EdgeApp(config, metrics, endpoints, tracing=rt.tracing)
+    app = EdgeApp(config, metrics, endpoints, tracing=rt.tracing, on_refused=callers.refused)
     server = EdgeServer(
         app,
         state,

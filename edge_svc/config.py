@@ -104,6 +104,9 @@ class EdgeConfig:
     presence_report_seconds: float = 30.0
     # Bot defence at join.
     challenge: ChallengeConfig = field(default_factory=lambda: ChallengeConfig("none"))
+    # Provider webhooks per sending address: per second, and the burst.
+    webhook_rate_per_second: float = 50.0
+    webhook_burst: int = 200
 
     @classmethod
     def from_env(cls, env: Env) -> EdgeConfig:
@@ -145,6 +148,8 @@ class EdgeConfig:
                 "BOXOFFICE_EDGE_PRESENCE_REPORT_SECONDS", 30.0, minimum=0.05, maximum=600.0
             ),
             challenge=_challenge(env),
+            webhook_rate_per_second=env.number("BOXOFFICE_EDGE_WEBHOOK_RATE", 50.0, minimum=0.01),
+            webhook_burst=env.integer("BOXOFFICE_EDGE_WEBHOOK_BURST", 200, minimum=1),
         )
 
 

@@ -69,9 +69,15 @@ class Ctx:
     if_none_match: str | None = None
     # Set by the handler once the fan is known, for logs.
     customer_id: str | None = None
+    # Whether the request met the per-address limit (an error answer to one
+    # that did not is counted against it all the same).
+    limited: bool = False
 
 
 Handler = Callable[[Ctx], Awaitable[Response]]
+# Counts a request answered with an error against its client address's
+# limit (RESOURCE_EXHAUSTED when the address is over it).
+Refused = Callable[[str], Awaitable[None]]
 
 
 def _compile(template: str) -> re.Pattern[str]:
@@ -94,8 +100,10 @@ class EdgeApp:
         *,
         extra: Mapping[tuple[str, str], Handler] | None = None,
         tracing: Tracing | None = None,
+        on_refused: Refused | None = None,
     ) -> None:
         self._config = config
+        self._on_refused = on_refused
         self._metrics = metrics
         self._tracing = tracing or Tracing.off()
         self._paths: list[tuple[re.Pattern[str], dict[str, tuple[Route, Handler]]]] = []
@@ -190,11 +198,13 @@ class EdgeApp:
         )
         trace_id = traceparent[3:35]
         ctx: Ctx | None = None
+        proxies = self._config.trusted_proxies
+        # The headers are read for X-Forwarded-For only through trusted proxies.
+        address = client_ip(scope, request.headers if proxies else _NO_HEADERS, proxies)
         try:
             try:
                 route, handler, params = self._match(method, scope["path"])
                 route_label = route.path
-                proxies = self._config.trusted_proxies
                 ctx = Ctx(
                     request=request,
                     route=route,
@@ -202,8 +212,7 @@ class EdgeApp:
                     request_id=request_id,
                     traceparent=traceparent,
                     trace_id=trace_id,
-                    # The headers are read for X-Forwarded-For only through trusted proxies.
-                    client_ip=client_ip(scope, request.headers if proxies else _NO_HEADERS, proxies),
+                    client_ip=address,
                     origin=_origin(request, scope, heads.get(b"host", ""), proxies),
                     if_none_match=heads.get(b"if-none-match"),
                 )
@@ -213,11 +222,13 @@ class EdgeApp:
                     response.headers.append("set-cookie", self._set_cookie(cookie))
                 ctx.cookies_out.clear()
             except BoxofficeError as err:
-                response = self._error(err, ctx, request_id, method, scope["path"])
+                answered = await self._counted(err, ctx, address)
+                response = self._error(answered, ctx, request_id, method, scope["path"])
             except Exception:
                 _log.exception("request failed", extra={"request_id": request_id, "path": scope["path"]})
+                failed = Internal("the edge failed unexpectedly", reason="INTERNAL")
                 response = self._error(
-                    Internal("the edge failed unexpectedly", reason="INTERNAL"), ctx, request_id, method, scope["path"]
+                    await self._counted(failed, ctx, address), ctx, request_id, method, scope["path"]
                 )
             # Appended as is: no handler sets it, so there is none to replace.
             response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
@@ -235,6 +246,20 @@ class EdgeApp:
                 span.update_name(f"{method} {route_label}")
                 span.set_attribute("http.response.status_code", status)
             self._tracing.exit(span, token, None if status < 500 else str(status))
+
+    async def _counted(self, err: BoxofficeError, ctx: Ctx | None, address: str) -> BoxofficeError:
+        """An error answer spends the address's limit like any request (a
+        flood of unreadable requests meets it); the limit's own refusal
+        when the address is over it."""
+        if self._on_refused is None or (ctx is not None and ctx.limited):
+            return err
+        try:
+            await self._on_refused(address)
+        except BoxofficeError as limited:
+            return limited
+        except Exception:
+            _log.exception("counting a refused request failed")
+        return err
 
     def _duration(self, method: str, route: str) -> Any:
         key = (method, route)

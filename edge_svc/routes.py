@@ -133,7 +133,8 @@ ROUTES: tuple[Route, ...] = (
         _FAN,
         Cache.PRIVATE,
         None,
-        "The challenge a join of this event must answer (a proof-of-work to solve, an external check, or none).",
+        "The challenge a join of this event, or a registration for its fan draw, must answer "
+        "(a proof-of-work to solve, an external check, or none).",
     ),
     Route(
         "JoinQueue",
@@ -199,7 +200,8 @@ ROUTES: tuple[Route, ...] = (
         _FAN,
         Cache.PRIVATE,
         f"{_QUEUE}RegisterForFanDraw",
-        "Register for the event's verified-fan draw (idempotent) until it closes.",
+        "Register for the event's verified-fan draw (idempotent) until it closes, "
+        "answering the join's challenge in Boxoffice-Proof.",
         ("event_id",),
     ),
     Route(

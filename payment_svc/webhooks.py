@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from boxoffice import boundedjson
 from boxoffice.clock import Clock
 from boxoffice.errors import InvalidArgument, Unauthenticated
 
@@ -135,8 +136,9 @@ def parse_event(body: bytes) -> WebhookEvent:
         return InvalidArgument(message, reason="WEBHOOK_MALFORMED")
 
     try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        # Bounded: a signed body nested thousands deep is malformed, not a RecursionError.
+        raw = boundedjson.loads(body, max_bytes=MAX_BODY_BYTES, max_depth=32)
+    except ValueError as err:
         raise bad("the webhook body is not JSON") from err
     if not isinstance(raw, dict):
         raise bad("the webhook body is not an object")

@@ -9,7 +9,8 @@ from typing import Any
 from google.protobuf.message import Message
 from starlette.responses import Response
 
-from boxoffice.errors import BoxofficeError, InvalidArgument
+from boxoffice import boundedjson
+from boxoffice.errors import BoxofficeError, InvalidArgument, Unauthenticated
 from edge_svc import errors
 from edge_svc.endpoints.common import (
     Callers,
@@ -24,11 +25,14 @@ from edge_svc.endpoints.common import (
 from edge_svc.http import Ctx, Handler, json_response, read_body
 from edge_svc.identity import Session
 from edge_svc.mesh import BOOKING, PAYMENT
+from edge_svc.ratelimit import Limit
 from gen.boxoffice.booking.v1 import booking_service_pb2 as booking_pb
 from gen.boxoffice.payment.v1 import payment_service_pb2 as payment_pb
 
-# Webhook bodies are at most this long (PaymentService's limit).
+# Webhook bodies are at most this long (PaymentService's limit), and nest
+# at most this deep (a provider's event nests about 10).
 _WEBHOOK_MAX_BYTES = 64 * 1024
+_WEBHOOK_MAX_DEPTH = 32
 
 # Answers of the services that, for a hold, mean "not yours or not there":
 # answered alike, so that hold ids reveal nothing.
@@ -39,6 +43,7 @@ class Checkout:
     def __init__(self, deps: EdgeDeps, callers: Callers) -> None:
         self._d = deps
         self._callers = callers
+        self._webhook_limit = Limit(deps.config.webhook_rate_per_second, deps.config.webhook_burst)
 
     def endpoints(self) -> Mapping[str, Handler]:
         return {
@@ -133,8 +138,20 @@ class Checkout:
         return json_response(to_json(reply))
 
     async def handle_provider_webhook(self, ctx: Ctx) -> Response:
-        body = await read_body(ctx.request, _WEBHOOK_MAX_BYTES)
+        """The provider's webhook, forwarded to PaymentService only when it
+        can be one: within its sender's limit, signed, and a JSON object
+        within its size and depth (PaymentService checks the signature)."""
+        await self._callers.limit(ctx, "webhook", self._webhook_limit)
         signature = ctx.request.headers.get(self._d.config.webhook_signature_header, "")
+        if not signature:
+            raise Unauthenticated("the webhook carries no signature", reason="WEBHOOK_SIGNATURE_MISSING")
+        body = await read_body(ctx.request, _WEBHOOK_MAX_BYTES)
+        try:
+            document = boundedjson.loads(body, max_bytes=_WEBHOOK_MAX_BYTES, max_depth=_WEBHOOK_MAX_DEPTH)
+        except ValueError as err:
+            raise InvalidArgument(f"the webhook body cannot be read: {err}", reason="WEBHOOK_MALFORMED") from None
+        if not isinstance(document, dict):
+            raise InvalidArgument("the webhook body is not a JSON object", reason="WEBHOOK_MALFORMED")
         request = payment_pb.HandleProviderWebhookRequest(signature=signature, body=body)
         reply = await self._d.mesh.call(PAYMENT, "HandleProviderWebhook", request, call_context(ctx, None))
         return json_response(to_json(reply))

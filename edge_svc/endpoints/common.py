@@ -21,12 +21,12 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 
-from boxoffice import validate
+from boxoffice import boundedjson, validate
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError, InvalidArgument, PermissionDenied, Unauthenticated
 from edge_svc import errors
 from edge_svc.cache import PublicCache
-from edge_svc.challenge import HumanCheck
+from edge_svc.challenge import PROOF_HEADER, Attempt, HumanCheck, proof_required
 from edge_svc.config import EdgeConfig
 from edge_svc.http import Ctx, Handler, read_body
 from edge_svc.identity import OidcVerifier, Session, SessionCookies
@@ -45,6 +45,8 @@ PLACE_COOKIE = "bo_place"
 ACCESS_HEADER = "boxoffice-access-token"
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# How deep a request's JSON body may nest (the deepest request nests 3).
+MAX_BODY_DEPTH = 16
 # ASCII digits only: str.isdigit also takes "²" (which int() refuses) and
 # other scripts' digits (which int() reads as another spelling of a number).
 _DIGITS = re.compile(r"[0-9]+")
@@ -150,7 +152,20 @@ class Callers:
 
     async def ip_limit(self, ctx: Ctx) -> None:
         """The per-IP limit alone (for a caller who is not signed in)."""
+        ctx.limited = True
         await self._limit("ip", ctx.client_ip, self._ip_limit)
+
+    async def refused(self, client_ip: str) -> None:
+        """Counts a request answered with an error against the per-IP limit
+        (one that did not meet it on its way: a public document, a route
+        that does not exist, a request that could not be read)."""
+        await self._limit("ip", client_ip, self._ip_limit)
+
+    async def limit(self, ctx: Ctx, scope: str, limit: Limit) -> None:
+        """A route's own per-address limit (``scope`` names it), which
+        counts as the request's per-address check."""
+        ctx.limited = True
+        await self._limit(scope, ctx.client_ip, limit)
 
     def same_site(self, ctx: Ctx) -> None:
         """A cookie-authenticated change must come from the edge's own pages
@@ -167,6 +182,18 @@ class Callers:
             reason="CROSS_SITE_REQUEST",
             metadata={"origin": (origin or "")[:200]},
         )
+
+    async def human(self, ctx: Ctx, event_id: int, session: Session) -> None:
+        """The event's challenge (proof of work or the external check), as
+        the join and the fan draw's registration ask it: PROOF_REQUIRED
+        without the header, PROOF_INVALID or PROOF_REUSED for a bad one."""
+        check = self._d.human_check
+        if not check.required(event_id):
+            return
+        proof = ctx.request.headers.get(PROOF_HEADER)
+        if not proof:
+            raise proof_required(check.kind)
+        await check.verify(Attempt(event_id, session.customer_id, ctx.client_ip, proof))
 
     async def _identify(self, ctx: Ctx) -> Session:
         headers = ctx.request.headers
@@ -208,12 +235,16 @@ def to_json(message: Message) -> bytes:
 
 
 def parse_json(body: bytes, message: Message, *, edge_fields: tuple[str, ...]) -> None:
-    """Fills ``message`` from a JSON body; refuses unknown fields and the
-    fields the edge fills itself."""
+    """Fills ``message`` from a JSON body; refuses a body nested deeper than
+    :data:`MAX_BODY_DEPTH` (before the parser recurses into it), unknown
+    fields and the fields the edge fills itself."""
     try:
+        # Read within bounds first; then the protobuf parser (which refuses
+        # duplicate keys and unknown fields) reads what is now safe to read.
+        boundedjson.loads(body or b"{}", max_bytes=max(len(body), 2), max_depth=MAX_BODY_DEPTH)
         json_format.Parse(body.decode("utf-8", errors="strict") or "{}", message)
-    except (json_format.ParseError, UnicodeDecodeError, RecursionError) as err:
-        raise errors.malformed_json(str(err)) from None
+    except (json_format.ParseError, ValueError, RecursionError) as err:
+        raise errors.malformed_json(str(err)[:300]) from None
     for name in edge_fields:
         field = message.DESCRIPTOR.fields_by_name.get(name)
         if field is not None and _is_set(message, name):

@@ -64,10 +64,14 @@ class Draws:
         return await self._d.events.answer(ctx, (method, event_id, page_size, page_token), load)
 
     async def register_for_fan_draw(self, ctx: Ctx) -> Response:
+        """Registration for the verified-fan draw, behind the same challenge
+        as the join (a draw's entries are worth as much as places)."""
         session = await self._callers.fan(ctx)
+        event_id = event_id_of(ctx)
         request = queue_pb.RegisterForFanDrawRequest()
         await read_message(ctx, request, max_bytes=self._d.config.max_body_bytes)
-        request.event_id = event_id_of(ctx)
+        await self._callers.human(ctx, event_id, session)
+        request.event_id = event_id
         reply = await self._d.mesh.call(QUEUE, "RegisterForFanDraw", request, call_context(ctx, session.customer_id))
         return json_response(to_json(reply))
 

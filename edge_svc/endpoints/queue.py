@@ -16,7 +16,7 @@ from starlette.responses import Response
 from boxoffice import lanes
 from boxoffice.errors import BoxofficeError, InvalidArgument
 from edge_svc.cache import PreparedDocument, PublicCache, etag_of
-from edge_svc.challenge import PROOF_HEADER, Attempt, ProofOfWork, proof_required
+from edge_svc.challenge import ProofOfWork
 from edge_svc.endpoints.common import (
     ACCESS_COOKIE,
     PLACE_COOKIE,
@@ -97,13 +97,8 @@ class Queue:
     async def _human(self, ctx: Ctx, event_id: int, session: Session) -> None:
         """The join's challenge, unless the fan already holds a place (a join
         again is idempotent and gains nothing)."""
-        check = self._d.human_check
-        if not check.required(event_id) or self.place(ctx, event_id, session.customer_id) is not None:
-            return
-        proof = ctx.request.headers.get(PROOF_HEADER)
-        if not proof:
-            raise proof_required(check.kind)
-        await check.verify(Attempt(event_id, session.customer_id, ctx.client_ip, proof))
+        if self.place(ctx, event_id, session.customer_id) is None:
+            await self._callers.human(ctx, event_id, session)
 
     async def _remember_waiting(self, ctx: Ctx, position: queue_pb.QueuePosition) -> None:
         """Keeps a waiting fan's exact place (in memory and in their cookie),

@@ -8,10 +8,12 @@ from collections.abc import Mapping
 
 from starlette.responses import Response
 
+from boxoffice import boundedjson
 from boxoffice.errors import InvalidArgument, NotFound
 from edge_svc import errors
 from edge_svc.endpoints.common import (
     ACCESS_COOKIE,
+    MAX_BODY_DEPTH,
     PLACE_COOKIE,
     SESSION_COOKIE,
     Callers,
@@ -22,6 +24,7 @@ from edge_svc.http import Cookie, Ctx, Handler, json_response, read_body
 from edge_svc.identity import Session, is_customer_id
 
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
+_SIGN_IN_MAX_BYTES = 4096
 
 
 class Sessions:
@@ -41,12 +44,12 @@ class Sessions:
             raise NotFound("development sign-in is off", reason="SIGN_IN_DISABLED")
         await self._callers.ip_limit(ctx)
         self._callers.same_site(ctx)
-        body = await read_body(ctx.request, 4096)
+        body = await read_body(ctx.request, _SIGN_IN_MAX_BYTES)
         try:
-            document = json.loads(body or b"{}")
+            document = boundedjson.loads(body or b"{}", max_bytes=_SIGN_IN_MAX_BYTES, max_depth=MAX_BODY_DEPTH)
             name = document.get("name") if isinstance(document, dict) else None
-        except (ValueError, UnicodeDecodeError):
-            raise errors.malformed_json("not a JSON object") from None
+        except ValueError as err:
+            raise errors.malformed_json(str(err)) from None
         if not isinstance(name, str) or not _NAME.match(name.strip()) or not is_customer_id(name.strip()):
             raise InvalidArgument(
                 "name must be 1 to 64 printable characters", reason="INVALID_FIELD", metadata={"field": "name"}

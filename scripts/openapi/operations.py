@@ -166,7 +166,11 @@ def edge_operation(route: Route) -> tuple[Json, Json | None, Json]:
         return {"description": "This document.", "content": json_content({"type": "object"})}, None, {}
     if route.name == "GetQueueChallenge":
         content = json_content(ref("schemas", "QueueChallenge"))
-        return {"description": "The challenge a join must answer.", "content": content}, None, {}
+        return (
+            {"description": "The challenge a join or a fan-draw registration must answer.", "content": content},
+            None,
+            {},
+        )
     if route.name in ("GetIndexPage", "GetEventPage"):
         html: Json = {"text/html": {"schema": {"type": "string"}}}
         return {"description": "The page (HTML; its scripts and styles are assets).", "content": html}, None, {}
@@ -196,7 +200,8 @@ def edge_schemas() -> Json:
         "QueueChallenge": {
             "type": "object",
             "description": (
-                "The challenge a join must answer in its Boxoffice-Proof header. kind none: nothing to do. "
+                "The challenge a join or a fan-draw registration must answer in its Boxoffice-Proof header. "
+                "kind none: nothing to do. "
                 "kind proof-of-work: find a nonce such that SHA-256(challenge + ':' + nonce) starts with "
                 "difficultyBits zero bits and send challenge:nonce; each challenge is accepted once, for this "
                 "fan and event, until expiresAt. kind external: the external challenge's token."
