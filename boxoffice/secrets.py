@@ -182,6 +182,11 @@ DEVELOPMENT_SECRETS: tuple[DevelopmentSecret, ...] = (
     DevelopmentSecret(EDGE_SESSION_KEYS, DEV_EDGE_SESSION_KEY, True, frozenset({"edge"})),
 )
 
+# The payment provider: unset, the sandbox, which takes no money. A process
+# off the embedded stores must name it (BOXOFFICE_PAYMENT_PROVIDER=stripe, or
+# =sandbox for a staging mesh, whose tickets then say so).
+PAYMENT_PROVIDER = "BOXOFFICE_PAYMENT_PROVIDER"
+
 # Switches that only a process on the embedded stores may turn on, and the
 # components that read them.
 DEVELOPMENT_SWITCHES: tuple[tuple[str, frozenset[str]], ...] = ((EDGE_DEV_SIGNIN, frozenset({"edge"})),)
@@ -233,4 +238,10 @@ def refuse_development_secrets(
         raise ConfigError(
             f"{variable} is unset or holds the development secret, which only a process on the embedded "
             f"stores may use; set {variable} (or {file_variable(variable)}) from a Secret"
+        )
+    if (components is None or "payment" in components) and env.raw(PAYMENT_PROVIDER) is None:
+        raise ConfigError(
+            f"{PAYMENT_PROVIDER} is unset, and the sandbox provider it defaults to takes no money, which only a "
+            f"process on the embedded stores may do; set it to stripe (or to sandbox for a staging mesh, whose "
+            f"tickets then say sandbox)"
         )

@@ -282,10 +282,20 @@ def _tickets(conn: psycopg.Connection[Any], event: Event) -> Json:
     cancelled = _one(conn, "SELECT count(*) FROM holds WHERE event_id = %s AND state = 'CANCELLED'", (event.event_id,))[
         0
     ]
+    # Valid tickets the sandbox provider took the payment of (no money taken).
+    sandbox = _one(
+        conn,
+        """
+        SELECT count(*) FROM tickets t JOIN payments p ON p.payment_id::text = t.payment_id
+         WHERE t.event_id = %s AND t.voided_at IS NULL AND p.provider = 'sandbox'
+        """,
+        (event.event_id,),
+    )[0]
     return {
         "sections": sections,
         "seats_sold": sum(s["sold"] for s in sections),
         "valid_tickets": sum(s["valid_tickets"] for s in sections),
+        "sandbox_tickets": int(sandbox),
         "value_sold_minor": value,
         "bookings_cancelled": int(cancelled),
         "refunds": refunds,

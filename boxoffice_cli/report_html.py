@@ -245,6 +245,12 @@ def to_html(report: Json) -> str:
             [(c, _money(v, c)) for c, v in tickets["value_sold_minor"].items()],
             numeric=(1,),
         )
+        + (
+            f"<p><strong>{_num(tickets['sandbox_tickets'])} valid tickets were paid in the sandbox</strong>"
+            " (no money taken).</p>"
+            if tickets.get("sandbox_tickets")
+            else ""
+        )
         + "</section>"
     )
     refusal_rows = [(f"join refused: {k}", _num(v)) for k, v in refusals["queue_joins"].items()]

@@ -79,6 +79,7 @@ def ticket_to_proto(ticket: Ticket) -> pb.Ticket:
         section_id=ticket.section_id,
         seat_id=ticket.seat_id or 0,
         seat_label=ticket.seat_label,
+        sandbox=ticket.sandbox,
         unit=ticket.unit,
         code=ticket.code,
         state=pb.TICKET_STATE_VOID if ticket.voided_at is not None else pb.TICKET_STATE_VALID,

@@ -182,6 +182,7 @@ class PaymentHandler:
             payment_method=payment_method,
             traceparent=current_traceparent() or "",
             hold_expires_at=hold.expires_at,
+            provider=self._config.provider,
         )
         if not created:
             return payment

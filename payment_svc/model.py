@@ -56,6 +56,8 @@ class Payment:
     traceparent: str = ""
     # The hold's own expiry before StartPayment extended it (None: unknown).
     hold_expires_at: datetime | None = None
+    # The provider that took (or takes) the money: "sandbox" or "stripe".
+    provider: str = "sandbox"
 
 
 class RefundState(enum.StrEnum):
@@ -120,6 +122,8 @@ class Ticket:
     code: str
     issued_at: datetime
     voided_at: datetime | None
+    # Paid in the sandbox, which takes no money (a laptop or a staging mesh).
+    sandbox: bool = False
 
 
 def provider_key(hold_id: str, attempt: int) -> str:

@@ -30,12 +30,14 @@ class PaymentStore(Protocol):
         payment_method: str,
         traceparent: str = "",
         hold_expires_at: datetime | None = None,
+        provider: str = "sandbox",
     ) -> tuple[Payment, bool]:
         """A new PENDING payment for the hold, or (the live one, False) when
         another is live (the caller has looked; a concurrent start loses on
         the unique index and answers with the winner's). ``traceparent``:
         the starting call's, kept with the payment; ``hold_expires_at``: the
-        hold's expiry before the payment extended it."""
+        hold's expiry before the payment extended it; ``provider``: who takes
+        the money ("sandbox" or "stripe")."""
 
     async def get(self, payment_id: str) -> Payment | None: ...
 

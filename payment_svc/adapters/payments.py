@@ -34,7 +34,7 @@ from payment_svc.ports import PaymentStore
 _PAYMENT_COLUMNS = (
     "payment_id::text, hold_id::text, attempt, event_id, customer_id, amount_minor, currency, payment_method, "
     "state, provider_idempotency_key, coalesce(provider_payment_id, ''), failure_reason, refunded_minor, "
-    "created_at, updated_at, traceparent, hold_expires_at"
+    "created_at, updated_at, traceparent, hold_expires_at, provider"
 )
 _REFUND_COLUMNS = (
     "refund_id::text, payment_id::text, request_key, amount_minor, currency, reason, source, state, "
@@ -69,6 +69,7 @@ def _payment(row: Sequence[Any]) -> Payment:
         updated_at=row[14],
         traceparent=row[15],
         hold_expires_at=row[16],
+        provider=row[17],
     )
 
 
@@ -102,6 +103,7 @@ class PgPaymentStore:
         payment_method: str,
         traceparent: str = "",
         hold_expires_at: datetime | None = None,
+        provider: str = "sandbox",
     ) -> tuple[Payment, bool]:
         for attempt in range(3):
             if attempt > 0:
@@ -120,8 +122,8 @@ class PgPaymentStore:
                         f"""
                         INSERT INTO payments (payment_id, hold_id, attempt, event_id, customer_id, amount_minor,
                                               currency, payment_method, state, provider_idempotency_key,
-                                              traceparent, hold_expires_at)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s, %s)
+                                              traceparent, hold_expires_at, provider)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s, %s, %s)
                         RETURNING {_PAYMENT_COLUMNS}
                         """,
                         (
@@ -136,6 +138,7 @@ class PgPaymentStore:
                             provider_key(hold_id, attempt),
                             traceparent,
                             hold_expires_at,
+                            provider,
                         ),
                     )
                     created = await cur.fetchone()

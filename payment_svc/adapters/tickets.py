@@ -29,7 +29,9 @@ from payment_svc.ports import ConfirmedBooking, TicketConflict, TicketStore
 
 _TICKET_COLUMNS = (
     "ticket_id::text, event_id, hold_id::text, unit, customer_id, section_id, seat_id, seat_label, payment_id, "
-    "code, issued_at, voided_at"
+    "code, issued_at, voided_at, "
+    # Paid in the sandbox (no money taken): said on the ticket.
+    "EXISTS (SELECT 1 FROM payments p WHERE p.payment_id::text = tickets.payment_id AND p.provider = 'sandbox')"
 )
 _MARK_PROCESSED = (
     "INSERT INTO processed_stream_events (consumer, event_id) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"

@@ -194,3 +194,19 @@ async def test_only_payment_may_cancel_a_booking_as_refunded_at_the_provider(mes
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.metadata["field"] == "refunded_at_provider"
     assert (await _get_hold(mesh, "gus", hold)).state == bpb.HOLD_STATE_CONFIRMED
     assert await _valid_tickets(mesh, hold.hold_id) == 2
+
+
+async def test_tickets_paid_in_the_sandbox_say_so(mesh: Mesh) -> None:
+    event, _, payment = await _paid_and_ticketed(mesh, "hal")
+    reply = await mesh.payment.stub.ListTickets(
+        pb.ListTicketsRequest(access_token=mesh.token("hal", event.event_id), event_id=event.event_id)
+    )
+    assert len(reply.tickets) == 2 and all(t.sandbox for t in reply.tickets)
+    # A payment another provider took: its tickets do not.
+    await query(
+        mesh.booking, "UPDATE payments SET provider = 'stripe' WHERE payment_id = %s RETURNING 1", (payment.payment_id,)
+    )
+    reply = await mesh.payment.stub.ListTickets(
+        pb.ListTicketsRequest(access_token=mesh.token("hal", event.event_id), event_id=event.event_id)
+    )
+    assert [t.sandbox for t in reply.tickets] == [False, False]

@@ -178,6 +178,7 @@ async def test_waits_and_tickets_equal_the_direct_counts(on_sale: OnSale, stores
     sold = _scalar(stores, "SELECT sum(sold) FROM section_totals WHERE event_id = %s", e)
     valid = _scalar(stores, "SELECT count(*) FROM tickets WHERE event_id = %s AND voided_at IS NULL", e)
     assert tickets["seats_sold"] == sold == valid == tickets["valid_tickets"] == on_sale.tally.tickets == SCENARIO.seats
+    assert tickets["sandbox_tickets"] == valid  # the scenario pays in the sandbox, and the report says so
     (section,) = tickets["sections"]
     last_sale = _scalar(stores, "SELECT max(confirmed_at) FROM holds WHERE event_id = %s AND state = 'CONFIRMED'", e)
     assert section["sold_out_after_seconds"] == pytest.approx((last_sale - opens).total_seconds())

@@ -32,6 +32,7 @@ _SECRETS = {
     "BOXOFFICE_TOKEN_KEYS": "test:role-processes-token-key-0123456789",
     "BOXOFFICE_WEBHOOK_SECRETS": "test:role-processes-webhook-secret-0123",
     "BOXOFFICE_SANDBOX_WEBHOOK_SECRET": "role-processes-webhook-secret-0123",
+    "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
 }
 
 

@@ -71,6 +71,7 @@ def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
         "BOXOFFICE_TLS": "off",
         "BOXOFFICE_TOKEN_KEYS": "k1:0123456789abcdef0123",
         "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef",
+        "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
         "BOXOFFICE_METRICS_PORT": "0",
         "BOXOFFICE_HEALTH_PORT": "off",
     }
@@ -94,6 +95,20 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 def test_a_database_url_that_is_not_a_url_is_one_line_before_anything_starts() -> None:
     line = _one_line(_run(["migrate"], DATABASE_URL="notaurl"))
     assert line.startswith("boxoffice: configuration error: DATABASE_URL=")
+
+
+def test_payment_off_the_embedded_stores_refuses_an_unnamed_sandbox_before_anything_starts(stores: Stores) -> None:
+    """The sandbox takes no money: a payment process on real stores names its
+    provider (stripe, or sandbox for a staging mesh) or does not start."""
+    line = _one_line(
+        _run(
+            ["payment-svc"],
+            DATABASE_URL=stores.database_url,
+            REDIS_URL=stores.redis_url,
+            BOXOFFICE_PAYMENT_PROVIDER="",
+        )
+    )
+    assert line.startswith("boxoffice: configuration error: BOXOFFICE_PAYMENT_PROVIDER is unset")
 
 
 def test_an_unreachable_database_is_one_line(stores: Stores) -> None:

@@ -153,13 +153,21 @@ def test_production_refuses_the_development_secrets(tmp_path: Path) -> None:
     sandbox["BOXOFFICE_SANDBOX_WEBHOOK_SECRET"] = DEV_WEBHOOK_SECRET
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_SANDBOX_WEBHOOK_SECRET "):
         refuse_development_secrets(Env(sandbox), on_embedded_stores=False)
-    # Real secrets pass.
+    # Real secrets pass, once the payment provider is named.
     configured = {
         **keyed,
         "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef",
         "BOXOFFICE_EDGE_SESSION_KEYS": "s1:0123456789abcdef0123",
     }
-    refuse_development_secrets(Env(configured), on_embedded_stores=False)
+    with pytest.raises(ConfigError, match=r"^BOXOFFICE_PAYMENT_PROVIDER is unset.*takes no money"):
+        refuse_development_secrets(Env(configured), on_embedded_stores=False)
+    with pytest.raises(ConfigError, match=r"^BOXOFFICE_PAYMENT_PROVIDER "):
+        refuse_development_secrets(Env(configured), on_embedded_stores=False, components=["payment"])
+    refuse_development_secrets(Env(configured), on_embedded_stores=False, components=["queue", "edge"])
+    refuse_development_secrets(Env({}), on_embedded_stores=True)  # a laptop: the sandbox by default
+    for provider in ("sandbox", "stripe"):
+        named = {**configured, "BOXOFFICE_PAYMENT_PROVIDER": provider}
+        refuse_development_secrets(Env(named), on_embedded_stores=False)
 
 
 def test_production_refuses_the_edges_development_sign_in_and_session_key() -> None:

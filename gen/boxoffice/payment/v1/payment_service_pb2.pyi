@@ -476,6 +476,7 @@ class Ticket(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     ISSUE_TIME_FIELD_NUMBER: _builtins.int
     PAYMENT_ID_FIELD_NUMBER: _builtins.int
+    SANDBOX_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """Identifier assigned by the service (a UUID)."""
     event_id: _builtins.int
@@ -498,6 +499,10 @@ class Ticket(_message.Message):
     """Valid or void."""
     payment_id: _builtins.str
     """The payment of the booking."""
+    sandbox: _builtins.bool
+    """True when the sandbox provider took the payment, which takes no money (a
+    laptop, or a staging mesh that names the sandbox): not paid for.
+    """
     @_builtins.property
     def issue_time(self) -> _timestamp_pb2.Timestamp:
         """When it was issued."""
@@ -517,10 +522,11 @@ class Ticket(_message.Message):
         state: Global___TicketState.ValueType = ...,
         issue_time: _timestamp_pb2.Timestamp | None = ...,
         payment_id: _builtins.str = ...,
+        sandbox: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["issue_time", b"issue_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "customer_id", b"customer_id", "event_id", b"event_id", "hold_id", b"hold_id", "issue_time", b"issue_time", "payment_id", b"payment_id", "seat_id", b"seat_id", "seat_label", b"seat_label", "section_id", b"section_id", "state", b"state", "ticket_id", b"ticket_id", "unit", b"unit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "customer_id", b"customer_id", "event_id", b"event_id", "hold_id", b"hold_id", "issue_time", b"issue_time", "payment_id", b"payment_id", "sandbox", b"sandbox", "seat_id", b"seat_id", "seat_label", b"seat_label", "section_id", b"section_id", "state", b"state", "ticket_id", b"ticket_id", "unit", b"unit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
