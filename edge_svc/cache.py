@@ -80,10 +80,20 @@ class PublicCache:
         self._loading: dict[Hashable, asyncio.Task[_Entry]] = {}
 
     async def answer(self, ctx: Ctx, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> Response:
+        entry = await self._entry(key, load)
+        return self.respond(ctx, entry.body, entry.etag, self._max_age)
+
+    async def document(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> bytes:
+        """The document itself (loaded as :meth:`answer` loads it), for
+        checking a request against it (a seat map's section against its
+        event's) without asking the backend again."""
+        return (await self._entry(key, load)).body
+
+    async def _entry(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> _Entry:
         entry = self._entries.get(key)
         if entry is None or self._monotonic() - entry.loaded_at >= max(self._max_age, 0.001):
             entry = await self._shared(key, load)
-        return self.respond(ctx, entry.body, entry.etag, self._max_age)
+        return entry
 
     async def _shared(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> _Entry:
         task = self._loading.get(key)

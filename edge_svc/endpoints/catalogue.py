@@ -10,21 +10,27 @@ callers (``boxoffice_edge_catalogue_loads`` counts the loads)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.responses import Response
 
 from boxoffice.errors import InvalidArgument
+from edge_svc import errors
 from edge_svc.endpoints.catalogue_query import parse_events_query
 from edge_svc.endpoints.common import EdgeDeps, call_context, event_id_of, to_json, unknown_query
 from edge_svc.http import Ctx, Handler
 from edge_svc.mesh import BOOKING
 from gen.boxoffice.booking.v1 import booking_service_pb2 as booking_pb
 
+# Events whose section ids are kept (each with the document they were read from).
+_SECTION_IDS_KEPT = 10_000
+
 
 class Catalogue:
     def __init__(self, deps: EdgeDeps) -> None:
         self._d = deps
+        self._section_ids: dict[int, tuple[bytes, frozenset[str]]] = {}
 
     def endpoints(self) -> Mapping[str, Handler]:
         return {
@@ -49,23 +55,30 @@ class Catalogue:
             # The parameter's HTTP name, as every other 400 of the route.
             raise InvalidArgument(err.message, reason=err.reason, metadata={"field": "pageToken"}) from None
 
-    async def get_event(self, ctx: Ctx) -> Response:
-        event_id = event_id_of(ctx)
-
+    def _event_loader(self, ctx: Ctx, event_id: int) -> Callable[[], Awaitable[bytes]]:
         async def load() -> bytes:
             reply = await self._d.mesh.call(
                 BOOKING, "GetEvent", booking_pb.GetEventRequest(event_id=event_id), call_context(ctx, None)
             )
             return to_json(reply)
 
-        return await self._d.events.answer(ctx, (event_id,), load)
+        return load
+
+    async def get_event(self, ctx: Ctx) -> Response:
+        event_id = event_id_of(ctx)
+        return await self._d.events.answer(ctx, (event_id,), self._event_loader(ctx, event_id))
 
     async def get_seat_map(self, ctx: Ctx) -> Response:
+        """The seat map, of one section or all; a section is looked up in
+        the event's cached document first, so that made-up sections are
+        404s that cost the backend nothing and fill no cache."""
         event_id = event_id_of(ctx)
         section = ctx.request.query_params.get("sectionId", "")
         unknown = set(ctx.request.query_params) - {"sectionId"}
         if unknown:
             raise unknown_query(unknown)
+        if section and section not in await self._sections(ctx, event_id):
+            raise errors.not_found("section")
 
         async def load() -> bytes:
             reply = await self._d.mesh.call(
@@ -77,3 +90,16 @@ class Catalogue:
             return to_json(reply)
 
         return await self._d.seatmaps.answer(ctx, (event_id, section), load)
+
+    async def _sections(self, ctx: Ctx, event_id: int) -> frozenset[str]:
+        """The event's section ids, read from its cached document (once per
+        version of it)."""
+        body = await self._d.events.document((event_id,), self._event_loader(ctx, event_id))
+        known = self._section_ids.get(event_id)
+        if known is None or known[0] is not body:
+            event = json.loads(body).get("event", {})
+            ids = frozenset(str(s.get("sectionId", "")) for s in event.get("sections", ()) if isinstance(s, dict))
+            known = self._section_ids[event_id] = (body, ids)
+            while len(self._section_ids) > _SECTION_IDS_KEPT:
+                self._section_ids.pop(next(iter(self._section_ids)))
+        return known[1]

@@ -54,7 +54,7 @@ class Draws:
         unknown = set(query) - {"pageSize", "pageToken"}
         if unknown:
             raise unknown_query(unknown)
-        page_size = int_query(query.get("pageSize"), "pageSize", maximum=10_000)
+        page_size = _page_size(int_query(query.get("pageSize"), "pageSize", maximum=10_000))
         page_token = query.get("pageToken", "")
 
         async def load() -> bytes:
@@ -80,3 +80,17 @@ class Draws:
         request = queue_pb.GetFanDrawResultRequest(event_id=event_id_of(ctx))
         reply = await self._d.mesh.call(QUEUE, "GetFanDrawResult", request, call_context(ctx, session.customer_id))
         return json_response(to_json(reply))
+
+
+# The page sizes a public proof is loaded in: a size asked is rounded down
+# to one of them (a page holds at most what was asked), so that distinct
+# sizes share a few cached pages instead of one backend call each.
+PAGE_SIZES = (1, 10, 100, 1000, 10_000)
+
+
+def _page_size(asked: int) -> int:
+    """0 (the service's default) stays 0; any other size is the largest
+    of :data:`PAGE_SIZES` not above it."""
+    if asked == 0:
+        return 0
+    return max(size for size in PAGE_SIZES if size <= asked)
