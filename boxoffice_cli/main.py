@@ -246,7 +246,9 @@ def _redact(url: str) -> str:
         scheme, rest = url.split("://", 1)
         creds, host = rest.rsplit("@", 1)
         user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+        # An empty password (the embedded Postgres's) is shown as it is, so
+        # that the line can be used as it is (DATABASE_URL for boxoffice report).
+        return f"{scheme}://{user}:***@{host}" if ":" in creds and creds.split(":", 1)[1] else url
     return url
 
 

@@ -34,3 +34,4 @@ echo "== tests"
 scripts/pytest_parallel.sh "$@"  # in parallel, then the tests marked apart alone
 scripts/pgbouncer_test.sh  # booking, payment and leader election through a transaction-mode PgBouncer
 scripts/redis_cluster_test.sh  # the queue and stream tests on a local Redis Cluster (3 primaries, 3 replicas), with failovers
+scripts/fresh_install_test.sh  # the README's install in a new virtualenv, and every command the README tells a user to run
