@@ -4,7 +4,14 @@ caller. What is allowed and what is refused is read from the one table
 (:data:`boxoffice.access.POLICY`); a refused call answers PERMISSION_DENIED
 (or, for a peer without a certificate of the mesh's CA, fails the
 handshake) and leaves Postgres and Redis exactly as they were; an allowed
-call may fail for its own reasons, never for its caller."""
+call may fail for its own reasons, never for its caller.
+
+The requests are valid ones about a world made afresh for each caller (a
+real event, holds, payments: tests/e2e/matrix_requests.py), and each that
+changes something is seen to change the stores when an allowed role sends
+it: so a refused call that still did its work would show in the snapshot.
+(A gate that runs the call and then refuses it passes a matrix of empty
+requests, and fails this one.)"""
 
 from __future__ import annotations
 
@@ -31,8 +38,14 @@ from boxoffice.embedded import EmbeddedRedis
 from boxoffice.errors import from_rpc_error
 from boxoffice.lifecycle import Component
 from boxoffice.runtime import Runtime
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from payment_svc import app as payment_app
+from payment_svc.adapters.sandbox import SandboxProvider
 from queue_svc.app import QueueApp
+from tests.e2e.matrix_requests import REQUESTS, Call, Stubs, make_world
+from tests.edge.asserting import as_fan
 from tests.payment.harness import PAYMENT_ENV
 from tests.support import Stores, channel_credentials, make_runtime, running
 
@@ -68,6 +81,7 @@ class Mesh:
     rt: Runtime
     addresses: dict[str, str]
     redis_url: str
+    sandbox: SandboxProvider
 
 
 @contextlib.contextmanager
@@ -104,7 +118,8 @@ async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
                 "booking": booking.grpc.address,
                 "payment": payment.server.address,
             }
-            yield Mesh(rt, addresses, redis_url)
+            assert payment.sandbox is not None
+            yield Mesh(rt, addresses, redis_url, payment.sandbox)
 
 
 def _credentials(stores: Stores, who: str) -> grpc.ChannelCredentials:
@@ -157,11 +172,11 @@ def _rpcs(services: list[str]) -> list[Rpc]:
     return rpcs
 
 
-async def _call(channel: grpc.aio.Channel, rpc: Rpc) -> grpc.aio.AioRpcError | None:
-    """Calls ``rpc`` with an empty request (a stream: its first message);
-    the error it fails with, or None."""
-    metadata = ((caller.CUSTOMER_METADATA_KEY, "fan-matrix"),)
-    request = rpc.request()
+async def _call(channel: grpc.aio.Channel, rpc: Rpc, sent: Call) -> grpc.aio.AioRpcError | None:
+    """Calls ``rpc`` with ``sent``'s request (a stream: its first message),
+    the edge asserting ``sent``'s fan; the error it fails with, or None."""
+    metadata = as_fan(sent.fan)
+    request = sent.request
     try:
         if rpc.client_streaming or rpc.server_streaming:
             kinds = {(False, True): channel.unary_stream, (True, False): channel.stream_unary}
@@ -218,6 +233,25 @@ async def _snapshot(mesh: Mesh) -> tuple[Any, ...]:
     return tuple(rows), size, digest.hexdigest()
 
 
+@contextlib.asynccontextmanager
+async def _world_makers(stores: Stores, mesh: Mesh) -> AsyncIterator[Stubs]:
+    """Stubs of the servers as the roles that make a world."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def channel(server: str, role: str) -> grpc.aio.Channel:
+            made = grpc.aio.secure_channel(mesh.addresses[server], _credentials(stores, role))
+            stack.push_async_callback(made.close)
+            return made
+
+        yield Stubs(
+            queue=qpb_grpc.QueueServiceStub(await channel("queue", access.OPERATOR)),
+            queue_as_edge=qpb_grpc.QueueServiceStub(await channel("queue", access.EDGE)),
+            booking=bpb_grpc.BookingServiceStub(await channel("booking", access.OPERATOR)),
+            booking_as_edge=bpb_grpc.BookingServiceStub(await channel("booking", access.EDGE)),
+            payment_as_edge=ppb_grpc.PaymentServiceStub(await channel("payment", access.EDGE)),
+        )
+
+
 def _refused_total(rt: Runtime) -> float:
     total = 0.0
     for metric in rt.registry.collect():
@@ -231,45 +265,59 @@ async def test_every_rpc_answers_only_the_roles_the_table_allows(stores: Stores,
     assert {"boxoffice.queue.v1.QueueService", "boxoffice.booking.v1.BookingService"} <= set(services)
     assert "boxoffice.payment.v1.PaymentService" in services
     rpcs = _rpcs(services)
+    assert sorted(REQUESTS) == sorted(rpc.full_method for rpc in rpcs), "tests/e2e/matrix_requests.py"
     refused_by_gate = 0
     refused_before = _refused_total(mesh.rt)
     checked: dict[str, int] = {"allowed": 0, "denied": 0}
-    for who in CALLERS:
-        role = who if who in access.ROLES else None
-        channels = {
-            server: grpc.aio.secure_channel(address, _credentials(stores, who))
-            for server, address in mesh.addresses.items()
-        }
-        try:
-            denied = [rpc for rpc in rpcs if not access.allowed(rpc.full_method, role)]
-            allowed = [rpc for rpc in rpcs if access.allowed(rpc.full_method, role)]
-            assert who in access.ROLES or not allowed
-            before = await _snapshot(mesh)
-            for rpc in denied:
-                err = await _call(channels[rpc.server], rpc)
-                assert err is not None, f"{who} called {rpc.full_method}"
-                if who in (NO_CERTIFICATE, FOREIGN_CA):
-                    assert err.code() == grpc.StatusCode.UNAVAILABLE, (who, rpc.full_method, err)
-                else:
-                    refused = from_rpc_error(err)
-                    assert err.code() == grpc.StatusCode.PERMISSION_DENIED, (who, rpc.full_method, err)
-                    assert refused.reason == ("CALLER_NOT_ALLOWED" if role else "CALLER_UNKNOWN")
-                    assert refused.metadata["method"] == rpc.full_method
-                    refused_by_gate += 1
-                checked["denied"] += 1
-            assert await _snapshot(mesh) == before, f"a call refused to {who} changed the stores"
-            for rpc in allowed:
-                err = await _call(channels[rpc.server], rpc)
-                if err is not None:
-                    answered = from_rpc_error(err)
-                    # Its own reason (a bad request, no token...), never the caller's.
-                    assert answered.reason not in _CALLER_REASONS, (who, rpc.full_method, err)
-                    assert answered.reason != "UPSTREAM_FAILED", (who, rpc.full_method, err)
-                checked["allowed"] += 1
-        finally:
-            for channel in channels.values():
-                await channel.close()
+    wrote: set[str] = set()
+    async with _world_makers(stores, mesh) as makers:
+        for who in CALLERS:
+            role = who if who in access.ROLES else None
+            channels = {
+                server: grpc.aio.secure_channel(address, _credentials(stores, who))
+                for server, address in mesh.addresses.items()
+            }
+            try:
+                denied = [rpc for rpc in rpcs if not access.allowed(rpc.full_method, role)]
+                allowed = [rpc for rpc in rpcs if access.allowed(rpc.full_method, role)]
+                assert who in access.ROLES or not allowed
+                world = await make_world(makers, mesh.rt.token_signer, mesh.sandbox)
+                before = await _snapshot(mesh)
+                for rpc in denied:
+                    err = await _call(channels[rpc.server], rpc, REQUESTS[rpc.full_method](world))
+                    assert err is not None, f"{who} called {rpc.full_method}"
+                    if who in (NO_CERTIFICATE, FOREIGN_CA):
+                        assert err.code() == grpc.StatusCode.UNAVAILABLE, (who, rpc.full_method, err)
+                    else:
+                        refused = from_rpc_error(err)
+                        assert err.code() == grpc.StatusCode.PERMISSION_DENIED, (who, rpc.full_method, err)
+                        assert refused.reason == ("CALLER_NOT_ALLOWED" if role else "CALLER_UNKNOWN")
+                        assert refused.metadata["method"] == rpc.full_method
+                        refused_by_gate += 1
+                    checked["denied"] += 1
+                assert await _snapshot(mesh) == before, f"a call refused to {who} changed the stores"
+                for rpc in allowed:
+                    call = REQUESTS[rpc.full_method](world)
+                    unchanged = await _snapshot(mesh) if call.writes else None
+                    err = await _call(channels[rpc.server], rpc, call)
+                    if err is not None:
+                        answered = from_rpc_error(err)
+                        # Its own reason (a bad request, no token...), never the caller's.
+                        assert answered.reason not in _CALLER_REASONS, (who, rpc.full_method, err)
+                        assert answered.reason != "UPSTREAM_FAILED", (who, rpc.full_method, err)
+                    if unchanged is not None:
+                        # The request is one that does its work: refused, the
+                        # snapshot above would have seen it done.
+                        assert err is None, (who, rpc.full_method, err)
+                        assert await _snapshot(mesh) != unchanged, f"{rpc.full_method} as {who} changed nothing"
+                        wrote.add(rpc.full_method)
+                    checked["allowed"] += 1
+            finally:
+                for channel in channels.values():
+                    await channel.close()
     assert _refused_total(mesh.rt) - refused_before == refused_by_gate
+    # Every request marked as one that writes was seen writing.
+    assert wrote == {method for method, make in REQUESTS.items() if make(world).writes}
     # Every RPC for every caller; the table allows each RPC to someone.
     assert checked["allowed"] + checked["denied"] == len(rpcs) * len(CALLERS)
     assert all(any(access.allowed(rpc.full_method, r) for r in access.ROLES) for rpc in rpcs)
