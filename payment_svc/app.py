@@ -263,4 +263,6 @@ async def build(rt: Runtime, role: str) -> list[Component]:
 
 
 async def seed_demo(rt: Runtime) -> list[str]:
+    if PaymentConfig.from_env(rt.env).provider == STRIPE:
+        return ["payments go to Stripe (BOXOFFICE_PAYMENT_PROVIDER=stripe)"]
     return [f"pay in the sandbox with {PM_OK} (or {PM_DECLINED}, {PM_FAIL}, {PM_TIMEOUT})"]

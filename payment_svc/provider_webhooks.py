@@ -18,7 +18,10 @@ The events (:data:`payment_svc.webhooks.EVENT_TYPES`):
   PROVIDER refund, and the booking it paid for is cancelled and its tickets
   voided, as our own refunds do (money and tickets agree);
 - ``charge.dispute.created``: the fan's bank took the money back; recorded
-  and answered the same way.
+  and answered the same way;
+- ``charge.pending``: the charge was authorised or is processing (Stripe's
+  ``payment_intent.amount_capturable_updated``, ``.processing``): the payment
+  is settled now if it can be (an authorised charge is captured).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from boxoffice.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from boxoffice.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from boxoffice.tracing import Tracing
 from payment_svc.handler import PaymentHandler
 from payment_svc.idempotency import detached
@@ -51,6 +54,9 @@ _log = logging.getLogger("payment_svc.provider_webhooks")
 _CHARGE_EVENTS = ("charge.succeeded", "charge.failed")
 _REFUND_EVENTS = ("charge.refunded", "refund.failed")
 DISPUTE_EVENT = "charge.dispute.created"
+# The charge was authorised or is processing, its outcome not known yet:
+# settled now if it can be (an authorised charge is captured), else later.
+PENDING_EVENT = "charge.pending"
 # Payments whose booking was confirmed: a refund or dispute at the provider cancels it.
 _BOOKED = (PaymentState.SUCCEEDED, PaymentState.PARTIALLY_REFUNDED, PaymentState.REFUNDED)
 
@@ -172,6 +178,11 @@ class ProviderWebhooks:
             return payment
         if event.type == DISPUTE_EVENT:
             return await self._returned_at_provider(payment, event, data, "dispute")
+        if event.type == PENDING_EVENT and payment.state == PaymentState.PENDING:
+            try:
+                return await self._payments.settle(payment.payment_id)
+            except Unavailable:
+                return payment  # still processing: its outcome comes by webhook or the reconciler
         return payment
 
     async def _returned_at_provider(

@@ -125,7 +125,14 @@ class WebhookEvent:
 
 # What a provider's webhook reader turns deliveries into (the sandbox sends these).
 EVENT_TYPES = frozenset(
-    {"charge.succeeded", "charge.failed", "charge.refunded", "refund.failed", "charge.dispute.created"}
+    {
+        "charge.succeeded",
+        "charge.failed",
+        "charge.refunded",
+        "refund.failed",
+        "charge.dispute.created",
+        "charge.pending",
+    }
 )
 
 

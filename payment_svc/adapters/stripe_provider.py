@@ -329,6 +329,14 @@ def _translate(kind: str, raw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             "metadata": metadata,
             "provider_payment_id": result.charge_id,
         }
+    if kind in ("payment_intent.amount_capturable_updated", "payment_intent.processing"):
+        metadata = _metadata(raw)
+        return "charge.pending", {
+            "id": raw.get("id"),
+            "idempotency_key": metadata.get("idempotency_key", ""),
+            "metadata": metadata,
+            "provider_payment_id": raw.get("id") or "",
+        }
     if kind in ("refund.created", "refund.updated", "refund.failed", "charge.refund.updated"):
         status = str(raw.get("status") or "")
         refund = {

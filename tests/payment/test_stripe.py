@@ -220,7 +220,13 @@ async def test_webhooks_verified_with_any_current_secret_settle_the_payment(worl
     assert not reply.duplicate and reply.payment.state == pb.PAYMENT_STATE_SUCCEEDED
     assert (await world.deliver(succeeded, NEW_SECRET)).duplicate
     # Events about nothing of ours are accepted and change nothing.
-    (other,) = world.fake.events_of("payment_intent.amount_capturable_updated")
+    other = {
+        "id": "evt_customer_1",
+        "object": "event",
+        "type": "customer.created",
+        "created": int(time.time()),
+        "data": {"object": {"id": "cus_1", "object": "customer", "metadata": {}}},
+    }
     assert not (await world.deliver(other)).HasField("payment")
 
 
@@ -295,3 +301,38 @@ def test_the_stripe_settings() -> None:
         PaymentConfig.from_env(Env({"BOXOFFICE_PAYMENT_PROVIDER": "paypal"}))
     config = StripeConfig.from_env(Env({"BOXOFFICE_STRIPE_SECRET_KEY": SECRET_KEY}))
     assert config.api_base == "https://api.stripe.com" and config.max_network_retries == 2
+
+
+async def test_an_authorisation_announced_by_webhook_is_captured_at_once(world: World) -> None:
+    world.fake.hold_answers = asyncio.Event()
+    _, payment = await world.start()
+    assert payment.state == pb.PAYMENT_STATE_PENDING
+    world.fake.hold_answers.set()
+    world.fake.hold_answers = None
+    (authorised,) = world.fake.events_of("payment_intent.amount_capturable_updated")
+    reply = await world.deliver(authorised)
+    assert reply.payment.state == pb.PAYMENT_STATE_SUCCEEDED
+    (intent,) = world.fake.intents.values()
+    assert intent["status"] == "succeeded"
+    assert len(world.fake.of("POST", f"/v1/payment_intents/{intent['id']}/capture")) == 1
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ("", "WEBHOOK_SIGNATURE_MISSING"),
+        ("t=soon,v1=00", "WEBHOOK_SIGNATURE_MALFORMED"),
+        ("v1=00", "WEBHOOK_SIGNATURE_MALFORMED"),
+        (f"t={10**13},v0=00", "WEBHOOK_SIGNATURE_MALFORMED"),
+        ("t=1," + "v1=00," * 400, "WEBHOOK_SIGNATURE_MALFORMED"),
+    ],
+)
+async def test_malformed_signature_headers_are_refused(world: World, header: str, reason: str) -> None:
+    _, payment = await world.start()
+    (event,) = world.fake.events_of("payment_intent.succeeded")
+    _, body = world.fake.signed(event, NEW_SECRET)
+    with pytest.raises(grpc.RpcError) as caught:
+        await world.stack.stub.HandleProviderWebhook(pb.HandleProviderWebhookRequest(signature=header, body=body))
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert from_rpc_error(caught.value).reason == reason
+    assert (await world.get(payment.payment_id)).state == pb.PAYMENT_STATE_CAPTURED
