@@ -52,8 +52,8 @@ class PreparedDocument:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    body: bytes
-    etag: str
+    # The document's answers, made once at its load for every caller.
+    document: PreparedDocument
     loaded_at: float
 
 
@@ -80,14 +80,13 @@ class PublicCache:
         self._loading: dict[Hashable, asyncio.Task[_Entry]] = {}
 
     async def answer(self, ctx: Ctx, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> Response:
-        entry = await self._entry(key, load)
-        return self.respond(ctx, entry.body, entry.etag, self._max_age)
+        return (await self._entry(key, load)).document.answer(ctx)
 
     async def document(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> bytes:
         """The document itself (loaded as :meth:`answer` loads it), for
         checking a request against it (a seat map's section against its
         event's) without asking the backend again."""
-        return (await self._entry(key, load)).body
+        return (await self._entry(key, load)).document.body
 
     async def _entry(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> _Entry:
         entry = self._entries.get(key)
@@ -109,7 +108,7 @@ class PublicCache:
         # Detached from the first caller's deadline: the load has its own.
         with deadline.detached(self._load_timeout):
             body = await load()
-        entry = _Entry(body, etag_of(body), self._monotonic())
+        entry = _Entry(self.prepare(body, etag_of(body), self._max_age), self._monotonic())
         self._entries[key] = entry
         self._entries.move_to_end(key)
         while len(self._entries) > self._capacity:

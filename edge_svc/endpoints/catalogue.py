@@ -11,7 +11,8 @@ callers (``boxoffice_edge_catalogue_loads`` counts the loads)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 
 from starlette.responses import Response
 
@@ -25,12 +26,17 @@ from gen.boxoffice.booking.v1 import booking_service_pb2 as booking_pb
 
 # Events whose section ids are kept (each with the document they were read from).
 _SECTION_IDS_KEPT = 10_000
+# Query strings whose parsed request the listing remembers (a crowd asks the
+# same few again and again).
+_PARSED_QUERIES = 10_000
 
 
 class Catalogue:
     def __init__(self, deps: EdgeDeps) -> None:
         self._d = deps
         self._section_ids: dict[int, tuple[bytes, frozenset[str]]] = {}
+        # Raw query string -> (cache key, request); good ones only.
+        self._parsed: OrderedDict[str, tuple[Hashable, booking_pb.ListEventsRequest]] = OrderedDict()
 
     def endpoints(self) -> Mapping[str, Handler]:
         return {
@@ -39,8 +45,17 @@ class Catalogue:
             "GetSeatMap": self.get_seat_map,
         }
 
+    def _query(self, ctx: Ctx) -> tuple[Hashable, booking_pb.ListEventsRequest]:
+        raw = ctx.request.url.query
+        parsed = self._parsed.get(raw)
+        if parsed is None:
+            parsed = self._parsed[raw] = parse_events_query(ctx.request.query_params)
+            while len(self._parsed) > _PARSED_QUERIES:
+                self._parsed.popitem(last=False)
+        return parsed
+
     async def list_events(self, ctx: Ctx) -> Response:
-        key, request = parse_events_query(ctx.request.query_params)
+        key, request = self._query(ctx)
 
         async def load() -> bytes:
             self._d.metrics.catalogue_loads.inc()
