@@ -114,10 +114,12 @@ async def load(
     cookies: str = "",
     cookie_offset: int = 0,
     cookie_count: int = 0,
+    paths: str = "",
 ) -> Load:
     """``clients`` processes with ``shape.connections`` between them,
     started together; each takes its own share of the cookie file's lines
-    ``cookie_offset`` .. ``+cookie_count``."""
+    ``cookie_offset`` .. ``+cookie_count``; ``paths``: a file of paths
+    asked in turn instead of ``path``."""
     connections, seconds, warmup = shape.connections, shape.seconds, shape.warmup
     start = time.monotonic() + 1.0  # time for the client processes to start
     share = cookie_count // clients if cookie_count else 0
@@ -128,6 +130,8 @@ async def load(
             "--connections", str(connections // clients + (1 if i < connections % clients else 0)),
             "--start", f"{start:.6f}", "--warmup", str(warmup), "--seconds", str(seconds),
         ]  # fmt: skip
+        if paths:
+            argv += ["--paths", paths]
         if cookies:
             argv += ["--cookies", cookies, "--cookie-offset", str(cookie_offset + i * share)]
             argv += ["--cookie-count", str(share)]

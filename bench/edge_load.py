@@ -113,6 +113,7 @@ async def _load(
     start: float,
     warmup: float,
     seconds: float,
+    paths: Sequence[str] = (),
 ) -> dict[str, object]:
     measure_from = start + warmup
     stop_at = measure_from + seconds
@@ -121,9 +122,13 @@ async def _load(
     tally = _Tally()
     next_cookie = 0
     fixed = request_bytes(method, path, port, cookie=None, body=body) if not cookies else b""
+    # Several paths: each request takes the next one, each connection from
+    # its own starting point.
+    rotating = [request_bytes(method, p, port, cookie=None, body=body) for p in paths]
+    next_path = 0
 
     async def worker() -> None:
-        nonlocal next_cookie
+        nonlocal next_cookie, next_path
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             await asyncio.sleep(max(0.0, start - time.monotonic()))
@@ -137,6 +142,9 @@ async def _load(
                     cookie = cookies[next_cookie % len(cookies)]
                     next_cookie += 1
                     writer.write(request_bytes(method, path, port, cookie=cookie, body=body))
+                elif rotating:
+                    writer.write(rotating[next_path % len(rotating)])
+                    next_path += 1
                 else:
                     writer.write(fixed)
                 status, _, _ = await read_response(reader)
@@ -180,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", default="")
     parser.add_argument("--method", default="GET")
     parser.add_argument("--path", default="/")
+    parser.add_argument("--paths", default="", help="a file of paths, one a line, asked in turn (instead of --path)")
     parser.add_argument("--body", default="{}")
     parser.add_argument("--cookies", default="", help="a file of session cookies, one a line")
     parser.add_argument("--cookie-offset", type=int, default=0, help="the first line of the file this process uses")
@@ -212,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 args.start or time.monotonic(),
                 args.warmup,
                 args.seconds,
+                read_cookies(args.paths) if args.paths else (),
             )
         )
     sys.stdout.write(json.dumps(result) + "\n")
