@@ -430,6 +430,10 @@ class PaymentHandler:
         provider_payment_id: str | None = None,
         failure_reason: str | None = None,
     ) -> Payment | None:
+        if target in _GAVE_UP and payment.state == PaymentState.PENDING:
+            # Before the payment stops being live: once it is, the fan may
+            # start another, whose extension this must not undo.
+            await self._give_hold_back(payment)
         moved = await self._store.transition(
             payment.payment_id,
             [payment.state],
@@ -443,8 +447,6 @@ class PaymentHandler:
                 "payment moved",
                 extra={"payment_id": payment.payment_id, "from": payment.state.value, "to": target.value},
             )
-            if target in _GAVE_UP and payment.state == PaymentState.PENDING:
-                await self._give_hold_back(moved)
         return moved
 
     async def _give_hold_back(self, payment: Payment) -> None:
