@@ -29,6 +29,8 @@ import pytest
 
 from boxoffice import access, secrets
 from edge_svc.routes import ROUTES, Route, Who
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from payment_svc.webhooks import signature_header
@@ -133,6 +135,9 @@ class Case:
     owned: bool = False
     # Checked after every other caller and before the owner: nothing changed.
     unchanged: Callable[[World, httpx.AsyncClient], Awaitable[None]] | None = None
+    # What the route changes, read before the first caller and again before
+    # the owner: the same (what only the owner may change).
+    state: Callable[[World], Awaitable[object]] | None = None
     # What a PUBLIC or OPERATIONS route answers everyone.
     status: int = 200
 
@@ -178,6 +183,13 @@ async def _payment_unchanged(w: World, payer: httpx.AsyncClient) -> None:
     assert reply.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED"
 
 
+async def _owners_holds(w: World) -> object:
+    """The owner's holds of the event, as the operator lists them."""
+    booking = w.stack.operators["booking"].stub(bpb_grpc.BookingServiceStub, role=access.OPERATOR)
+    reply = await booking.ListHolds(bpb.ListHoldsRequest(event_id=w.event_id, customer_id=w.owner.name, page_size=100))
+    return sorted((h.hold_id, h.state) for h in reply.holds)
+
+
 async def _still_queued(w: World, leaver: httpx.AsyncClient) -> None:
     reply = await leaver.get(f"/v1/events/{w.event_id}/queue/position")
     assert reply.json()["position"]["state"] in ("QUEUE_STATE_WAITING", "QUEUE_STATE_ADMITTED"), reply.text
@@ -200,7 +212,9 @@ MATRIX: dict[str, Case] = {
     "GetFanDrawProof": Case(params=_event),
     "LeaveQueue": Case(params=_event, body=lambda w: {}, owner="leaver", unchanged=_still_queued),
     "GetSeatMap": Case(params=_event),
-    "HoldSeats": Case(params=_event, body=lambda w: {"bestAvailable": {"sectionId": "A", "quantity": 1}}),
+    "HoldSeats": Case(
+        params=_event, body=lambda w: {"bestAvailable": {"sectionId": "A", "quantity": 1}}, state=_owners_holds
+    ),
     "GetHold": Case(params=_hold("get")),
     "ReleaseHold": Case(params=_hold("release"), unchanged=_still_held),
     "StartPayment": Case(
@@ -298,10 +312,13 @@ async def test_matrix(world: World, route: Route) -> None:
     owner: Fan = getattr(world, case.owner)
     body = case.body(world)
     answers: dict[str, Answer] = {}
+    before = None if case.state is None else await case.state(world)
     for caller in CALLERS:
         if caller == "owner" and case.unchanged is not None:
             async with _client(world, "owner", case) as client:
                 await case.unchanged(world, client)
+        if caller == "owner" and case.state is not None:
+            assert await case.state(world) == before, f"a caller refused {route.name} changed it"
         answers[caller] = await _call(world, route, case, caller, body)
         # No one but the owner ever sees the owner's name.
         if caller != "owner":
