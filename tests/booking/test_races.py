@@ -72,13 +72,12 @@ async def test_control_check_then_update_lets_several_win(stores: Stores) -> Non
     """The same race against SELECT-then-UPDATE: several customers get the
     seat. The race test above would fail for such a store."""
 
-    async with booking_server(
-        stores, store_class=CheckThenUpdateStore, race_pause_seconds=RACE_PAUSE_SECONDS
-    ) as booking:
-        winners, holders, _ = await race_for_one_seat(booking)
-        # (The stripe's CHECK, the last net, stops it at 10: the seat's
-        # stripe counts 10 seats. The losers past that get INTERNAL.)
-        assert winners > 1 and holders > 1
+    window = Rendezvous(50)  # every client checks before any writes
+    async with booking_server(stores, store_class=functools.partial(CheckThenUpdateStore, window=window)) as booking:
+        winners, holders, reasons = await race_for_one_seat(booking)
+        # The stripe's CHECK, the last net, stops it at 10: the seat's
+        # stripe counts 10 seats. The losers past that get INTERNAL.
+        assert (winners, holders, reasons) == (10, 10, {"INTERNAL": 40})
 
 
 async def overlapping_holds(

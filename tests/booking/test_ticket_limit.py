@@ -9,9 +9,11 @@ must fit again; the setting per event, its default and its bounds."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -39,7 +41,7 @@ from tests.booking.harness import (
     snapshot,
     ts,
 )
-from tests.booking.unsafe import CountThenHoldStore
+from tests.booking.unsafe import CountThenHoldStore, Rendezvous
 from tests.support import Stores
 
 RACE_PAUSE_SECONDS = 0.05
@@ -231,9 +233,12 @@ async def test_one_batch_counts_the_holds_before_each(stores: Stores) -> None:
         await audit(booking, event_id)
 
 
-async def greedy_fan(booking: Booking, *, ticket_limit: int, holds: int = 12) -> tuple[int, int, Counter[str]]:
-    """A fan who bought 2 tickets sends ``holds`` holds of one seat at once;
-    (the holds won, the tickets the fan has after, the refusals' reasons)."""
+async def greedy_fan(
+    booking: Booking, *, ticket_limit: int, holds: int = 12, race_begins: Callable[[], None] = lambda: None
+) -> tuple[int, int, Counter[str]]:
+    """A fan who bought 2 tickets sends ``holds`` holds of one seat at once
+    (``race_begins`` is called just before); (the holds won, the tickets the
+    fan has after, the refusals' reasons)."""
     event = await create_event(
         booking, [seated("A")], [("A", "A", 40)], max_seats_per_customer=100, max_tickets_per_customer=ticket_limit
     )
@@ -241,6 +246,7 @@ async def greedy_fan(booking: Booking, *, ticket_limit: int, holds: int = 12) ->
     token = booking.token("greedy", event_id)
     await _buy(booking, token, event_id, section="A", quantity=2)
     seats = await seat_ids(booking, event_id, "A")
+    race_begins()
     answers = await asyncio.gather(
         *(call(booking.stub.HoldSeats(hold_request(token, event_id, [s]))) for s in seats[10 : 10 + holds])
     )
@@ -267,9 +273,11 @@ async def test_control_counting_outside_the_statement_lets_the_fan_past_the_limi
     """The same race against a store that counts the fan's tickets in a
     transaction of its own before holding: every hold counts the same 2 and
     passes. The test above would fail for such a store."""
-    async with booking_server(stores, store_class=CountThenHoldStore, race_pause_seconds=RACE_PAUSE_SECONDS) as booking:
-        won, tickets, _ = await greedy_fan(booking, ticket_limit=1000)
-        assert won > 2 and tickets > CountThenHoldStore.LIMIT
+    window = Rendezvous(12, armed=False)  # armed once the fan's first 2 are bought
+    store_class = functools.partial(CountThenHoldStore, window=window)
+    async with booking_server(stores, store_class=store_class) as booking:
+        won, tickets, reasons = await greedy_fan(booking, ticket_limit=1000, race_begins=window.arm)
+        assert (won, tickets, reasons) == (12, 14, {})
 
 
 async def test_a_lapsed_hold_paid_late_must_fit_the_limit_again(stores: Stores) -> None:

@@ -47,16 +47,24 @@ class Rendezvous:
     """A :data:`Window` that holds each caller until ``parties`` callers
     with the same key have reached it, then lets them all on: every
     contender has made its check before any of them writes. A party that
-    never comes fails the others after ``timeout_seconds``."""
+    never comes fails the others after ``timeout_seconds``. Made
+    ``armed=False``, it lets callers straight on until :meth:`arm` (the
+    calls that set a race up go through the same store)."""
 
-    def __init__(self, parties: int, *, timeout_seconds: float = 60.0) -> None:
+    def __init__(self, parties: int, *, timeout_seconds: float = 60.0, armed: bool = True) -> None:
         self._parties = parties
         self._timeout_seconds = timeout_seconds
+        self._armed = armed
         self._barriers: dict[object, asyncio.Barrier] = {}
         # How many callers reached the window, in all.
         self.reached = 0
 
+    def arm(self) -> None:
+        self._armed = True
+
     async def __call__(self, key: object) -> None:
+        if not self._armed:
+            return
         self.reached += 1
         barrier = self._barriers.setdefault(key, asyncio.Barrier(self._parties))
         async with asyncio.timeout(self._timeout_seconds):
@@ -64,13 +72,13 @@ class Rendezvous:
 
 
 class CheckThenUpdateStore(PgBookingStore):
-    """Built as the real store is; its test pause is the window between
-    the check and the write."""
+    """Built as the real store is; it waits at its window between the check
+    and the write."""
 
-    def __init__(self, pool: Pool, *, race_pause_seconds: float = 0.0, **kwargs: Any) -> None:
+    def __init__(self, pool: Pool, *, window: Window = _no_window, **kwargs: Any) -> None:
         super().__init__(pool, **kwargs)
         self._pool_ = pool
-        self._pause = race_pause_seconds
+        self._window = window
 
     async def hold_seats(
         self,
@@ -97,7 +105,7 @@ class CheckThenUpdateStore(PgBookingStore):
                 "taken", reason="SEAT_UNAVAILABLE", metadata={"seat_ids": ",".join(map(str, taken))}
             )
         section_id = rows[0][2]
-        await asyncio.sleep(self._pause)  # the window between check and write
+        await self._window(tuple(ids))  # the window between check and write
         async with transaction(self._pool_) as conn:
             await conn.execute(
                 "UPDATE seats SET status = 'HELD', hold_id = %s, hold_expires_at = %s + interval '5 minutes' "
@@ -159,16 +167,16 @@ class OneTransactionBatchStore(PgBookingStore):
 class CountThenHoldStore(PgBookingStore):
     """The ticket limit the naive way: count what the customer bought and
     holds (in a transaction of its own), refuse past :attr:`LIMIT`, then
-    make the hold. Its test pause is the window between the count and the
-    hold; the events it is tested on set a ticket limit far above
-    :attr:`LIMIT`, so that the statement's own check never decides."""
+    make the hold. It waits at its window between the count and the hold;
+    the events it is tested on set a ticket limit far above :attr:`LIMIT`,
+    so that the statement's own check never decides."""
 
     LIMIT = 4
 
-    def __init__(self, pool: Pool, *, race_pause_seconds: float = 0.0, **kwargs: Any) -> None:
+    def __init__(self, pool: Pool, *, window: Window = _no_window, **kwargs: Any) -> None:
         super().__init__(pool, **kwargs)
         self._pool_ = pool
-        self._pause = race_pause_seconds
+        self._window = window
 
     async def hold_seats(
         self,
@@ -198,7 +206,7 @@ class CountThenHoldStore(PgBookingStore):
                 reason="TICKET_LIMIT_REACHED",
                 metadata={"limit": str(self.LIMIT), "held": str(held), "bought": str(bought)},
             )
-        await asyncio.sleep(self._pause)  # the window between the count and the hold
+        await self._window(customer_id)  # the window between the count and the hold
         return await super().hold_seats(
             event_id=event_id,
             customer_id=customer_id,
