@@ -29,6 +29,8 @@ from queue_svc.adapters import PgDrawRepository, PgWaitingRoomRepository, RedisB
 from queue_svc.adapters.leader_epochs import PgLeaderEpochs
 from queue_svc.adapters.pg_access_codes import PgAccessCodeRepository
 from queue_svc.adapters.pg_fan_draws import PgFanDrawRepository
+from queue_svc.adapters.pg_generations import PgRoomGenerations
+from queue_svc.adapters.redis_rebuild import RedisRoomImages
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
 from queue_svc.fan_draws import FanDrawer, FanDraws
@@ -39,6 +41,7 @@ from queue_svc.lanes import LaneDoor
 from queue_svc.metrics import AdmitterMetrics, DrawMetrics, ServerMetrics
 from queue_svc.passes import StaffPasses
 from queue_svc.ports import Leadership
+from queue_svc.rebuild import Rebuilder
 
 if TYPE_CHECKING:
     from boxoffice.leader import Epochs
@@ -84,6 +87,16 @@ class QueueApp:
     @functools.cached_property
     def store(self) -> RedisQueueStore:
         return RedisQueueStore(self.batcher)
+
+    @functools.cached_property
+    def generations(self) -> PgRoomGenerations:
+        """Each room's generation and history (queue_svc.rebuild)."""
+        return PgRoomGenerations(self.rt.pool())
+
+    @functools.cached_property
+    def rebuilder(self) -> Rebuilder:
+        """Puts back a room whose Redis data was lost, from Postgres."""
+        return Rebuilder(generations=self.generations, images=RedisRoomImages(self.batcher), store=self.store)
 
     @functools.cached_property
     def rooms(self) -> PgWaitingRoomRepository:
@@ -153,6 +166,7 @@ class QueueApp:
             sessions=EndedSessions(self.rt.redis()),
             door=self.door,
             fan_draws=self.fan_draws,
+            generations=self.generations,
         )
 
     @functools.cached_property
@@ -201,6 +215,7 @@ class QueueApp:
             leadership=self.leadership,
             health=self.booking_health,
             epochs=self.leader_epochs,
+            rebuilder=self.rebuilder,
         )
 
     @functools.cached_property

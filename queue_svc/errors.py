@@ -52,12 +52,28 @@ def waiting_room_exists(event_id: int) -> AlreadyExists:
     )
 
 
+class RoomRebuilding(Unavailable):
+    """The room lost its data (Redis) and the admitter has not rebuilt it
+    yet: a fan's place comes back with the rebuild, so the call waits for
+    it; this is the answer when the call's time ran out first."""
+
+    def __init__(self, event_id: int) -> None:
+        super().__init__(
+            f"the waiting room of event {event_id} is being rebuilt; ask again in a moment",
+            reason="REDIS_UNAVAILABLE",
+            metadata={"event_id": str(event_id)},
+        )
+        self.event_id = event_id
+
+
 def join_refused(event_id: int, reply: JoinReply, *, window_seconds: float) -> BoxofficeError:
     """The error for a join the store refused (any status but WAITING and
     ADMITTED)."""
     status = reply.status
     if status is JoinStatus.UNKNOWN_EVENT:
         return unknown_event(event_id)
+    if status is JoinStatus.REBUILDING:
+        return RoomRebuilding(event_id)
     if status is JoinStatus.NOT_OPEN:
         return FailedPrecondition(
             f"the waiting room of event {event_id} is not open yet",

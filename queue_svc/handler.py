@@ -16,7 +16,7 @@ from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 from boxoffice.sessions import EndedSessions
 from boxoffice.tokens import TokenSigner
-from queue_svc import errors, proofs
+from queue_svc import errors, proofs, rebuild
 from queue_svc.config import QueueSettings
 from queue_svc.fan_draws import FanDraws
 from queue_svc.jobs.progress import EventFeed, ProgressHub
@@ -131,8 +131,11 @@ class QueueHandler:
         sessions: EndedSessions | None = None,
         door: LaneDoor | None = None,
         fan_draws: FanDraws | None = None,
+        generations: rebuild.RoomGenerations | None = None,
     ) -> None:
         self._store = store
+        # Each room's generation in Postgres (None: every room is new).
+        self._generations = generations
         self._rooms = rooms
         self._hub = hub
         self._signer = signer
@@ -185,12 +188,17 @@ class QueueHandler:
             self._unknown[event_id] = now + _UNKNOWN_EVENT_SECONDS
             return False
         self._unknown.pop(event_id, None)
-        await self._store.put_config(config)
+        await self._store.put_config(config, generation=await self._stamp(event_id))
         return True
+
+    async def _stamp(self, event_id: int) -> int:
+        """The generation a mirror marks a room without a marker with: 0
+        (none) when Postgres holds a history the admitter rebuilds from."""
+        return 1 if self._generations is None else await self._generations.stamp(event_id)
 
     async def _mirror_quietly(self, config: WaitingRoomConfig) -> None:
         try:
-            await self._store.put_config(config)
+            await self._store.put_config(config, generation=await self._stamp(config.event_id))
         except BoxofficeError as err:
             # Stored durably; the admitter re-mirrors every few seconds.
             _log.warning("configuration not mirrored", extra={"event_id": config.event_id, "reason": err.reason})
@@ -278,16 +286,22 @@ class QueueHandler:
     async def _join_once(
         self, event_id: int, customer_id: str, client_id: str, pseudonym: str, score: int, lane: str
     ) -> JoinReply:
-        return await self._store.join(
-            event_id,
-            customer_id,
-            client_id,
-            now_ms=self._now_ms(),
-            random_score=score,
-            limits=self._limits,
-            pseudonym=pseudonym,
-            lane=lane,
-        )
+        """One join; while the room waits for its rebuild, again each moment
+        within the call's time (a join now would go ahead of the fans the
+        rebuild puts back)."""
+        while True:
+            reply = await self._store.join(
+                event_id,
+                customer_id,
+                client_id,
+                now_ms=self._now_ms(),
+                random_score=score,
+                limits=self._limits,
+                pseudonym=pseudonym,
+                lane=lane,
+            )
+            if reply.status is not JoinStatus.REBUILDING or not await rebuild.wait_a_moment():
+                return reply
 
     def _join_refused(self, event_id: int, reply: JoinReply) -> BoxofficeError:
         status = reply.status
@@ -301,13 +315,22 @@ class QueueHandler:
         return errors.join_refused(event_id, reply, window_seconds=self._settings.join_limit_window_seconds)
 
     async def _fan(self, event_id: int, customer_id: str, op: FanOp, reason: str = "") -> Place:
-        now = self._now_ms()
-        place = await self._store.fan(event_id, customer_id, now_ms=now, op=op, reason=reason)
+        place = await self._fan_once(event_id, customer_id, op, reason)
         if place is None and await self._mirror(event_id):
-            place = await self._store.fan(event_id, customer_id, now_ms=now, op=op, reason=reason)
+            place = await self._fan_once(event_id, customer_id, op, reason)
         if place is None:
             raise errors.unknown_event(event_id)
         return place
+
+    async def _fan_once(self, event_id: int, customer_id: str, op: FanOp, reason: str) -> Place | None:
+        """One read or change of the fan's place; while the room waits for
+        its rebuild (the place comes back with it), again each moment."""
+        while True:
+            try:
+                return await self._store.fan(event_id, customer_id, now_ms=self._now_ms(), op=op, reason=reason)
+            except errors.RoomRebuilding:
+                if not await rebuild.wait_a_moment():
+                    raise
 
     def _position(self, event_id: int, customer_id: str, place: Place, *, with_token: bool) -> Position:
         return _in_lane(self._lane_position(event_id, customer_id, place, with_token=with_token), place.lane)

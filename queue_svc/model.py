@@ -257,6 +257,9 @@ class Progress:
     rate_reason: RateReason = RateReason.BASE
     # The lane ("" the general one); every figure but active_shoppers is its.
     lane: str = ""
+    # The room's generation (queue_svc.rebuild): it grows each time the room
+    # is rebuilt after Redis lost its data; 0 while it waits for that.
+    generation: int = 0
     # Derived once here, read by every watcher of the event.
     admission_state: AdmissionState = field(init=False)
     rate_per_second: float = field(init=False)
@@ -418,6 +421,9 @@ class TickResult:
     # deadline (no-shows), and admissions claimed.
     no_shows_total: int = 0
     claimed_total: int = 0
+    # The room lost its data (its generation marker is gone or older than
+    # Postgres's): nothing was done; the room waits for its rebuild.
+    room_lost: bool = False
 
 
 # The pre-queue's draw: scores of the pre-queue band are the draw's scores.

@@ -39,6 +39,9 @@ class JoinStatus(enum.Enum):
     # the draw's score (nothing changed but the limits' count): join again
     # with it.
     NEEDS_DRAW = "needs_draw"
+    # The room lost its data and is not rebuilt yet (nothing changed): join
+    # again once it is (queue_svc.rebuild).
+    REBUILDING = "rebuilding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +150,13 @@ class QueueStore(Protocol):
         reason: RateReason = RateReason.BASE,
         lane: str = "",
         slot_share: float = 1.0,
+        generation: int = 0,
     ) -> TickResult | None:
         """One admit tick of the event's ``lane`` at the target rate (0: the
         configured one), filling at most ``slot_share`` of the free slots;
-        None for an unknown event (or lane not mirrored)."""
+        None for an unknown event (or lane not mirrored). A room whose
+        generation marker is missing or below ``generation`` (Postgres's)
+        lost its data: nothing is done and the result says ``room_lost``."""
 
     async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
         """The waiting fans among ``customer_ids`` are seen now; how many
@@ -164,8 +170,11 @@ class QueueStore(Protocol):
         """The admission progress of the event's lane; None for an unknown
         event (or lane not mirrored)."""
 
-    async def put_config(self, config: WaitingRoomConfig) -> bool:
-        """Mirror a stored configuration (ignored when not newer)."""
+    async def put_config(self, config: WaitingRoomConfig, *, generation: int = 1) -> bool:
+        """Mirror a stored configuration (ignored when not newer). A room
+        without a generation marker gets ``generation`` as its marker
+        (0: left without one, for a room that lost its data and has a
+        history to rebuild from, see queue_svc.rebuild)."""
 
 
 class WaitingRoomRepository(Protocol):

@@ -11,6 +11,14 @@ so a row can commit after a later one was already published.
 
 Per-order order with replicas: a row is published only when no older row
 of the same aggregate is still unpublished (or locked by another relay).
+
+A Redis that loses its data takes the stream with it. The stream has a
+marker (``{<stream>}:gen``, a random token the relay writes and
+remembers); a relay that finds it gone or changed knows the stream was
+lost and, within a second, makes the groups again and publishes anew every
+row the repair group (the issuer) has not processed (:meth:`check_stream`).
+The slower :meth:`repair_lost` remains for a loss no relay saw (all of them
+down meanwhile).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -118,6 +127,9 @@ class OutboxRelay:
         self._repair_group = repair_group
         self._repair_after = repair_after_seconds
         self._hooks = hooks or RelayHooks()
+        # The stream's marker, and the token this relay last saw in it.
+        self._marker_key = f"{{{stream}}}:gen"
+        self._marker: bytes | str | None = None
 
     async def prepare(self) -> None:
         """Create the stream and its consumer groups (from its start), so that
@@ -195,6 +207,57 @@ class OutboxRelay:
                 )
             )
 
+    async def check_stream(self) -> int:
+        """Notice a stream that Redis lost (its marker gone, or another
+        relay's new one since this relay last looked): make the groups
+        again and publish anew the rows the repair group has not processed.
+        The number of rows; 0 on a relay's first look (it does not know
+        what came before it: :meth:`repair_lost` covers that)."""
+        async with deadline.bounded():
+            current: bytes | str | None = await self._redis.get(self._marker_key)
+            if current is not None and current == self._marker:
+                return 0
+            if current is None:
+                await self._redis.set(self._marker_key, secrets.token_hex(8), nx=True)
+                current = await self._redis.get(self._marker_key)
+        first, self._marker = self._marker is None, current
+        if first:
+            return 0
+        _log.warning("the ticket stream was lost with Redis's data; publishing again", extra={"stream": self._stream})
+        with deadline.scope(30):
+            await self.prepare()
+            return await self._republish(age_seconds=0.0)
+
+    async def _republish(self, *, age_seconds: float) -> int:
+        """Mark unpublished the booking events published ``age_seconds``
+        ago or more that the repair group never processed; how many."""
+        if self._repair_group is None:
+            return 0
+        repaired = 0
+        while True:
+            async with db.transaction(self._pool) as conn:
+                cur = await conn.execute(
+                    """
+                    UPDATE outbox SET published_at = NULL
+                     WHERE id IN (
+                         SELECT o.id FROM outbox o
+                          WHERE o.published_at <= now() - make_interval(secs => %s)
+                            AND o.type IN ('BookingConfirmed', 'BookingCancelled')
+                            AND NOT EXISTS (SELECT 1 FROM processed_stream_events p
+                                             WHERE p.consumer = %s AND p.event_id = o.id)
+                          LIMIT 1000)
+                    """,
+                    (age_seconds, self._repair_group),
+                )
+                batch = cur.rowcount
+            repaired += batch
+            if batch < 1000:
+                break
+        if repaired:
+            self._metrics.republished.inc(repaired)
+            _log.warning("outbox rows lost from the stream are published again", extra={"rows": repaired})
+        return repaired
+
     async def repair_lost(self) -> int:
         """Publish again the rows a Redis that lost data took with it.
 
@@ -215,25 +278,7 @@ class OutboxRelay:
         group = next((g for g in groups if _text(g["name"]) == self._repair_group), None)
         if group is None or group["pending"] or _text(group["last-delivered-id"]) != _text(stream["last-generated-id"]):
             return 0
-        async with db.transaction(self._pool) as conn:
-            cur = await conn.execute(
-                """
-                UPDATE outbox SET published_at = NULL
-                 WHERE id IN (
-                     SELECT o.id FROM outbox o
-                      WHERE o.published_at < now() - make_interval(secs => %s)
-                        AND o.type IN ('BookingConfirmed', 'BookingCancelled')
-                        AND NOT EXISTS (SELECT 1 FROM processed_stream_events p
-                                         WHERE p.consumer = %s AND p.event_id = o.id)
-                      LIMIT 1000)
-                """,
-                (self._repair_after, self._repair_group),
-            )
-            repaired = cur.rowcount
-        if repaired:
-            self._metrics.republished.inc(repaired)
-            _log.warning("outbox rows lost from the stream are published again", extra={"rows": repaired})
-        return repaired
+        return await self._republish(age_seconds=self._repair_after)
 
     async def run(self) -> None:
         """Publish until cancelled; a failing store is retried with backoff."""
@@ -243,8 +288,13 @@ class OutboxRelay:
         loop = asyncio.get_running_loop()
         next_housekeeping = 0.0
         next_repair = loop.time() + 30.0
+        next_check = 0.0
         while True:
             try:
+                if loop.time() >= next_check:
+                    next_check = loop.time() + 1.0
+                    with deadline.scope(10):
+                        await self.check_stream()
                 with deadline.scope(10):
                     published = await self.publish_once()
                     if loop.time() >= next_housekeeping:

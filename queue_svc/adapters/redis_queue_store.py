@@ -28,6 +28,10 @@ Per event, under the hash tag ``{ev:<id>}``:
 - ``lifen`` the number of entries trimmed from the head of ``life`` (copied),
   so that an entry's absolute index is ``lifen`` + its place in the list
 - ``refused`` hash: joins refused, per reason (the recorder copies the totals)
+- ``gen`` the room's generation marker (``queue_svc.rebuild``): written with
+  the room's first configuration, gone with its data; while it is missing
+  (or older than Postgres's), joins and reads wait and nobody is admitted
+  until the admitter rebuilt the room from Postgres
 
 A waiting fan costs a member of each of two sorted sets and nothing else. Every change is
 one Lua script (the package's ``lua/*.lua``), keys through KEYS and the clock
@@ -68,6 +72,12 @@ _UNKNOWN_EVENT = -1
 _STALE_EPOCH = -5
 # A join or fan script's answer: the fan is bound to another lane.
 _BOUND_ELSEWHERE = -7
+# The room lost its data and is not rebuilt yet (join, fan, admit).
+_ROOM_LOST = -8
+# Lifecycle entries are numbered within their generation: index =
+# (generation - 1) * GENERATION_SPAN + place in that generation's log (the
+# first generation's are numbered as before generations existed).
+GENERATION_SPAN = 1 << 40
 # A fan's call follows their lane this many times at most (the binding
 # moves only when the fan is neither waiting nor admitted).
 _LANE_TRIES = 4
@@ -85,6 +95,7 @@ _JOIN_CODES = {
     -3: JoinStatus.ACCOUNT_LIMITED,
     -4: JoinStatus.CLIENT_LIMITED,
     -6: JoinStatus.NEEDS_DRAW,
+    _ROOM_LOST: JoinStatus.REBUILDING,
 }
 
 
@@ -109,6 +120,8 @@ class EventKeys:
     # Which lane each fan is bound to (lane.lua), and the prefix of the
     # join counters' keys: both the event's, whatever the lane.
     lanes: str
+    # The room's generation marker (the event's, whatever the lane).
+    generation: str
     limits_prefix: str
     # The keys the join, fan, admit and progress scripts take first, in this order.
     common: tuple[str, str, str, str, str, str, str, str, str]
@@ -140,6 +153,7 @@ class EventKeys:
             lifecycle_trimmed=event_key(event_id, "lifen"),
             refusals=event_key(event_id, "refused"),
             lanes=event_key(event_id, "lanes"),
+            generation=event_key(event_id, "gen"),
             limits_prefix=f"{event_key(event_id)}:",
             common=(config, queue, admitted, active, outcomes, progress, seen, shadow, shadow_queue),
         )
@@ -242,6 +256,7 @@ class RedisQueueStore:
                     keys.lifecycle,
                     keys.refusals,
                     keys.lanes,
+                    keys.generation,
                 ),
                 args,
             )
@@ -251,7 +266,7 @@ class RedisQueueStore:
         else:
             raise errors.lane_changed(event_id)
         status = _JOIN_CODES[int(reply[0])]
-        if status is JoinStatus.UNKNOWN_EVENT:
+        if status is JoinStatus.UNKNOWN_EVENT or status is JoinStatus.REBUILDING:
             return JoinReply(status)
         return JoinReply(
             lane=lane,
@@ -272,7 +287,9 @@ class RedisQueueStore:
         for _ in range(_LANE_TRIES):
             keys = self.keys(event_id, lane)
             reply = await self._batcher.call(
-                self._fan, (*keys.common, keys.lifecycle, keys.lanes), (customer_id, now_ms, op.value, reason, lane)
+                self._fan,
+                (*keys.common, keys.lifecycle, keys.lanes, keys.generation),
+                (customer_id, now_ms, op.value, reason, lane),
             )
             if int(reply[0]) != _BOUND_ELSEWHERE:
                 break
@@ -281,6 +298,8 @@ class RedisQueueStore:
         else:
             raise errors.lane_changed(event_id)
         state = int(reply[0])
+        if state == _ROOM_LOST:
+            raise errors.RoomRebuilding(event_id)
         if state < 0:
             return None
         return Place(
@@ -310,6 +329,7 @@ class RedisQueueStore:
         reason: RateReason = RateReason.BASE,
         lane: str = "",
         slot_share: float = 1.0,
+        generation: int = 0,
     ) -> TickResult | None:
         args: list[Arg] = [
             now_ms,
@@ -319,12 +339,15 @@ class RedisQueueStore:
             float(target_rate),
             int(reason),
             min(max(slot_share, 0.0), 1.0),
+            generation,
         ]
         keys = self.keys(event_id, lane)
-        reply = await self._batcher.call(self._admit, (*keys.common, keys.lifecycle), args)
+        reply = await self._batcher.call(self._admit, (*keys.common, keys.lifecycle, keys.generation), args)
         code = int(reply[0])
         if code == _UNKNOWN_EVENT:
             return None
+        if code == _ROOM_LOST:
+            return TickResult(event_id, False, 0, 0, 0, 0, 0, 0, 0, room_lost=True)
         return TickResult(
             event_id=event_id,
             stale_epoch=code == _STALE_EPOCH,
@@ -369,7 +392,8 @@ class RedisQueueStore:
         return bool(int(reply[1]))
 
     async def progress(self, event_id: int, *, now_ms: int, lane: str = "") -> Progress | None:
-        reply = await self._batcher.call(self._progress, self.keys(event_id, lane).common, ())
+        keys = self.keys(event_id, lane)
+        reply = await self._batcher.call(self._progress, (*keys.common, keys.generation), ())
         if not int(reply[0]):
             return None
         return Progress(
@@ -388,6 +412,7 @@ class RedisQueueStore:
             target_rate_per_second=_float(reply[11]),
             rate_reason=_reason(reply[12]),
             lane=lane,
+            generation=_int(reply[13]),
         )
 
     async def pre_queue_log(self, event_id: int, *, start: int, count: int, seal: bool) -> PreQueueLog | None:
@@ -407,16 +432,19 @@ class RedisQueueStore:
         keys = self.keys(event_id)
         reply = await self._batcher.call(
             self._lifecycle,
-            (keys.config, keys.lifecycle, keys.lifecycle_trimmed, keys.refusals),
-            ("read", count, 0),
+            (keys.config, keys.lifecycle, keys.lifecycle_trimmed, keys.refusals, keys.generation),
+            ("read", count, 0, 0),
         )
+        if int(reply[0]) == -2:
+            # Lost and not rebuilt yet: nothing to copy until it is.
+            return LifecycleLog(start=0, entries=[], refusals={})
         if int(reply[0]) != 1:
             return None
-        trimmed, length = int(reply[1]), int(reply[2])
-        raw = reply[3 : 3 + length]
-        pairs = reply[3 + length :]
+        trimmed, length, generation = int(reply[1]), int(reply[2]), int(reply[3])
+        raw = reply[4 : 4 + length]
+        pairs = reply[4 + length :]
         return LifecycleLog(
-            start=trimmed,
+            start=(generation - 1) * GENERATION_SPAN + trimmed,
             entries=[item.decode() if isinstance(item, bytes) else str(item) for item in raw],
             refusals={
                 (pairs[i].decode() if isinstance(pairs[i], bytes) else str(pairs[i])): int(pairs[i + 1])
@@ -428,15 +456,16 @@ class RedisQueueStore:
         keys = self.keys(event_id)
         reply = await self._batcher.call(
             self._lifecycle,
-            (keys.config, keys.lifecycle, keys.lifecycle_trimmed, keys.refusals),
-            ("trim", count, start),
+            (keys.config, keys.lifecycle, keys.lifecycle_trimmed, keys.refusals, keys.generation),
+            ("trim", count, start % GENERATION_SPAN, start // GENERATION_SPAN + 1),
         )
         return int(reply[0]) == 1
 
-    async def put_config(self, config: WaitingRoomConfig) -> bool:
+    async def put_config(self, config: WaitingRoomConfig, *, generation: int = 1) -> bool:
         """Mirrors the room, one configuration per lane (the general lane's
         at the event's keys): each lane's own opening, pre-queue and
-        nominal part of the rate, the rest the room's."""
+        nominal part of the rate, the rest the room's. A room without a
+        generation marker gets ``generation`` (0: none)."""
         written = False
         views = config.lane_views()
         names = ",".join(view.name for view in views[1:])
@@ -446,15 +475,16 @@ class RedisQueueStore:
             if config.lanes:
                 rate = max(1, round(rate * view.weight / total))
             written |= await self._put_lane(
-                config, view.name, view.opens_at_ms, view.pre_queue_opens_at_ms, rate, names
+                config, view.name, view.opens_at_ms, view.pre_queue_opens_at_ms, rate, names, generation
             )
         return written
 
     async def _put_lane(
-        self, config: WaitingRoomConfig, lane: str, opens_ms: int, pre_ms: int, rate: int, names: str
+        self, config: WaitingRoomConfig, lane: str, opens_ms: int, pre_ms: int, rate: int, names: str, generation: int
     ) -> bool:
         args: list[Arg] = [
             config.version,
+            generation,
             "lanes",
             int(bool(config.lanes)),
             "names",
@@ -480,5 +510,6 @@ class RedisQueueStore:
             "safety",
             int(config.safety_net),
         ]
-        reply = await self._batcher.call(self._config_put, (self.keys(config.event_id, lane).config,), args)
+        keys = self.keys(config.event_id, lane)
+        reply = await self._batcher.call(self._config_put, (keys.config, keys.generation), args)
         return bool(reply)

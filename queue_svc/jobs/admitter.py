@@ -40,6 +40,18 @@ from queue_svc.rate import BookingHealth, NoShowWindow, RatePolicy, target_rate
 _log = logging.getLogger("queue_svc.jobs.admitter")
 
 
+class RoomRebuilder(Protocol):
+    """Puts back a room whose Redis data was lost (``queue_svc.rebuild``)."""
+
+    async def generations(self) -> dict[int, tuple[int, int]]:
+        """Every room's generation in Postgres, and the marker a mirror may
+        write for a room without one (0: none, the room has a history)."""
+
+    async def rebuild(self, config: WaitingRoomConfig, *, now_ms: int) -> int | None:
+        """Bring the room's marker up to its generation, rebuilding its
+        state first if lost; the generation after (None: try again)."""
+
+
 class LeaderEpochs(Protocol):
     """The leader election's own record of the admitters' terms."""
 
@@ -61,8 +73,13 @@ class Admitter:
         leadership: Leadership,
         health: BookingHealthSource | None = None,
         epochs: LeaderEpochs | None = None,
+        rebuilder: RoomRebuilder | None = None,
     ) -> None:
         self._store = store
+        # Rooms that lost their Redis data are rebuilt by it (None: they
+        # wait; every room then counts as generation 1).
+        self._rebuilder = rebuilder
+        self._generations: dict[int, tuple[int, int]] = {}
         # Where each tick confirms its epoch (None: the Redis copy alone).
         self._epochs = epochs
         self._deposed_at: int | None = None
@@ -104,8 +121,10 @@ class Admitter:
         refresh)."""
         with deadline.scope(max(self._settings.tick_seconds, 1.0) * 5):
             configs = await self._rooms.list_all()
+            if self._rebuilder is not None:
+                self._generations = await self._rebuilder.generations()
             for config in configs:
-                await self._store.put_config(config)
+                await self._store.put_config(config, generation=self._generations.get(config.event_id, (1, 1))[1])
         self._event_ids = [config.event_id for config in configs]
         self._configs = {config.event_id: config for config in configs}
         for stale in set(self._no_shows) - set(self._configs):
@@ -152,6 +171,22 @@ class Admitter:
         )
         return [result for result in ticked if result is not None]
 
+    async def _rebuild(self, event_id: int, now_ms: int) -> None:
+        """Rebuild a room that lost its Redis data (nobody is admitted
+        meanwhile: its admit script refuses until its marker is back)."""
+        config = self._configs.get(event_id)
+        if self._rebuilder is None or config is None:
+            return
+        try:
+            with deadline.scope(max(self._settings.tick_seconds, 1.0) * 60):
+                generation = await self._rebuilder.rebuild(config, now_ms=now_ms)
+        except BoxofficeError as err:
+            _log.warning("cannot rebuild a waiting room yet", extra={"event_id": event_id, "reason": err.reason})
+            return
+        if generation is not None:
+            stamp = self._generations.get(event_id, (1, 1))[1]
+            self._generations[event_id] = (generation, stamp)
+
     async def _read_health(self) -> BookingHealth | None:
         if self._health is None:
             return None
@@ -184,8 +219,11 @@ class Admitter:
         to the lanes that still have fans waiting, within their own rate.
         The cap holds inside each script; the answer adds the lanes up."""
         config = self._configs.get(event_id)
+        generation = self._generations.get(event_id, (0, 0))[0]
         if config is None or not config.lanes:
-            return await self._store.admit(event_id, now_ms=now_ms, epoch=epoch, target_rate=rate, reason=reason)
+            return await self._store.admit(
+                event_id, now_ms=now_ms, epoch=epoch, target_rate=rate, reason=reason, generation=generation
+            )
         views = config.lane_views()
         base = rate if rate > 0 else float(config.admission_rate_per_second)
         waiting = self._waiting.setdefault(event_id, {})
@@ -201,13 +239,14 @@ class Admitter:
                 reason=reason,
                 lane=lane,
                 slot_share=share,
+                generation=generation,
             )
 
         for view in views:
             result = await admit(view.name, parts[view.name])
             if result is None:
                 continue  # not mirrored yet: the next refresh mirrors it
-            if result.stale_epoch:
+            if result.stale_epoch or result.room_lost:
                 return result
             results[view.name] = result
         if not results:
@@ -239,6 +278,11 @@ class Admitter:
         self._failing.discard(event_id)
         self._metrics.tick_seconds.observe(time.perf_counter() - began)
         if result is None:
+            # Not mirrored: a new room, or one whose Redis data is gone.
+            await self._rebuild(event_id, now_ms)
+            return None
+        if result.room_lost:
+            await self._rebuild(event_id, now_ms)
             return None
         if result.stale_epoch:
             self._metrics.stale_ticks.inc()

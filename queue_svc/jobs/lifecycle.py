@@ -35,6 +35,13 @@ reads the head, inserts it (a row stored already is ignored), then trims
 from the start it read; a trim from a stale start (another recorder
 trimmed meanwhile) does nothing.
 
+The log and its counter live in Redis, and go when Redis loses its data;
+the room then comes back as a new generation (``queue_svc.rebuild``), and
+an entry's index counts within its generation (``(generation - 1) * 2**40``
+plus the trimmed count plus its place), so the entries of a rebuilt room
+never collide with those stored before the loss. A room waiting for its
+rebuild has nothing to copy.
+
 The joins refused per reason (Redis counters ``{ev:<id>}:refused``) are
 copied with the same pass; they only grow, so the larger total is kept.
 """

@@ -24,16 +24,21 @@
 --
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
 --       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
---       10 lifecycle log
+--       10 lifecycle log, 11 the room's generation marker (see
+--       queue_svc.rebuild)
 -- ARGV: 1 now (ms), 2 leader epoch, 3 most removals per set and tick,
 --       4 rate averaging window (ms), 5 target rate (per second, 0 = the
 --       configured one), 6 the target's reason (a proto enum number),
 --       7 the part of the free slots this script may fill (0 to 1; 1 when
---       absent): a room with lanes gives each lane its part in turn
+--       absent): a room with lanes gives each lane its part in turn,
+--       8 the room's generation in Postgres (the marker must be at least it)
 -- Reply: {code, admitted, expired, active, queue_length, admitted_through,
 --         admitted_total, highest_epoch, dropped, no_shows_total,
 --         claimed_total}
---   code 0 done, -1 unknown event, -5 stale epoch (nothing changed)
+--   code 0 done, -1 unknown event, -5 stale epoch, -8 the room lost its
+--   data (its generation marker is gone or older than Postgres's): nobody
+--   is admitted until it is rebuilt, so the cap holds across the loss
+--   (nothing changed)
 local now = tonumber(ARGV[1])
 local epoch = tonumber(ARGV[2])
 local seen = tonumber(redis.call('HGET', KEYS[6], 'epoch') or '0')
@@ -43,6 +48,10 @@ end
 local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'rate', 'max', 'claim', 'grace')
 if not cfg[1] then
   return {-1, 0, 0, 0, 0, 0, 0, seen, 0, 0, 0}
+end
+local generation = tonumber(redis.call('GET', KEYS[11]) or '0')
+if generation == 0 or generation < tonumber(ARGV[8] or '0') then
+  return {-8, 0, 0, 0, 0, 0, 0, seen, 0, 0, 0}
 end
 if epoch > seen then
   redis.call('HSET', KEYS[6], 'epoch', epoch)

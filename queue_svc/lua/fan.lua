@@ -16,18 +16,23 @@
 --
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
 --       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
---       10 lifecycle log, 11 lane hash (see lane.lua)
+--       10 lifecycle log, 11 lane hash (see lane.lua), 12 the room's
+--       generation marker (see queue_svc.rebuild)
 -- ARGV: 1 customer, 2 now (ms), 3 op, 4 why the session ends (op end;
 --       '' = not said), 5 the lane these keys are of ('' general)
 -- Reply: {state, score, ahead, expires_at, changed, opens_at, paused,
 --         token_ttl, rate (string), last_tick, admitted_total, pre_joined}
 --   state 1 waiting, 2 admitted, 3 expired, 4 left, 5 completed,
 --   6 not in queue, 7 dropped (not seen for the presence grace); -1
---   unknown event. changed is 1 when op did its change. {-7, lane} when
+--   unknown event, -8 the room lost its data and is not rebuilt yet
+--   (nothing changed: the fan's place comes back with the rebuild). changed is 1 when op did its change. {-7, lane} when
 --   the room has lanes and the fan is bound to another (nothing changed).
 local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'session', 'ttl', 'lanes')
 if not cfg[1] then
   return {-1}
+end
+if redis.call('EXISTS', KEYS[12]) == 0 then
+  return {-8}
 end
 local customer = ARGV[1]
 if cfg[5] == '1' then

@@ -34,7 +34,8 @@
 -- KEYS: 1 config, 2 queue, 3 admitted (unclaimed), 4 active, 5 outcomes,
 --       6 progress, 7 seen, 8 shadow (flagged), 9 shadow queue,
 --       10 sequence, 11 this window's join counters, 12 pre-queue log,
---       13 lifecycle log, 14 refusal counters, 15 lane hash (see lane.lua)
+--       13 lifecycle log, 14 refusal counters, 15 lane hash (see lane.lua),
+--       16 the room's generation marker (see queue_svc.rebuild)
 -- ARGV: 1 customer, 2 now (ms), 3 pre-queue score (negative: none; a fan
 --       who would be placed in the pre-queue is not, code -6), 4 client ('' = none),
 --       5 joins per account per window, 6 joins per client per window
@@ -46,10 +47,15 @@
 --         the fan is bound to another lane (nothing changed: lane.lua decides)
 --   code 1 waiting, 2 admitted; -1 unknown event, -2 not open yet,
 --   -3 account over its limit, -4 client over its limit, -6 the pre-queue
---   score is needed (nothing changed but the join's count in the limits)
+--   score is needed (nothing changed but the join's count in the limits),
+--   -8 the room lost its data and is not rebuilt yet (nothing changed: a
+--   join now would take a place ahead of the fans the rebuild puts back)
 local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate', 'lanes')
 if not cfg[1] then
   return {-1}
+end
+if redis.call('EXISTS', KEYS[16]) == 0 then
+  return {-8}
 end
 local customer = ARGV[1]
 -- A lane's joins say their lane in the lifecycle log (the general lane's say nothing).

@@ -465,3 +465,42 @@ async def test_rows_lost_with_the_stream_are_published_again(
     while await issuer.read_once() > 0:
         pass
     assert await relay.repair_lost() == 0
+
+
+async def test_a_lost_stream_is_noticed_by_its_marker_and_published_again_at_once(
+    pool: Pool, redis_conn: aioredis.Redis, stream: str, make_issuer: IssuerFactory
+) -> None:
+    """Redis loses the stream and its marker while the issuer is behind:
+    the relay's next look at the marker (each second while it runs)
+    publishes the rows again, without the repair's wait, and their tickets
+    are issued once."""
+    event_id = new_event_id()
+    holds = [str(uuid.uuid4()) for _ in range(2)]
+    relay = OutboxRelay(
+        pool=pool,
+        redis=redis_conn,
+        stream=stream,
+        groups=["ticket-issuer"],
+        metrics=RelayMetrics.create(CollectorRegistry()),
+        repair_group="ticket-issuer",
+    )
+    await relay.prepare()
+    assert await relay.check_stream() == 0  # the first look only learns the marker
+    assert await relay.check_stream() == 0  # and the marker is unchanged
+    issuer = (await make_issuer("c")).consumer
+    await insert_outbox(pool, holds[0], "BookingConfirmed", _confirmed(holds[0], event_id, seats=[500]))
+    await _drain(relay)
+    while await issuer.read_once() > 0:
+        pass
+    await insert_outbox(pool, holds[1], "BookingConfirmed", _confirmed(holds[1], event_id, seats=[501]))
+    await _drain(relay)
+    # Lost: the stream and its marker, before the issuer read the second.
+    await redis_conn.delete(stream, f"{{{stream}}}:gen")
+    # The age-based repair would wait (the control): the row is too recent.
+    assert await relay.repair_lost() == 0
+    assert await relay.check_stream() == 1
+    await _drain(relay)
+    while await issuer.read_once() > 0:
+        pass
+    assert await _tickets(pool, holds) == sorted([(holds[0], 1, 500, False), (holds[1], 1, 501, False)])
+    assert await relay.check_stream() == 0

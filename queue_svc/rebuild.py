@@ -1,0 +1,294 @@
+"""The waiting room rebuilds itself after Redis loses its data.
+
+Redis is the room's hot path, and Redis can lose what it was told (a
+failover without persistence, a flush). What a fan's place depends on is
+durable all the same: every change of a fan's state is copied to Postgres
+by the lifecycle recorder (``queue_svc.jobs.lifecycle``), and this module
+makes that copy the source of a rebuild.
+
+*The generation marker.* Each room has a generation in Postgres
+(``queue_generations``; a room without a row is generation 1) and a marker
+in Redis (``{ev:<id>}:gen``) written with the room's first configuration
+and gone with its data. A room whose marker is missing, or older than
+Postgres's generation, lost its data: its join and fan scripts answer "not
+rebuilt yet" and change nothing (the handler asks again each moment within
+the call's time: :func:`wait_a_moment`), and its admit script admits nobody,
+so the cap holds across the loss: nobody is admitted before the admitted
+and active sets are back.
+
+*The rebuild.* The admitter, on an admit tick that found the room lost,
+calls :meth:`Rebuilder.rebuild`: it advances the room's generation in
+Postgres (one admitter wins), folds the room's lifecycle rows into the
+state they describe (:func:`fold`): each lane's queue with the fans' own
+scores (so their original order), the admissions not yet claimed whose
+claim time is not over, the sessions not over, the flagged fans, how each
+departed fan's visit ended, the lanes' bindings, sequences (later joins go
+behind everyone rebuilt) and progress counters; writes it while the marker
+is still missing, and writes the new marker last. Fans who joined in the
+last moment before the loss (not copied yet) read "not in queue" and join
+again; nobody else does.
+
+Lifecycle entries are numbered within their generation
+(``redis_queue_store.GENERATION_SPAN``), so entries of a rebuilt room never
+collide with the ones stored before the loss. The generation travels in the
+progress stream (``AdmissionProgress.generation``), so the edge drops places
+it saved under an older generation and asks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from boxoffice import deadline
+from boxoffice.errors import DeadlineExceeded
+from queue_svc.jobs.lifecycle import LifecycleRow
+from queue_svc.model import PRE_QUEUE_BAND, WaitingRoomConfig
+from queue_svc.ports import QueueStore
+
+_log = logging.getLogger("queue_svc.rebuild")
+
+# How often a call waiting for a rebuild asks again, and the time it keeps
+# for its own answer.
+_POLL_SECONDS = 0.05
+_MARGIN_SECONDS = 0.1
+
+# How a departed fan's visit ended, as the scripts record it (``out``).
+_OUTCOMES = {"left": "L", "ended": "C", "dropped": "D", "no_show": "E", "expired": "E"}
+
+
+async def wait_a_moment() -> bool:
+    """Wait before asking a room being rebuilt again; False when the call
+    has no time left for another try."""
+    try:
+        left = deadline.remaining()
+    except DeadlineExceeded:
+        return False
+    if left <= _POLL_SECONDS + _MARGIN_SECONDS:
+        return False
+    await asyncio.sleep(_POLL_SECONDS)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class RoomGeneration:
+    """A room's generation in Postgres, and whether Postgres holds a
+    history of it (lifecycle rows) to rebuild from."""
+
+    generation: int
+    history: bool
+
+    @property
+    def stamp(self) -> int:
+        """The marker a mirror writes when the room has none: the
+        generation for a room with nothing to rebuild, else none (0)."""
+        return 0 if self.history else self.generation
+
+
+class RoomGenerations(Protocol):
+    """The rooms' generations and histories (Postgres)."""
+
+    async def stamp(self, event_id: int) -> int:
+        """:attr:`RoomGeneration.stamp` of one room."""
+
+    async def current(self, event_id: int) -> RoomGeneration:
+        """One room's generation."""
+
+    async def all(self) -> dict[int, RoomGeneration]:
+        """Every room's generation."""
+
+    async def advance(self, event_id: int, *, from_generation: int) -> int | None:
+        """Move the room to the next generation if it is still at
+        ``from_generation``; the new one, or None (another moved it)."""
+
+    async def history(self, event_id: int) -> list[LifecycleRow]:
+        """The room's lifecycle rows in order (every generation's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaneImage:
+    """One lane's part of a rebuilt room."""
+
+    # (score, customer) of the fans waiting, and the lane's sequence (the
+    # highest score after opening, less the pre-queue band).
+    waiting: list[tuple[int, str]] = field(default_factory=list)
+    sequence: int = 0
+    # The lane's progress counters (the ``prog`` hash's fields).
+    progress: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RoomImage:
+    """A room's Redis state, as its lifecycle describes it at one instant."""
+
+    lanes: dict[str, LaneImage]
+    # (claim deadline ms, customer) and (session end ms, customer).
+    admitted: list[tuple[int, str]]
+    active: list[tuple[int, str]]
+    # Flagged fans whom admission reached: (score, customer).
+    shadowed: list[tuple[int, str]]
+    # How each departed fan's visit ended (E, L, C, D), and each lane fan's lane.
+    outcomes: dict[str, str]
+    bindings: dict[str, str]
+    # The instant it describes (ms): the waiters are seen then.
+    at_ms: int = 0
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(lane.waiting) for lane in self.lanes.values())
+
+
+@dataclass(slots=True)
+class _Fan:
+    lane: str = ""
+    score: int = 0
+    state: str = ""
+    since_ms: int = 0
+
+
+def fold(rows: Sequence[LifecycleRow], config: WaitingRoomConfig, *, now_ms: int) -> RoomImage:
+    """The room's state after ``rows`` (in index order) at ``now_ms``."""
+    fans: dict[str, _Fan] = {}
+    counters: dict[str, dict[str, int]] = {}
+    sequences: dict[str, int] = {}
+    outcomes: dict[str, str] = {}
+
+    def count(lane: str, name: str, by: int = 1) -> None:
+        lane_counters = counters.setdefault(lane, {})
+        lane_counters[name] = lane_counters.get(name, 0) + by
+
+    for row in rows:
+        fan = fans.get(row.customer_id)
+        if row.kind == "joined":
+            lane = row.detail or ""
+            fan = fans[row.customer_id] = _Fan(lane=lane, score=row.score or 0, state="waiting", since_ms=row.at_ms)
+            outcomes.pop(row.customer_id, None)
+            count(lane, "joined")
+            if row.pre_queue:
+                count(lane, "pre")
+            elif row.score is not None:
+                sequences[lane] = max(sequences.get(lane, 0), row.score - PRE_QUEUE_BAND)
+            continue
+        if fan is None:
+            continue  # its join was removed by the retention: nothing to put back
+        if row.kind == "admitted":
+            fan.state, fan.since_ms = "admitted", row.at_ms
+            count(fan.lane, "admitted")
+            lane_counters = counters.setdefault(fan.lane, {})
+            lane_counters["through"] = max(lane_counters.get("through", 0), fan.score)
+        elif row.kind == "claimed":
+            fan.state, fan.since_ms = "active", row.at_ms
+            count(fan.lane, "claimed")
+        elif row.kind == "shadowed":
+            fan.state = "shadowed"
+        elif row.kind == "unshadowed":
+            fan.state = "waiting"
+        elif row.kind in _OUTCOMES:
+            if row.kind == "no_show":
+                count(fan.lane, "noshow")
+            fan.state = "gone"
+            outcomes[row.customer_id] = _OUTCOMES[row.kind]
+
+    lanes: dict[str, LaneImage] = {}
+    names = {view.name for view in config.lane_views()}
+    for name in names | set(counters):
+        lanes[name] = LaneImage(sequence=sequences.get(name, 0), progress=dict(counters.get(name, {})))
+    admitted: list[tuple[int, str]] = []
+    active: list[tuple[int, str]] = []
+    shadowed: list[tuple[int, str]] = []
+    bindings: dict[str, str] = {}
+    for customer, fan in fans.items():
+        if fan.lane:
+            bindings[customer] = fan.lane
+        if fan.state == "waiting":
+            lanes.setdefault(fan.lane, LaneImage()).waiting.append((fan.score, customer))
+        elif fan.state == "shadowed":
+            shadowed.append((fan.score, customer))
+        elif fan.state == "admitted":
+            ends = fan.since_ms + config.claim_grace_ms
+            if ends > now_ms:
+                admitted.append((ends, customer))
+            else:
+                outcomes[customer] = "E"
+        elif fan.state == "active":
+            ends = fan.since_ms + config.session_length_ms
+            if ends > now_ms:
+                active.append((ends, customer))
+            else:
+                outcomes[customer] = "E"
+    for part in lanes.values():
+        part.waiting.sort()
+    return RoomImage(lanes, admitted, active, shadowed, outcomes, bindings, now_ms)
+
+
+class RoomImageStore(Protocol):
+    """The Redis side of a rebuild (``adapters.redis_rebuild``)."""
+
+    async def marker(self, event_id: int) -> tuple[int, bool]:
+        """The room's marker (0: none) and whether it holds any state."""
+
+    async def wipe(self, event_id: int, lanes: Sequence[str]) -> None:
+        """Delete a stale room's state (a marker older than Postgres's)."""
+
+    async def restore(self, event_id: int, image: RoomImage) -> bool:
+        """Write the image while the marker is missing; False when a marker
+        appeared meanwhile (another admitter finished first)."""
+
+    async def mark(self, event_id: int, generation: int) -> None:
+        """Write the marker (never lowering one)."""
+
+
+class Rebuilder:
+    """Puts a lost room back from Postgres (see the module)."""
+
+    def __init__(self, *, generations: RoomGenerations, images: RoomImageStore, store: QueueStore) -> None:
+        self._generations = generations
+        self._images = images
+        self._store = store
+
+    async def generations(self) -> dict[int, tuple[int, int]]:
+        """Every room's generation, and the marker a mirror may write."""
+        return {event_id: (room.generation, room.stamp) for event_id, room in (await self._generations.all()).items()}
+
+    async def rebuild(self, config: WaitingRoomConfig, *, now_ms: int) -> int | None:
+        """Bring the room's marker up to Postgres's generation, rebuilding
+        its state first when it lost it; the room's generation after, or
+        None when another admitter is at it."""
+        event_id = config.event_id
+        known = await self._generations.current(event_id)
+        marker, has_state = await self._images.marker(event_id)
+        if marker >= known.generation:
+            return marker
+        lanes = [view.name for view in config.lane_views()]
+        if marker == 0 and (has_state or not known.history):
+            # A room from before markers, or one with nothing to rebuild.
+            await self._store.put_config(config, generation=0)
+            await self._images.mark(event_id, known.generation)
+            return known.generation
+        if marker > 0:
+            # A failover to a copy older than the room's last rebuild.
+            await self._images.wipe(event_id, lanes)
+        rows = await self._generations.history(event_id)
+        generation = await self._generations.advance(event_id, from_generation=known.generation)
+        if generation is None:
+            return None
+        image = fold(rows, config, now_ms=now_ms)
+        await self._store.put_config(config, generation=0)
+        if not await self._images.restore(event_id, image):
+            return None
+        await self._images.mark(event_id, generation)
+        _log.warning(
+            "waiting room rebuilt after Redis lost its data",
+            extra={
+                "event_id": event_id,
+                "generation": generation,
+                "waiting": image.waiting,
+                "admitted": len(image.admitted),
+                "active": len(image.active),
+                "lifecycle_rows": len(rows),
+            },
+        )
+        return generation
