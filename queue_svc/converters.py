@@ -119,6 +119,7 @@ def progress_pb(progress: Progress) -> pb.AdmissionProgress:
         target_admission_rate_per_second=round(progress.target_rate_per_second, 3),
         admission_rate_reason=pb.AdmissionRateReason.ValueType(progress.rate_reason.value),
         lane=progress.lane,
+        generation=progress.generation,
     )
 
 

@@ -220,6 +220,9 @@ async def test_joins_during_the_rebuild_queue_behind_the_rebuilt_fans(stores: St
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("the lifecycle was never copied")
+            now_ms = int(queue.rt.clock.now() * 1000)
+            before = await queue.store.progress(event_id, now_ms=now_ms)
+            assert before is not None and before.generation == 1
             await client.flushall()
             late = await stub.JoinQueue(
                 pb.JoinQueueRequest(event_id=event_id, customer_id="late"), metadata=as_fan("late"), timeout=10
@@ -229,5 +232,9 @@ async def test_joins_during_the_rebuild_queue_behind_the_rebuilt_fans(stores: St
             # order, the late one behind them.
             assert await members(client, keys_of(event_id).queue) == [*early[1:], "late"]
             assert await members(client, keys_of(event_id).active) == early[:1]
+            # The progress carries the new generation (the edge drops places
+            # it saved under the old one).
+            after = await queue.store.progress(event_id, now_ms=now_ms)
+            assert after is not None and after.generation == 2
     finally:
         await client.aclose()

@@ -599,6 +599,7 @@ class AdmissionProgress(_message.Message):
     TARGET_ADMISSION_RATE_PER_SECOND_FIELD_NUMBER: _builtins.int
     ADMISSION_RATE_REASON_FIELD_NUMBER: _builtins.int
     LANE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The event."""
     admitted_through_score: _builtins.int
@@ -631,6 +632,12 @@ class AdmissionProgress(_message.Message):
     """The lane this progress is of; empty for the general lane. Every figure
     but active_shoppers (the whole room's) is the lane's.
     """
+    generation: _builtins.int
+    """The waiting room's generation: it grows by one each time the room is
+    rebuilt after its store lost its data, and is 0 while the room waits
+    for that. A place read under another generation is not moved by this
+    progress: ask GetQueuePosition again.
+    """
     @_builtins.property
     def observed_at(self) -> _timestamp_pb2.Timestamp:
         """When this snapshot was taken."""
@@ -650,10 +657,11 @@ class AdmissionProgress(_message.Message):
         target_admission_rate_per_second: _builtins.float = ...,
         admission_rate_reason: Global___AdmissionRateReason.ValueType = ...,
         lane: _builtins.str = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_rate_reason", b"admission_rate_reason", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "lane", b"lane", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length", "target_admission_rate_per_second", b"target_admission_rate_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_shoppers", b"active_shoppers", "admission_rate_per_second", b"admission_rate_per_second", "admission_rate_reason", b"admission_rate_reason", "admission_state", b"admission_state", "admitted_through_score", b"admitted_through_score", "admitted_total", b"admitted_total", "event_id", b"event_id", "generation", b"generation", "lane", b"lane", "observed_at", b"observed_at", "pre_queue_joined", b"pre_queue_joined", "queue_length", b"queue_length", "target_admission_rate_per_second", b"target_admission_rate_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
