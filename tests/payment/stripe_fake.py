@@ -117,6 +117,12 @@ class StripeFake:
         intent = self.intents[intent_id]
         return self._refund(intent, amount, {})
 
+    def capture_in_dashboard(self, intent_id: str) -> dict[str, Any]:
+        """An authorised PaymentIntent captured at Stripe by hand."""
+        status, body = self._capture(intent_id)
+        assert status == 200, body
+        return body
+
     def dispute(self, intent_id: str, reason: str = "fraudulent") -> dict[str, Any]:
         intent = self.intents[intent_id]
         dispute = {

@@ -213,8 +213,7 @@ async def test_webhooks_verified_with_any_current_secret_settle_the_payment(worl
     world.fake.hold_answers = None
     intent = next(iter(world.fake.intents.values()))
     # Stripe captured it (from its dashboard, say) and says so.
-    status, _ = world.fake._capture(intent["id"])
-    assert status == 200
+    world.fake.capture_in_dashboard(intent["id"])
     (succeeded,) = world.fake.events_of("payment_intent.succeeded")
     reply = await world.deliver(succeeded, OLD_SECRET)  # the secret being rotated out still verifies
     assert not reply.duplicate and reply.payment.state == pb.PAYMENT_STATE_SUCCEEDED
@@ -336,3 +335,19 @@ async def test_malformed_signature_headers_are_refused(world: World, header: str
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert from_rpc_error(caught.value).reason == reason
     assert (await world.get(payment.payment_id)).state == pb.PAYMENT_STATE_CAPTURED
+
+
+async def test_a_genuine_event_with_other_money_than_the_payments_is_refused(world: World) -> None:
+    world.fake.hold_answers = asyncio.Event()
+    _, payment = await world.start()
+    world.fake.hold_answers.set()
+    world.fake.hold_answers = None
+    (intent,) = world.fake.intents.values()
+    world.fake.capture_in_dashboard(intent["id"])
+    (succeeded,) = world.fake.events_of("payment_intent.succeeded")
+    succeeded["data"]["object"]["amount_received"] = 1
+    with pytest.raises(grpc.RpcError) as caught:
+        await world.deliver(succeeded)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert from_rpc_error(caught.value).reason == "WEBHOOK_AMOUNT_MISMATCH"
+    assert (await world.get(payment.payment_id)).state == pb.PAYMENT_STATE_PENDING
