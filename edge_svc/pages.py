@@ -64,6 +64,8 @@ _TYPES: Mapping[str, str] = MappingProxyType(
         "json": "application/json",
         "svg": "image/svg+xml",
         "html": "text/html; charset=utf-8",
+        # The licences of vendored scripts, served beside them.
+        "txt": "text/plain; charset=utf-8",
     }
 )
 _IMPORT = re.compile(r"""(['"])\./([A-Za-z0-9_-]+\.js)\1""")

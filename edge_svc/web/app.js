@@ -739,10 +739,32 @@ async function openTickets(held) {
   show('tickets');
 }
 
+// A ticket's code as a QR code (error correction level M, the smallest
+// version that holds it) on `canvas`, with a quiet zone of four modules.
+function drawQr(canvas, qrcode, text, pixelsPerModule) {
+  const qr = qrcode(0, 'M');
+  qr.addData(text, 'Byte');
+  qr.make();
+  const quiet = 4;
+  const count = qr.getModuleCount();
+  const size = (count + 2 * quiet) * pixelsPerModule;
+  canvas.width = size;
+  canvas.height = size;
+  const ctx = canvas.getContext('2d');
+  ctx.fillStyle = '#ffffff';
+  ctx.fillRect(0, 0, size, size);
+  ctx.fillStyle = '#000000';
+  for (let y = 0; y < count; y++) {
+    for (let x = 0; x < count; x++) {
+      if (qr.isDark(y, x)) ctx.fillRect((x + quiet) * pixelsPerModule, (y + quiet) * pixelsPerModule, pixelsPerModule, pixelsPerModule);
+    }
+  }
+}
+
 function renderTickets() {
   $('tickets-note').textContent = state.tickets.length ? t('ticketsNote') : t('noTickets');
   const list = $('tickets');
-  import('./qr.js').then(({ encode, draw }) => {
+  import('./qrcode-generator.js').then(({ qrcode }) => {
     list.replaceChildren(
       ...state.tickets.map((tk) => {
         const li = document.createElement('li');
@@ -756,7 +778,7 @@ function renderTickets() {
         canvas.setAttribute('role', 'img');
         canvas.setAttribute('aria-label', t('qrOf', { code: tk.code }));
         canvas.dataset.code = tk.code;
-        draw(canvas, encode(tk.code).modules, 6);
+        drawQr(canvas, qrcode, tk.code, 6);
         const code = document.createElement('code');
         code.textContent = tk.code;
         li.append(h, canvas, code);

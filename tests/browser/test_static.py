@@ -195,3 +195,22 @@ def test_the_build_refuses_any_unfilled_template_name(tmp_path: object) -> None:
     (root / "waiting.js").write_text((root / "waiting.js").read_text() + "\n// {{later.js}}\n")
     with pytest.raises(ValueError, match=r"waiting\.js line \d+ has an unfilled template name"):
         build(root, dev_sign_in=False)
+
+
+def test_the_qr_encoder_is_the_pinned_library_unchanged_with_its_licence() -> None:
+    """``qrcode-generator.js`` is the npm package's ES module build byte for
+    byte, at the version package.json pins (scripts/browser_deps.sh installs
+    it), and its licence is served beside it."""
+    from tests.browser.harness import ROOT
+
+    pinned = json.loads((ROOT / "package.json").read_text())["dependencies"]["qrcode-generator"]
+    package = ROOT / "node_modules" / "qrcode-generator"
+    assert json.loads((package / "package.json").read_text())["version"] == pinned
+    vendored = web_root().joinpath("qrcode-generator.js").read_bytes()
+    assert vendored == (package / "dist" / "qrcode.mjs").read_bytes()
+    licence = web_root().joinpath("qrcode-generator.LICENSE.txt").read_text()
+    assert "Copyright (c) 2009 Kazuhiko Arase" in licence and "MIT" in licence and pinned in licence
+    site = Pages(dev_sign_in=False).site
+    served = {source: site.assets[name] for source, name in site.names.items()}
+    assert served["qrcode-generator.LICENSE.txt"].content_type == "text/plain; charset=utf-8"
+    assert "qr.js" not in served
