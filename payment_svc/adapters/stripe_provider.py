@@ -89,6 +89,18 @@ def _charge_result(intent: dict[str, Any], fallback_amount: int, fallback_curren
     return ChargeResult(intent_id, ChargeStatus.PROCESSING, amount, currency)
 
 
+class _DeadlineHTTPXClient(stripe.HTTPXClient):
+    """The library's httpx client, each request's timeout no longer than
+    the current call's remaining deadline (nor the configured timeout)."""
+
+    def _get_request_args_kwargs(self, method: str, url: str, headers: Any, post_data: Any) -> Any:
+        args, kwargs = super()._get_request_args_kwargs(method, url, headers, post_data)
+        configured = kwargs.get("timeout")
+        limit = deadline.remaining()
+        kwargs["timeout"] = limit if not isinstance(configured, (int, float)) else max(min(configured, limit), 0.01)
+        return [args, kwargs]
+
+
 class StripeProvider:
     """The :class:`~payment_svc.ports.PaymentProvider` on Stripe's API."""
 
@@ -98,7 +110,7 @@ class StripeProvider:
         self._config = config
         # The longest one call may take (the service's provider timeout).
         self._call_timeout = call_timeout_seconds
-        self._http = http_client or stripe.HTTPXClient(timeout=config.request_timeout_seconds)
+        self._http = http_client or _DeadlineHTTPXClient(timeout=config.request_timeout_seconds)
         self._client = stripe.StripeClient(
             config.secret_key_source.get(),
             base_addresses={"api": config.api_base},

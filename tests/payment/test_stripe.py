@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+from boxoffice import deadline
 from boxoffice.config import ConfigError, Env
 from boxoffice.errors import from_rpc_error
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
@@ -351,3 +352,17 @@ async def test_a_genuine_event_with_other_money_than_the_payments_is_refused(wor
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert from_rpc_error(caught.value).reason == "WEBHOOK_AMOUNT_MISMATCH"
     assert (await world.get(payment.payment_id)).state == pb.PAYMENT_STATE_PENDING
+
+
+async def test_a_request_waits_no_longer_than_the_calls_deadline(world: World) -> None:
+    """The request's own timeout follows the deadline: Stripe not answering
+    within it is an outcome not known yet, not a wait for the 10 s timeout."""
+    provider = world.stack.parts.provider
+    assert isinstance(provider, StripeProvider)
+    world.fake.hold_answers = asyncio.Event()
+    with deadline.scope(0.5), pytest.raises(ProviderPending):
+        # The outer bound only catches a request that ignored the deadline.
+        async with asyncio.timeout(5):
+            await provider.charge(ChargeRequest("key-slow", 700, "EUR", PM_VISA))
+    assert len(world.fake.of("POST", "/v1/payment_intents")) == 0  # no answer was sent
+    assert len(world.fake.intents) == 1  # Stripe has it; the same key finds it later
