@@ -56,6 +56,10 @@ class Place:
     read_at_ms: int = 0
     # The fan's lane ("" the general one): its progress is the lane's.
     lane: str = ""
+    # The room's generation in the progress the place was saved with: a
+    # progress of another generation (the room was rebuilt after its store
+    # lost its data) does not move it; the edge asks QueueService again.
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,7 @@ class PlaceCookies:
                 base.pre_queue_joined,
                 place.read_at_ms,
                 place.lane,
+                place.generation,
             ]
         )
 
@@ -132,15 +137,17 @@ class PlaceCookies:
             return None
         try:
             fields = self._sealer.open(cookie)
-            # A cookie set before lanes has no lane: the general one.
+            # A cookie set before lanes has no lane (the general one), one
+            # set before generations none (0).
             event, customer, score, ahead, admitted_total, pre_queue_joined, read_at_ms, *rest = fields
             lane = str(rest[0]) if rest else ""
+            generation = int(rest[1]) if len(rest) > 1 else 0
             base = places.PlaceBase(int(score), int(ahead), int(admitted_total), int(pre_queue_joined))
         except (Unsealed, ValueError, TypeError, OverflowError):
             return None
-        if event != event_id or customer != customer_id or len(rest) > 1:
+        if event != event_id or customer != customer_id or len(rest) > 2:
             return None
-        return Place(event_id, customer_id, base, int(read_at_ms), lane)
+        return Place(event_id, customer_id, base, int(read_at_ms), lane, generation)
 
 
 def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionProgress | None, *, now_ms: int) -> Place:
@@ -157,6 +164,7 @@ def place_from(position: queue_pb.QueuePosition, progress: queue_pb.AdmissionPro
         ),
         now_ms,
         position.lane,
+        0 if progress is None else progress.generation,
     )
 
 
@@ -182,6 +190,7 @@ class ProgressView:
     rate_per_second: float
     admission_state: queue_pb.AdmissionState.ValueType
     observed_at_ms: int
+    generation: int = 0
 
     @classmethod
     def of(cls, progress: queue_pb.AdmissionProgress) -> ProgressView:
@@ -193,6 +202,7 @@ class ProgressView:
             rate_per_second=progress.admission_rate_per_second,
             admission_state=progress.admission_state,
             observed_at_ms=progress.observed_at.ToMilliseconds(),
+            generation=progress.generation,
         )
 
 
@@ -208,7 +218,11 @@ class Estimate:
 
 def estimated(place: Place, view: ProgressView) -> Estimate | None:
     """The fan's position in ``view``'s snapshot, or None when admission has
-    reached their score (admitted, or gone some other way: ask QueueService)."""
+    reached their score (admitted, or gone some other way: ask QueueService)
+    or the place was saved under another generation of the room (rebuilt
+    after its store lost its data: ask QueueService for the place again)."""
+    if view.generation != place.generation:
+        return None
     base = place.base
     admitted_total = view.admitted_total
     if places.passed(base.score, admitted_total=admitted_total, admitted_through_score=view.admitted_through_score):

@@ -168,6 +168,10 @@ class PositionStream:
                         # Admission reached the fan: QueueService says how.
                         with deadline.detached(_CLAIM_SECONDS):
                             position = await self._claim(ctx, event_id, session.customer_id)
+                        # Still waiting (a rebuilt room's place read again):
+                        # the place just saved is the one to follow.
+                        place = self._d.book.get(event_id, session.customer_id) or place
+                        template = PositionJson(place, self._templates)
                         continue
                     shown = f"{WAITING}.{found.ahead}.{view.admission_state}"
                     if shown != last_id:
