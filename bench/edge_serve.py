@@ -68,6 +68,8 @@ GENEROUS: Mapping[str, object] = {
     "ip_burst": 1_000_000_000,
     "account_rate_per_second": 1e9,
     "account_burst": 1_000_000_000,
+    "sse_per_address": 1_000_000_000,
+    "sse_per_account": 1_000_000_000,
 }
 # The bare static answer: a progress document's size and headers.
 STATIC_BODY = json.dumps(

@@ -38,6 +38,7 @@ from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import RateLimiter, RedisRateLimiter, RedisRefusals, RefusalCounter
 from edge_svc.server import EdgeServer
 from edge_svc.state import EdgeState
+from edge_svc.streamslots import RedisStreamSlots, StreamLimits, StreamSlots
 from edge_svc.waiting import PlaceBook, PlaceCookies
 
 COMPONENT = "edge"
@@ -98,6 +99,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         components.append(_Closing(grpc_mesh))
     limiter = overrides.limiter
     refusals: RefusalCounter | None = None
+    stream_slots: StreamSlots | None = None
     if limiter is None:
         batcher = ScriptBatcher(rt.redis(), name="edge-rate-limits")
         components.append(batcher)
@@ -108,6 +110,13 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
             on_unavailable=metrics.rate_limit_unavailable.inc,
         )
         refusals = RedisRefusals(batcher)
+        stream_slots = RedisStreamSlots(
+            batcher,
+            rt.clock,
+            StreamLimits(per_address=config.sse_per_address, per_account=config.sse_per_account),
+            timeout_seconds=config.rate_limit_timeout_seconds,
+            on_unavailable=metrics.rate_limit_unavailable.inc,
+        )
     hub = ProgressHub(mesh, metrics)
     presence = PresenceReporter(mesh, interval_seconds=config.presence_report_seconds)
     state = EdgeState()
@@ -139,6 +148,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         presence=presence,
         human_check=_human_check(config, rt),
         refusals=refusals,
+        stream_slots=stream_slots,
     )
     callers = Callers(deps)
     endpoints = mount(

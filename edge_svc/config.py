@@ -104,6 +104,10 @@ class EdgeConfig:
     presence_report_seconds: float = 30.0
     # Bot defence at join.
     challenge: ChallengeConfig = field(default_factory=lambda: ChallengeConfig("none"))
+    # Open Server-Sent Event streams at most per client address and per
+    # account, across every edge process.
+    sse_per_address: int = 20
+    sse_per_account: int = 3
     # Provider webhooks per sending address: per second, and the burst.
     webhook_rate_per_second: float = 50.0
     webhook_burst: int = 200
@@ -148,6 +152,8 @@ class EdgeConfig:
                 "BOXOFFICE_EDGE_PRESENCE_REPORT_SECONDS", 30.0, minimum=0.05, maximum=600.0
             ),
             challenge=_challenge(env),
+            sse_per_address=env.integer("BOXOFFICE_EDGE_SSE_PER_ADDRESS", 20, minimum=1),
+            sse_per_account=env.integer("BOXOFFICE_EDGE_SSE_PER_ACCOUNT", 3, minimum=1),
             webhook_rate_per_second=env.number("BOXOFFICE_EDGE_WEBHOOK_RATE", 50.0, minimum=0.01),
             webhook_burst=env.integer("BOXOFFICE_EDGE_WEBHOOK_BURST", 200, minimum=1),
         )

@@ -37,6 +37,7 @@ from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import Limit, RateLimiter, RefusalCounter
 from edge_svc.routes import ROUTES
 from edge_svc.state import EdgeState
+from edge_svc.streamslots import StreamSlots
 from edge_svc.waiting import PlaceBook, PlaceCookies
 
 SESSION_COOKIE = "bo_session"
@@ -77,6 +78,8 @@ class EdgeDeps:
     human_check: HumanCheck
     # Where joins refused at the door are counted per event (None: nowhere).
     refusals: RefusalCounter | None = None
+    # The open streams' slots per address and account (None: not limited).
+    stream_slots: StreamSlots | None = None
 
 
 class Area(Protocol):

@@ -30,6 +30,7 @@ from edge_svc.endpoints.common import EdgeDeps, to_json
 from edge_svc.http import PRIVATE, Ctx, attrs
 from edge_svc.identity import Session
 from edge_svc.progress import Watch
+from edge_svc.streamslots import Lease
 from edge_svc.waiting import FINAL_STATES, WAITING, Place, PositionJson, PositionTemplates, estimated, shown_to
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 
@@ -86,6 +87,19 @@ class PositionStream:
     async def open(self, ctx: Ctx, event_id: int, session: Session, positions: Positions) -> Response:
         if self._d.state.draining:
             raise errors.draining()
+        # A slot of the address's and of the account's (429 past either limit).
+        slots = self._d.stream_slots
+        lease = None if slots is None else await slots.take(ctx.client_ip, session.customer_id)
+        try:
+            return await self._open(ctx, event_id, session, positions, lease)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+
+    async def _open(
+        self, ctx: Ctx, event_id: int, session: Session, positions: Positions, lease: Lease | None
+    ) -> Response:
         # The first answer is computed before the stream starts, so that an
         # unknown event or a fan who is not queued gets a plain HTTP error.
         first = await positions.position(ctx, event_id, session)
@@ -99,7 +113,7 @@ class PositionStream:
         # The stream keeps a request without the parsed headers and cookies
         # it no longer reads (held for the stream's whole life otherwise).
         kept = dataclasses.replace(ctx, request=Request(ctx.request.scope))
-        body = self._events(kept, event_id, session, first, place, watch, last_id)
+        body = self._events(kept, event_id, session, first, place, watch, last_id, lease)
         headers = {"cache-control": PRIVATE, "x-accel-buffering": "no"}
         return EventStream(body, media_type="text/event-stream", headers=headers)
 
@@ -117,6 +131,7 @@ class PositionStream:
         place: Place | None,
         watch: Watch | None,
         last_id: str,
+        lease: Lease | None = None,
     ) -> AsyncIterator[str]:
         config = self._d.config
         state = self._d.state
@@ -155,6 +170,9 @@ class PositionStream:
                     if gone is not None:
                         raise gone
                     await watch.woken()
+                if lease is not None:
+                    # Woken at least once a heartbeat: the slots stay held.
+                    await lease.renew()
                 if state.draining:
                     yield f"retry: {max(250, config.sse_retry_ms // 3)}\nevent: reconnect\ndata: {{}}\n\n"
                     return
@@ -191,3 +209,5 @@ class PositionStream:
             if watch is not None:
                 watch.close()
                 presence.stopped_watching(event_id, session.customer_id)
+            if lease is not None:
+                lease.release()

@@ -31,6 +31,8 @@ GENEROUS = {
     "ip_burst": 100_000,
     "account_rate_per_second": 100_000.0,
     "account_burst": 100_000,
+    "sse_per_address": 100_000,
+    "sse_per_account": 100_000,
 }
 
 
