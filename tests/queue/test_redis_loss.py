@@ -4,16 +4,22 @@ from Postgres, every fan is admitted in their original order without ever
 being told to join again, the cap holds throughout (sampled every 200 ms),
 and the report's funnel counts every fan.
 
-QueueService and the admitter (with the lifecycle recorder) run as the
-mesh runs them, on a loopback gRPC server; the fans call as the edge."""
+The first test runs ``boxoffice queue-svc`` and ``boxoffice admitter`` as
+processes of their own (on a Redis server of the test's own, which it
+flushes); the second runs them in the test's process. The fans call
+QueueService as the edge."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
@@ -29,6 +35,7 @@ from queue_svc.jobs.admitter import Admitter
 from queue_svc.metrics import AdmitterMetrics
 from tests.edge.asserting import as_fan, edge_mesh_client
 from tests.queue.harness import AlwaysLeader, active_count, build_app, keys_of, members, new_event_id
+from tests.runtime.processes import free_port, role_processes
 from tests.support import Stores, running
 
 pytestmark = pytest.mark.slow
@@ -76,8 +83,8 @@ async def _position(stub: Any, event_id: int, customer: str) -> pb.QueuePosition
     return position
 
 
-async def _joined_rows(queue: QueueApp, event_id: int) -> int:
-    async with db.transaction(queue.rt.pool()) as conn:
+async def _joined_rows(pool: Any, event_id: int) -> int:
+    async with db.transaction(pool) as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM queue_lifecycle WHERE event_id = %s AND kind = 'joined'", (event_id,)
         )
@@ -86,16 +93,16 @@ async def _joined_rows(queue: QueueApp, event_id: int) -> int:
     return int(row[0])
 
 
-async def _rows(queue: QueueApp, event_id: int) -> int:
-    async with db.transaction(queue.rt.pool()) as conn:
+async def _rows(pool: Any, event_id: int) -> int:
+    async with db.transaction(pool) as conn:
         cur = await conn.execute("SELECT count(*) FROM queue_lifecycle WHERE event_id = %s", (event_id,))
         row = await cur.fetchone()
     assert row is not None
     return int(row[0])
 
 
-async def _admitted_after_loss(queue: QueueApp, event_id: int) -> list[str]:
-    async with db.transaction(queue.rt.pool()) as conn:
+async def _admitted_after_loss(pool: Any, event_id: int) -> list[str]:
+    async with db.transaction(pool) as conn:
         cur = await conn.execute(
             "SELECT customer_id FROM queue_lifecycle WHERE event_id = %s AND kind = 'admitted' AND idx >= %s"
             " ORDER BY idx",
@@ -104,14 +111,51 @@ async def _admitted_after_loss(queue: QueueApp, event_id: int) -> list[str]:
         return [str(r[0]) for r in await cur.fetchall()]
 
 
-async def test_a_flushed_room_is_rebuilt_in_order_within_the_cap(stores: Stores, embedded_redis_url: str) -> None:
+@contextlib.asynccontextmanager
+async def _processes(stores: Stores, redis_url: str, log_dir: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """``boxoffice queue-svc`` and ``boxoffice admitter`` as processes on
+    ``redis_url``; a stub of QueueService as the edge, and a pool of the
+    test's own on the database."""
+    port = free_port()
+    on_redis = dataclasses.replace(stores, redis_url=redis_url, redis_cluster=False)
+    fast = {
+        **_ENVIRON,
+        "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+        "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+        "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+    }
+    commands = [("queue-svc", {**fast, "BOXOFFICE_GRPC_PORT": str(port)}), ("admitter", fast)]
+    pool = db.create_pool(stores.database_url, min_size=1, max_size=2, name="redis-loss-test")
+    await pool.open(wait=True)
+    try:
+        async with (
+            role_processes(on_redis, commands, log_dir) as roles,
+            edge_mesh_client(stores, f"127.0.0.1:{port}") as client,
+        ):
+            stub = client.stub(pb_grpc.QueueServiceStub)
+            for _ in range(600):  # until the server answers (NOT_FOUND: no such room)
+                try:
+                    await _position(stub, 1, "probe")
+                except grpc.aio.AioRpcError as err:
+                    if err.code() != grpc.StatusCode.UNAVAILABLE:
+                        break
+                assert all(role.process.returncode is None for role in roles), roles[0].stderr()
+                await asyncio.sleep(0.1)
+            yield stub, pool
+    finally:
+        await pool.close()
+
+
+async def test_a_flushed_room_is_rebuilt_in_order_within_the_cap(
+    stores: Stores, embedded_redis_url: str, tmp_path: Path
+) -> None:
     event_id = new_event_id()
     fans = [f"fan-{n:03d}" for n in range(_FANS)]
     shoppers = [f"shopper-{n}" for n in range(_SHOPPERS)]
     client = aioredis.Redis.from_url(embedded_redis_url)
-    async with _mesh(stores, embedded_redis_url) as (queue, stub):
+    async with _processes(stores, embedded_redis_url, tmp_path) as (stub, pool):
         config = pb.EventQueueConfig(event_id=event_id, admission_rate_per_second=200, max_active_shoppers=_CAP)
-        config.opens_at.FromMilliseconds(int(queue.rt.clock.now() * 1000) - 1000)
+        config.opens_at.FromMilliseconds(int(time.time() * 1000) - 1000)
         edge = as_fan  # every fan's call is asserted by the edge
         await stub.CreateEventQueue(pb.CreateEventQueueRequest(config=config), timeout=10)
         # The shoppers fill the room and claim their sessions; then the
@@ -130,7 +174,7 @@ async def test_a_flushed_room_is_rebuilt_in_order_within_the_cap(stores: Stores,
         keys = keys_of(event_id)
         assert await members(client, keys.queue) == fans
         for _ in range(200):
-            if await _joined_rows(queue, event_id) == _FANS + _SHOPPERS:
+            if await _joined_rows(pool, event_id) == _FANS + _SHOPPERS:
                 break
             await asyncio.sleep(0.05)
         else:
@@ -187,7 +231,7 @@ async def test_a_flushed_room_is_rebuilt_in_order_within_the_cap(stores: Stores,
         assert 0 < most <= _CAP
         # Admitted in their original order (the rebuilt generation's log).
         for _ in range(200):
-            admitted = await _admitted_after_loss(queue, event_id)
+            admitted = await _admitted_after_loss(pool, event_id)
             if len(admitted) == _FANS:
                 break
             await asyncio.sleep(0.05)
@@ -215,7 +259,7 @@ async def test_joins_during_the_rebuild_queue_behind_the_rebuilt_fans(stores: St
                 await asyncio.sleep(0.05)
             # Copied: six joins, the first fan's admission and claim.
             for _ in range(200):
-                if await _rows(queue, event_id) == len(early) + 2:
+                if await _rows(queue.rt.pool(), event_id) == len(early) + 2:
                     break
                 await asyncio.sleep(0.05)
             else:
