@@ -37,6 +37,7 @@ from edge_svc.presence import PresenceReporter
 from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import RateLimiter, RedisRateLimiter, RedisRefusals, RefusalCounter
 from edge_svc.server import EdgeServer
+from edge_svc.signouts import RedisSignOuts, SignOuts
 from edge_svc.state import EdgeState
 from edge_svc.streamslots import RedisStreamSlots, StreamLimits, StreamSlots
 from edge_svc.waiting import PlaceBook, PlaceCookies
@@ -100,6 +101,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
     limiter = overrides.limiter
     refusals: RefusalCounter | None = None
     stream_slots: StreamSlots | None = None
+    signouts: SignOuts | None = None
     if limiter is None:
         batcher = ScriptBatcher(rt.redis(), name="edge-rate-limits")
         components.append(batcher)
@@ -110,6 +112,11 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
             on_unavailable=metrics.rate_limit_unavailable.inc,
         )
         refusals = RedisRefusals(batcher)
+        signouts = RedisSignOuts(
+            batcher,
+            timeout_seconds=config.rate_limit_timeout_seconds,
+            on_unavailable=metrics.rate_limit_unavailable.inc,
+        )
         stream_slots = RedisStreamSlots(
             batcher,
             rt.clock,
@@ -149,6 +156,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         human_check=_human_check(config, rt),
         refusals=refusals,
         stream_slots=stream_slots,
+        signouts=signouts,
     )
     callers = Callers(deps)
     endpoints = mount(

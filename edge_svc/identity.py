@@ -2,7 +2,7 @@
 bearer token (apps).
 
 The session cookie is ``v1.<kid>.<payload>.<signature>``: the payload the
-base64url JSON ``{"c": customer, "iat": ..., "exp": ...}``, the signature an
+base64url JSON ``{"c": customer, "iat": ..., "exp": ..., "n": nonce}``, the signature an
 HMAC-SHA256 with the key ``kid`` of the edge's session key ring (every key
 verifies, the first signs: rotate by putting a new key first). Development
 sign-in hands one out for a name; in production the customer is the subject
@@ -27,6 +27,7 @@ import asyncio
 import binascii
 import logging
 import math
+import os
 import re
 import time
 import urllib.request
@@ -90,7 +91,10 @@ class SessionCookies:
     def issue(self, customer_id: str) -> tuple[str, Session]:
         now = int(self._clock.now())
         session = Session(customer_id, now + self.ttl_seconds, "cookie")
-        return self._sealer.seal({"c": customer_id, "iat": now, "exp": session.expires_at}), session
+        # A nonce: two sign-ins of one fan in one second are two cookies
+        # (one signed out, the other still works).
+        body = {"c": customer_id, "iat": now, "exp": session.expires_at, "n": os.urandom(9).hex()}
+        return self._sealer.seal(body), session
 
     def verify(self, cookie: str) -> Session:
         if len(cookie) > _MAX_COOKIE:

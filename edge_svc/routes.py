@@ -112,7 +112,8 @@ ROUTES: tuple[Route, ...] = (
         _NOBODY,
         Cache.PRIVATE,
         None,
-        "Sign out: the session and access-token cookies are cleared.",
+        "Sign out: the session cookie stops working at once (on every edge), and the session and "
+        "access-token cookies are cleared.",
     ),
     Route(
         "GetEvent",

@@ -36,6 +36,7 @@ from edge_svc.presence import PresenceReporter
 from edge_svc.progress import ProgressHub
 from edge_svc.ratelimit import Limit, RateLimiter, RefusalCounter
 from edge_svc.routes import ROUTES
+from edge_svc.signouts import SignOuts
 from edge_svc.state import EdgeState
 from edge_svc.streamslots import StreamSlots
 from edge_svc.waiting import PlaceBook, PlaceCookies
@@ -80,6 +81,8 @@ class EdgeDeps:
     refusals: RefusalCounter | None = None
     # The open streams' slots per address and account (None: not limited).
     stream_slots: StreamSlots | None = None
+    # Session cookies signed out (None: a cookie lasts until it expires).
+    signouts: SignOuts | None = None
 
 
 class Area(Protocol):
@@ -219,6 +222,9 @@ class Callers:
             if not cookie:
                 raise errors.not_signed_in()
             session = self._d.sessions.verify(cookie)
+            signouts = self._d.signouts
+            if signouts is not None and await signouts.signed_out(cookie):
+                raise Unauthenticated("this session was signed out; sign in again", reason="SESSION_INVALID")
         return session
 
     async def _limit(self, scope: str, subject: str, limit: Limit) -> None:

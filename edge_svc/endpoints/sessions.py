@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from starlette.responses import Response
 
 from boxoffice import boundedjson
-from boxoffice.errors import InvalidArgument, NotFound
+from boxoffice.errors import BoxofficeError, InvalidArgument, NotFound
 from edge_svc import errors
 from edge_svc.endpoints.common import (
     ACCESS_COOKIE,
@@ -63,6 +63,19 @@ class Sessions:
         return json_response(_session_json(await self._callers.fan(ctx)))
 
     async def delete_session(self, ctx: Ctx) -> Response:
+        """Sign-out: a genuine session cookie is recorded as signed out (it
+        stops working at once, everywhere), then every cookie is cleared."""
+        cookie = ctx.request.cookies.get(SESSION_COOKIE)
+        if cookie and self._d.signouts is not None:
+            try:
+                session = self._d.sessions.verify(cookie)
+            except BoxofficeError:
+                session = None
+            if session is not None:
+                await self._callers.ip_limit(ctx)
+                self._callers.same_site(ctx)
+                left = session.expires_at - self._d.clock.now()
+                await self._d.signouts.record(cookie, seconds_left=left)
         for name in (SESSION_COOKIE, ACCESS_COOKIE, PLACE_COOKIE):
             ctx.cookies_out.append(Cookie(name, "", 0))
         return json_response(b"{}")

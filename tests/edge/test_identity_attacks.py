@@ -273,3 +273,25 @@ async def test_the_control_cookie_is_a_session(stack: EdgeStack) -> None:
     async with stack.client(cookies={"bo_session": _cookie(b'{"c": "fan", "iat": 0, "exp": 9999999999}')}) as client:
         reply = await client.get("/v1/session")
         assert reply.status_code == 200 and reply.json()["customerId"] == "fan", reply.text
+
+
+async def test_a_signed_out_cookie_stops_working_at_once(stack: EdgeStack) -> None:
+    event_id = await stack.event()
+    async with stack.client() as fan:
+        reply = await fan.post("/v1/session", json={"name": "leaving-fan"})
+        assert reply.status_code == 200
+        kept = fan.cookies["bo_session"]
+        async with stack.client() as other_device:
+            # The same fan signed in elsewhere: another session, untouched by this sign-out.
+            assert (await other_device.post("/v1/session", json={"name": "leaving-fan"})).status_code == 200
+            assert (await fan.delete("/v1/session")).status_code == 200
+            # A copy of the cookie kept (by a thief, or a browser that ignores the clearing).
+            async with stack.client(cookies={"bo_session": kept}) as replay:
+                expect(await replay.get("/v1/session"), 401, "UNAUTHENTICATED", "SESSION_INVALID")
+                joined = await replay.post(f"/v1/events/{event_id}/queue:join", json={})
+                expect(joined, 401, "UNAUTHENTICATED", "SESSION_INVALID")
+            assert (await other_device.get("/v1/session")).json()["customerId"] == "leaving-fan"
+            # Signing out from another site changes nothing.
+            cross = await other_device.delete("/v1/session", headers={"Origin": "https://evil.example"})
+            expect(cross, 403, "PERMISSION_DENIED", "CROSS_SITE_REQUEST")
+            assert (await other_device.get("/v1/session")).status_code == 200
