@@ -73,9 +73,12 @@ class StripeConfig:
 
     @classmethod
     def from_env(cls, env: Env) -> StripeConfig:
+        api_base = env.string("BOXOFFICE_STRIPE_API_BASE", "https://api.stripe.com").rstrip("/")
+        if not api_base.startswith(("https://", "http://")) or any(c.isspace() for c in api_base):
+            raise ConfigError(f"BOXOFFICE_STRIPE_API_BASE={api_base!r} is not an http(s) URL")
         return cls(
             secret_key_source=secret_files.read_secret(env, STRIPE_SECRET_KEY, _stripe_key, default=None),
-            api_base=env.string("BOXOFFICE_STRIPE_API_BASE", "https://api.stripe.com").rstrip("/"),
+            api_base=api_base,
             max_network_retries=env.integer("BOXOFFICE_STRIPE_MAX_NETWORK_RETRIES", 2, minimum=0, maximum=10),
             request_timeout_seconds=env.number(
                 "BOXOFFICE_STRIPE_REQUEST_TIMEOUT_SECONDS", 10.0, minimum=0.1, maximum=80.0

@@ -299,6 +299,16 @@ def test_the_stripe_settings() -> None:
         StripeConfig.from_env(Env({"BOXOFFICE_STRIPE_SECRET_KEY": "pk_test_publishable_key_0123"}))
     with pytest.raises(ConfigError, match="BOXOFFICE_PAYMENT_PROVIDER"):
         PaymentConfig.from_env(Env({"BOXOFFICE_PAYMENT_PROVIDER": "paypal"}))
+    with pytest.raises(ConfigError, match=r"BOXOFFICE_STRIPE_API_BASE='api\.stripe\.com' is not an http"):
+        StripeConfig.from_env(
+            Env({"BOXOFFICE_STRIPE_SECRET_KEY": SECRET_KEY, "BOXOFFICE_STRIPE_API_BASE": "api.stripe.com"})
+        )
+    with pytest.raises(ConfigError, match="BOXOFFICE_STRIPE_SECRET_KEY_FILE='/nonexistent/key' cannot be read"):
+        StripeConfig.from_env(Env({"BOXOFFICE_STRIPE_SECRET_KEY_FILE": "/nonexistent/key"}))
+    with pytest.raises(ConfigError, match="BOXOFFICE_STRIPE_MAX_NETWORK_RETRIES"):
+        StripeConfig.from_env(
+            Env({"BOXOFFICE_STRIPE_SECRET_KEY": SECRET_KEY, "BOXOFFICE_STRIPE_MAX_NETWORK_RETRIES": "-1"})
+        )
     config = StripeConfig.from_env(Env({"BOXOFFICE_STRIPE_SECRET_KEY": SECRET_KEY}))
     assert config.api_base == "https://api.stripe.com" and config.max_network_retries == 2
 
