@@ -4,8 +4,10 @@ A grpc.aio server runs its Python on one core (the event loop holds the
 GIL), so a pod of two cores with one process leaves one mostly idle.
 ``BOXOFFICE_PROCESSES=N`` makes ``boxoffice queue-svc`` (or ``booking-svc``,
 ``payment-svc``) a supervisor of N copies of itself: each listens on the
-same gRPC and health ports (every server of the mesh sets ``SO_REUSEPORT``,
-and the kernel spreads new connections over the listeners), serves its
+same gRPC and health ports (the copies, marked by ``BOXOFFICE_PROCESS_INDEX``,
+and only they set ``SO_REUSEPORT``, and the kernel spreads new connections
+over the listeners; the supervisor checks the ports are free before it
+starts them, so a second mesh on them is refused), serves its
 metrics on a port of its own (``BOXOFFICE_METRICS_PORT`` plus its index:
 Prometheus scrapes each as an instance of the pod) and has its own pools.
 
