@@ -1,17 +1,21 @@
 """Postgres drops every connection of the mesh (pg_terminate_backend on
 this test session's own database) before each step of each fan's
-checkout: no call answers UNAVAILABLE, and each booking's tickets are
-listed within 5 s of its confirm (the issuer's broken pooled connections
+checkout, every role running as a process of its own: no call answers
+UNAVAILABLE, and each booking's tickets are listed within 5 s of its confirm (the issuer's broken pooled connections
 used to hold them until the stream's reclaim, 30 s)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import grpc
 import psycopg
 import pytest
 
@@ -19,10 +23,12 @@ from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
+from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from tests.e2e.checkout import admitted, open_event
-from tests.e2e.harness import eventually, whole_mesh
-from tests.edge.asserting import edge_mesh_client
+from tests.e2e.harness import eventually
+from tests.edge.asserting import as_fan, edge_mesh_client
+from tests.runtime.processes import free_port, role_processes
 from tests.support import Stores
 
 pytestmark = pytest.mark.slow
@@ -40,18 +46,65 @@ class Mesh:
 
 
 @pytest.fixture
-async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
+async def mesh(stores: Stores, tmp_path: Path) -> AsyncIterator[Mesh]:
+    """Every role of queue, booking and payment as a process of its own
+    (``boxoffice <role>``), with fast timings and a ticket stream of its own;
+    stubs as the edge."""
+    ports = {name: free_port() for name in ("queue", "booking", "payment")}
+    stream = {"BOXOFFICE_TICKET_STREAM": f"ticket-issued-pg-loss-{uuid.uuid4().hex[:12]}"}
+    fast = {
+        "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+        "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+        "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+        "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
+    }
+    commands = [
+        ("queue-svc", {**fast, "BOXOFFICE_GRPC_PORT": str(ports["queue"])}),
+        ("admitter", fast),
+        ("booking-svc", {"BOXOFFICE_GRPC_PORT": str(ports["booking"])}),
+        (
+            "payment-svc",
+            {
+                **stream,
+                "BOXOFFICE_GRPC_PORT": str(ports["payment"]),
+                "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{ports['booking']}",
+                "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
+                "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
+                "BOXOFFICE_SANDBOX_WEBHOOK_MODE": "manual",
+            },
+        ),
+        ("relay", stream),
+        ("issuer", {**stream, "BOXOFFICE_CONSUMER_BLOCK_MS": "100"}),
+    ]
     async with (
-        whole_mesh(stores, "ticket-issued-pg-loss", webhooks="manual") as addresses,
-        edge_mesh_client(stores, addresses["queue"]) as queue,
-        edge_mesh_client(stores, addresses["booking"]) as booking,
-        edge_mesh_client(stores, addresses["payment"]) as payment,
+        role_processes(stores, commands, tmp_path) as roles,
+        edge_mesh_client(stores, f"127.0.0.1:{ports['queue']}") as queue,
+        edge_mesh_client(stores, f"127.0.0.1:{ports['booking']}") as booking,
+        edge_mesh_client(stores, f"127.0.0.1:{ports['payment']}") as payment,
     ):
-        yield Mesh(
+        built = Mesh(
             queue.stub(qpb_grpc.QueueServiceStub),
             booking.stub(bpb_grpc.BookingServiceStub),
             payment.stub(ppb_grpc.PaymentServiceStub),
         )
+        # Until every server answers (a made-up place or token: refused).
+        calls: list[tuple[Any, Any, Any]] = [
+            (built.queue.GetQueuePosition, qpb.GetQueuePositionRequest(event_id=1), as_fan("probe")),
+            (built.booking.GetHold, bpb.GetHoldRequest(access_token="x", hold_id=str(uuid.uuid4())), None),
+            (built.payment.ListTickets, ppb.ListTicketsRequest(access_token="x", event_id=1), None),
+        ]
+        for method, request, metadata in calls:
+            for _ in range(600):
+                try:
+                    await method(request, metadata=metadata, timeout=5)
+                    break
+                except grpc.aio.AioRpcError as err:
+                    if err.code() != grpc.StatusCode.UNAVAILABLE:
+                        break
+                for role in roles:
+                    assert role.process.returncode is None, f"{role.command} ended: {role.stderr()}"
+                await asyncio.sleep(0.1)
+        yield built
 
 
 async def _cut(stores: Stores) -> int:
