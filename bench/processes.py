@@ -1,7 +1,8 @@
 """One server process per pod against one per core: JoinQueue and HoldSeats
 served by 1 and by N processes listening on one port (``SO_REUSEPORT``,
-which every server of the mesh sets: the kernel spreads new connections over
-the listeners), driven by the same load from several client processes.
+which the copies of one server role set, as ``BOXOFFICE_PROCESSES`` runs
+them: the kernel spreads new connections over the listeners), driven by the
+same load from several client processes.
 
 A grpc.aio server runs its Python on one core (the event loop holds the
 GIL; gRPC's own threads take a little more), so on a machine of two cores a
@@ -143,9 +144,14 @@ def _servers(command: str, role: str, count: int, env: dict[str, str]) -> Iterat
     with contextlib.ExitStack() as stack:
         servers = [
             stack.enter_context(
-                server_process(["-m", "bench.serve", command], env={**env, "BOXOFFICE_GRPC_PORT": str(port)}, role=role)
+                server_process(
+                    ["-m", "bench.serve", command],
+                    # Copies of one server role (as BOXOFFICE_PROCESSES runs them): they alone share the port.
+                    env={**env, "BOXOFFICE_GRPC_PORT": str(port), "BOXOFFICE_PROCESS_INDEX": str(index)},
+                    role=role,
+                )
             )
-            for _ in range(count)
+            for index in range(count)
         ]
         yield servers
 
