@@ -148,7 +148,7 @@ async def test_unknown_event(fan: httpx.AsyncClient) -> None:
 
 async def test_unknown_route(stack: EdgeStack) -> None:
     async with stack.client() as client:
-        for path in ("/v1/nothing", "/v1/events", "/v1/events/1/", "/v1/holds", "/index.html", "/v2/session"):
+        for path in ("/v1/nothing", "/v1/event", "/v1/events/1/", "/v1/holds", "/index.html", "/v2/session"):
             found = expect(await client.get(path), 404, "NOT_FOUND", "ROUTE_NOT_FOUND")
             assert found.metadata == {"path": path}
 
