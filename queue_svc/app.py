@@ -131,7 +131,12 @@ class QueueApp:
     @functools.cached_property
     def door(self) -> LaneDoor:
         return LaneDoor(
-            rooms=self.rooms, codes=self.codes, staff=self.staff_passes, clock=self.rt.clock, refusals=self.store
+            rooms=self.rooms,
+            codes=self.codes,
+            staff=self.staff_passes,
+            clock=self.rt.clock,
+            refusals=self.store,
+            staff_bindings=self.store,
         )
 
     # -- the server role ------------------------------------------------------

@@ -14,7 +14,13 @@ from boxoffice.errors import BoxofficeError
 from queue_svc import errors, passes
 from queue_svc.model import LaneEntry, LaneView, WaitingRoomConfig
 from queue_svc.passes import StaffPasses, StaffPassInvalid
-from queue_svc.ports import AccessCodeRepository, CodeUse, RefusalCounter, WaitingRoomRepository
+from queue_svc.ports import (
+    AccessCodeRepository,
+    CodeUse,
+    RefusalCounter,
+    StaffPassBindings,
+    WaitingRoomRepository,
+)
 
 # The refusals of a lane's door that the on-sale report counts.
 _COUNTED = frozenset({"ACCESS_CODE_REQUIRED", "ACCESS_CODE_INVALID", "ACCESS_CODE_USED", "STAFF_PASS_INVALID"})
@@ -33,8 +39,10 @@ class LaneDoor:
         staff: StaffPasses,
         clock: Clock,
         refusals: RefusalCounter | None = None,
+        staff_bindings: StaffPassBindings | None = None,
     ) -> None:
         self._refusals = refusals
+        self._staff_bindings = staff_bindings
         self._rooms = rooms
         self._codes = codes
         self._staff = staff
@@ -103,9 +111,17 @@ class LaneDoor:
             return
         if view.entry is LaneEntry.STAFF:
             try:
-                self._staff.verify(staff_pass, event_id=event_id)
+                found = self._staff.verify(staff_pass, event_id=event_id)
             except StaffPassInvalid as err:
                 raise errors.staff_pass_invalid(event_id, err.check) from None
+            # A pass is one person's: bound to the first account that uses it.
+            bindings = self._staff_bindings
+            if bindings is not None:
+                if not found.pass_id:
+                    raise errors.staff_pass_invalid(event_id, "form")
+                keep_ms = found.expires_at_ms - int(self._clock.now() * 1000)
+                if not await bindings.bind_staff_pass(event_id, found.pass_id, customer_id, keep_ms=keep_ms):
+                    raise errors.staff_pass_invalid(event_id, "bound")
             return
         if not access_code:
             raise errors.access_code_required(event_id, lane)

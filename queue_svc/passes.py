@@ -70,6 +70,8 @@ class StaffPass:
     event_id: int
     staff_name: str
     expires_at_ms: int
+    # The pass's own id (bound to the first account that uses it).
+    pass_id: str = ""
 
 
 class StaffPassInvalid(Exception):
@@ -92,14 +94,14 @@ class StaffPasses:
     def issue(self, event_id: int, staff_name: str, ttl_ms: int) -> tuple[str, StaffPass]:
         expires = int(self._clock.now() * 1000) + ttl_ms
         body = {"e": event_id, "n": staff_name, "x": expires, "j": secrets.token_hex(6)}
-        return self._signer.seal(_PASS_KIND, body), StaffPass(event_id, staff_name, expires)
+        return self._signer.seal(_PASS_KIND, body), StaffPass(event_id, staff_name, expires, str(body["j"]))
 
     def verify(self, sealed: str, *, event_id: int) -> StaffPass:
         body = self._signer.open(_PASS_KIND, sealed.strip())
         if body is None:
             raise StaffPassInvalid("signature")
         try:
-            found = StaffPass(int(str(body["e"])), str(body["n"]), int(str(body["x"])))
+            found = StaffPass(int(str(body["e"])), str(body["n"]), int(str(body["x"])), str(body.get("j", "")))
         except (KeyError, ValueError):
             raise StaffPassInvalid("form") from None
         if found.event_id != event_id:

@@ -261,6 +261,14 @@ class CodeBatch:
     label: str
 
 
+class StaffPassBindings(Protocol):
+    """Which account each staff pass belongs to (the first that used it)."""
+
+    async def bind_staff_pass(self, event_id: int, pass_id: str, customer_id: str, *, keep_ms: int) -> bool:
+        """Binds the pass to the account unless it is another's; whether it
+        is (now) this account's. Kept for ``keep_ms`` (the pass's life left)."""
+
+
 class AccessCodeRepository(Protocol):
     """Where the lanes' access codes live durably (only their hashes) and
     the accounts each is bound to."""

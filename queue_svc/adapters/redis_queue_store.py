@@ -195,6 +195,7 @@ class RedisQueueStore:
         self._lifecycle = load_script("queue_svc", "lifecycle")
         self._lane = load_script("queue_svc", "lane")
         self._refuse = load_script("queue_svc", "refuse")
+        self._staff_pass = load_script("queue_svc", "staffpass")
         self._keys: dict[tuple[int, str], EventKeys] = {}
 
     def keys(self, event_id: int, lane: str = "") -> EventKeys:
@@ -204,6 +205,10 @@ class RedisQueueStore:
                 self._keys.clear()
             keys = self._keys[(event_id, lane)] = EventKeys.of(event_id, lane)
         return keys
+
+    async def bind_staff_pass(self, event_id: int, pass_id: str, customer_id: str, *, keep_ms: int) -> bool:
+        key = event_key(event_id, "staffpass", pass_id)
+        return bool(int(await self._batcher.call(self._staff_pass, (key,), (customer_id, max(1, keep_ms)))))
 
     async def count_refusal(self, event_id: int, reason: str) -> None:
         await self._batcher.call(self._refuse, (self.keys(event_id).refusals,), (reason,))

@@ -180,6 +180,23 @@ async def test_a_staff_pass_opens_the_staff_lane_and_a_forged_one_does_not(queue
         queue.rt.token_signer.verify(good, event_id=event_id)
 
 
+async def test_a_staff_pass_is_bound_to_the_first_account_that_uses_it(queue: QueueApp) -> None:
+    """One pass put six accounts into the staff lane: it is one person's."""
+    event_id = await _room(queue)
+    pass_a, _ = queue.staff_passes.issue(event_id, "stage manager", 60_000)
+    pass_b, _ = queue.staff_passes.issue(event_id, "lighting", 60_000)
+    assert (await queue.handler.join(event_id, "crew-a", "", lane="staff", staff_pass=pass_a)).position.lane == "staff"
+    for other in ("crew-b", "crew-c", "crew-d"):
+        err = await _refused(queue.handler.join(event_id, other, "", lane="staff", staff_pass=pass_a))
+        assert (err.reason, err.metadata["check"]) == ("STAFF_PASS_INVALID", "bound")
+    # Its holder joins with it again (a join is idempotent); another pass is another person's.
+    again = await queue.handler.join(event_id, "crew-a", "", lane="staff", staff_pass=pass_a)
+    assert again.position.lane == "staff"
+    assert (await queue.handler.join(event_id, "crew-b", "", lane="staff", staff_pass=pass_b)).position.lane == "staff"
+    queued = await members(queue.rt.redis(), keys_of(event_id, "staff").queue)
+    assert sorted(queued) == ["crew-a", "crew-b"], queued
+
+
 async def test_a_fan_is_in_one_lane_at_a_time(queue: QueueApp) -> None:
     event_id = await _room(queue, opens_at_ms=int(queue.rt.clock.now() * 1000) + MINUTE_MS, paused=True)
     handler = queue.handler

@@ -200,6 +200,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The proof was already accepted once; every join needs a fresh challenge
     (PERMISSION_DENIED). Nothing changed. No metadata.
     """
+    ERROR_REASON_WEBHOOK_SIGNATURE_MISSING: _ErrorReason.ValueType  # 117
+    """A provider webhook carries no signature header; refused before
+    PaymentService is asked (UNAUTHENTICATED). No metadata.
+    """
+    ERROR_REASON_WEBHOOK_MALFORMED: _ErrorReason.ValueType  # 118
+    """A provider webhook's body is not a JSON object the edge can read (not
+    UTF-8, not JSON, or nested deeper than 32 levels); refused before
+    PaymentService is asked (INVALID_ARGUMENT). No metadata.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason the edge (the HTTP/JSON front door for
@@ -391,5 +400,14 @@ changed. Metadata: `check`, the check that failed.
 ERROR_REASON_PROOF_REUSED: ErrorReason.ValueType  # 116
 """The proof was already accepted once; every join needs a fresh challenge
 (PERMISSION_DENIED). Nothing changed. No metadata.
+"""
+ERROR_REASON_WEBHOOK_SIGNATURE_MISSING: ErrorReason.ValueType  # 117
+"""A provider webhook carries no signature header; refused before
+PaymentService is asked (UNAUTHENTICATED). No metadata.
+"""
+ERROR_REASON_WEBHOOK_MALFORMED: ErrorReason.ValueType  # 118
+"""A provider webhook's body is not a JSON object the edge can read (not
+UTF-8, not JSON, or nested deeper than 32 levels); refused before
+PaymentService is asked (INVALID_ARGUMENT). No metadata.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

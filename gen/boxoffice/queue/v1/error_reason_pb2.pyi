@@ -169,9 +169,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     allows (PERMISSION_DENIED). Metadata: `event_id`, `lane`, `max_uses`.
     """
     ERROR_REASON_STAFF_PASS_INVALID: _ErrorReason.ValueType  # 110
-    """The staff pass is forged, expired, or for another event
-    (PERMISSION_DENIED). Metadata: `event_id`, `check` (signature, expiry,
-    event or form).
+    """The staff pass is forged, expired, for another event, or bound to
+    another account (PERMISSION_DENIED). Metadata: `event_id`, `check`
+    (signature, expiry, event, form or bound).
     """
     ERROR_REASON_LANE_CHANGED: _ErrorReason.ValueType  # 111
     """The fan's lane changed again and again while the call followed it (a
@@ -352,9 +352,9 @@ ERROR_REASON_ACCESS_CODE_USED: ErrorReason.ValueType  # 109
 allows (PERMISSION_DENIED). Metadata: `event_id`, `lane`, `max_uses`.
 """
 ERROR_REASON_STAFF_PASS_INVALID: ErrorReason.ValueType  # 110
-"""The staff pass is forged, expired, or for another event
-(PERMISSION_DENIED). Metadata: `event_id`, `check` (signature, expiry,
-event or form).
+"""The staff pass is forged, expired, for another event, or bound to
+another account (PERMISSION_DENIED). Metadata: `event_id`, `check`
+(signature, expiry, event, form or bound).
 """
 ERROR_REASON_LANE_CHANGED: ErrorReason.ValueType  # 111
 """The fan's lane changed again and again while the call followed it (a

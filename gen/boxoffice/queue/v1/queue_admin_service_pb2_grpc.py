@@ -189,9 +189,10 @@ class QueueAdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def IssueStaffPass(self, request, context):
-        """IssueStaffPass signs a staff pass for an event's staff lane: whoever
-        holds it joins that lane (its reserved share, under the one cap on
-        active shoppers) until it expires. The pass goes in a link
+        """IssueStaffPass signs a staff pass for an event's staff lane: the first
+        account that joins with it joins that lane (its reserved share, under
+        the one cap on active shoppers) until it expires; the pass is bound to
+        that account. The pass goes in a link
         (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
         NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
         """

@@ -82,9 +82,10 @@ class QueueAdminServiceStub:
     (LANE_NOT_FOUND) when the lane does not exist or takes no codes.
     """
     IssueStaffPass: _grpc.UnaryUnaryMultiCallable[_queue_admin_service_pb2.IssueStaffPassRequest, _queue_admin_service_pb2.IssueStaffPassResponse]
-    """IssueStaffPass signs a staff pass for an event's staff lane: whoever
-    holds it joins that lane (its reserved share, under the one cap on
-    active shoppers) until it expires. The pass goes in a link
+    """IssueStaffPass signs a staff pass for an event's staff lane: the first
+    account that joins with it joins that lane (its reserved share, under
+    the one cap on active shoppers) until it expires; the pass is bound to
+    that account. The pass goes in a link
     (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
     NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
     """
@@ -152,9 +153,10 @@ class QueueAdminServiceAsyncStub(QueueAdminServiceStub):
     (LANE_NOT_FOUND) when the lane does not exist or takes no codes.
     """
     IssueStaffPass: _aio.UnaryUnaryMultiCallable[_queue_admin_service_pb2.IssueStaffPassRequest, _queue_admin_service_pb2.IssueStaffPassResponse]  # type: ignore[assignment]
-    """IssueStaffPass signs a staff pass for an event's staff lane: whoever
-    holds it joins that lane (its reserved share, under the one cap on
-    active shoppers) until it expires. The pass goes in a link
+    """IssueStaffPass signs a staff pass for an event's staff lane: the first
+    account that joins with it joins that lane (its reserved share, under
+    the one cap on active shoppers) until it expires; the pass is bound to
+    that account. The pass goes in a link
     (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
     NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
     """
@@ -279,9 +281,10 @@ class QueueAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _queue_admin_service_pb2.IssueStaffPassRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_queue_admin_service_pb2.IssueStaffPassResponse, _abc.Awaitable[_queue_admin_service_pb2.IssueStaffPassResponse]]:
-        """IssueStaffPass signs a staff pass for an event's staff lane: whoever
-        holds it joins that lane (its reserved share, under the one cap on
-        active shoppers) until it expires. The pass goes in a link
+        """IssueStaffPass signs a staff pass for an event's staff lane: the first
+        account that joins with it joins that lane (its reserved share, under
+        the one cap on active shoppers) until it expires; the pass is bound to
+        that account. The pass goes in a link
         (/e/{event_id}?staff=<pass>); it names the staff member for the audit.
         NOT_FOUND (LANE_NOT_FOUND) when the event has no staff lane.
         """

@@ -385,7 +385,8 @@ class JoinQueueRequest(_message.Message):
     """
     staff_pass: _builtins.str
     """A staff pass (QueueAdminService.IssueStaffPass) for the staff lane
-    (with no lane named, the join goes there); invalid or expired:
+    (with no lane named, the join goes there), bound to the first account
+    that joins with it; invalid, expired or another account's:
     PERMISSION_DENIED STAFF_PASS_INVALID.
     """
     def __init__(

@@ -1,0 +1,11 @@
+-- A staff pass is bound to the first account that joins with it: later
+-- joins of that account pass, another account's are refused.
+-- KEYS[1]  the pass's key ({ev:<id>}:staffpass:<pass id>)
+-- ARGV[1]  the customer   ARGV[2] how long to keep the binding (ms, the pass's life left)
+-- Returns 1 when the pass is (now) this customer's, 0 when another's.
+local bound = redis.call('GET', KEYS[1])
+if bound then
+  return bound == ARGV[1] and 1 or 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', math.max(1, tonumber(ARGV[2])))
+return 1
