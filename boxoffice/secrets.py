@@ -43,6 +43,10 @@ WEBHOOK_SECRETS = "BOXOFFICE_WEBHOOK_SECRETS"
 SANDBOX_WEBHOOK_SECRET = "BOXOFFICE_SANDBOX_WEBHOOK_SECRET"
 EDGE_SESSION_KEYS = "BOXOFFICE_EDGE_SESSION_KEYS"
 DEV_EDGE_SESSION_KEY = "boxoffice-development-session-key"
+# The development check-in key: an Ed25519 seed (64 hex digits) everyone knows.
+CHECKIN_KEYS = "BOXOFFICE_CHECKIN_KEYS"
+DEV_CHECKIN_KID = "dev"
+DEV_CHECKIN_SEED = "626f786f66666963652d646576656c6f706d656e742d636865636b696e2d6b79"
 # Development switches: on, they let anyone in as anyone.
 EDGE_DEV_SIGNIN = "BOXOFFICE_EDGE_DEV_SIGNIN"
 
@@ -180,6 +184,8 @@ DEVELOPMENT_SECRETS: tuple[DevelopmentSecret, ...] = (
     DevelopmentSecret(WEBHOOK_SECRETS, DEV_WEBHOOK_SECRET, True, frozenset({"payment"})),
     DevelopmentSecret(SANDBOX_WEBHOOK_SECRET, DEV_WEBHOOK_SECRET, False, frozenset({"payment"})),
     DevelopmentSecret(EDGE_SESSION_KEYS, DEV_EDGE_SESSION_KEY, True, frozenset({"edge"})),
+    # The ticket issuer (a payment role) signs ticket codes; check-in verifies them.
+    DevelopmentSecret(CHECKIN_KEYS, DEV_CHECKIN_SEED, True, frozenset({"payment", "checkin"})),
 )
 
 # The payment provider: unset, the sandbox, which takes no money. A process

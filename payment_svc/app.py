@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from boxoffice import ticketcodes
 from boxoffice.config import Env
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
@@ -243,7 +244,9 @@ def compose_issuer(rt: Runtime, *, name: str | None = None, hooks: ConsumerHooks
     """The ``issuer`` role's object graph (``name`` and ``hooks`` for tests)."""
     config = PaymentConfig.from_env(rt.env)
     metrics = IssuerMetrics.create(rt.registry)
-    handler = TicketIssuer(PgTicketStore(rt.pool()), metrics, tracing=rt.tracing)
+    keys = ticketcodes.read_keys(rt.env)
+    codes = ticketcodes.TicketCodeSigner(keys.get, rt.clock)
+    handler = TicketIssuer(PgTicketStore(rt.pool(), codes=codes), metrics, tracing=rt.tracing)
     consumer = _consumer(
         rt, config, group=ISSUER_GROUP, handler=handler, metrics=metrics.consumer, name=name, hooks=hooks
     )
@@ -252,6 +255,7 @@ def compose_issuer(rt: Runtime, *, name: str | None = None, hooks: ConsumerHooks
 
 def check_settings(env: Env) -> None:
     PaymentConfig.from_env(env)
+    ticketcodes.read_keys(env)
 
 
 async def build(rt: Runtime, role: str) -> list[Component]:

@@ -279,6 +279,7 @@ async def mesh_client(stores: Stores, address: str) -> AsyncIterator[MeshClient]
 MESH_SECRETS = {
     "BOXOFFICE_TOKEN_KEYS": "test1:test-token-key-0123456789abcdef",
     "BOXOFFICE_WEBHOOK_SECRETS": "whsec_test_0123456789abcdef",
+    "BOXOFFICE_CHECKIN_KEYS": "test1:" + "7e57" * 16,
     # A staging mesh: the sandbox named explicitly (its tickets say so).
     "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
 }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,6 +23,7 @@ import psycopg
 from boxoffice import db
 from boxoffice.errors import InvalidArgument
 from boxoffice.runtime import Pool
+from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner
 from payment_svc.model import Ticket
 from payment_svc.ports import ConfirmedBooking, TicketConflict, TicketStore
 
@@ -40,10 +40,6 @@ _MARK_PROCESSED = (
 
 def _ticket(row: Sequence[Any]) -> Ticket:
     return Ticket(*row)
-
-
-def _ticket_code() -> str:
-    return "TKT-" + secrets.token_hex(8).upper()
 
 
 def _encode_cursor(ticket: Ticket) -> str:
@@ -63,8 +59,12 @@ def _decode_cursor(token: str) -> tuple[datetime, str]:
 
 
 class PgTicketStore:
-    def __init__(self, pool: Pool) -> None:
+    """``codes`` signs the codes of the tickets :meth:`issue` writes (the
+    issuer's store has it; a store that only reads needs none)."""
+
+    def __init__(self, pool: Pool, *, codes: TicketCodeSigner | None = None) -> None:
         self._pool = pool
+        self._codes = codes
 
     @staticmethod
     async def _first_time(conn: psycopg.AsyncConnection[Any], consumer: str, event_id: str, hold_id: str) -> bool:
@@ -74,6 +74,11 @@ class PgTicketStore:
         return await cur.fetchone() is not None
 
     async def issue(self, consumer: str, booking: ConfirmedBooking) -> int:
+        if self._codes is None:
+            raise RuntimeError("this ticket store has no code signer; the issuer's has")
+        codes = self._codes
+        issued_at = codes.now()
+        ticket_ids = [str(uuid.uuid4()) for _ in booking.units]
         try:
             async with db.transaction(self._pool) as conn:
                 if not await self._first_time(conn, consumer, booking.source_event_id, booking.hold_id):
@@ -84,13 +89,14 @@ class PgTicketStore:
                     await insert.executemany(
                         """
                         INSERT INTO tickets (ticket_id, event_id, hold_id, unit, customer_id, section_id, seat_id,
-                                             seat_label, payment_id, source_event_id, code, voided_at)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, CASE WHEN %s THEN now() END)
+                                             seat_label, payment_id, source_event_id, code, issued_at, voided_at)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, to_timestamp(%s),
+                                CASE WHEN %s THEN now() END)
                         ON CONFLICT (hold_id, unit) DO NOTHING
                         """,
                         [
                             (
-                                str(uuid.uuid4()),
+                                ticket_id,
                                 booking.event_id,
                                 booking.hold_id,
                                 unit.unit,
@@ -100,10 +106,15 @@ class PgTicketStore:
                                 unit.seat_label,
                                 booking.payment_id,
                                 booking.source_event_id,
-                                _ticket_code(),
+                                codes.sign(
+                                    TicketClaims(
+                                        ticket_id, booking.event_id, booking.section_id, unit.seat_label, issued_at
+                                    )
+                                ),
+                                issued_at,
                                 cancelled,
                             )
-                            for unit in booking.units
+                            for ticket_id, unit in zip(ticket_ids, booking.units, strict=True)
                         ],
                     )
         except psycopg.errors.UniqueViolation as err:

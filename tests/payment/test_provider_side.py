@@ -12,6 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
+from boxoffice import ticketcodes
+from boxoffice.env import Env
 from boxoffice.errors import from_rpc_error
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
@@ -210,3 +212,32 @@ async def test_tickets_paid_in_the_sandbox_say_so(mesh: Mesh) -> None:
         pb.ListTicketsRequest(access_token=mesh.token("hal", event.event_id), event_id=event.event_id)
     )
     assert [t.sandbox for t in reply.tickets] == [False, False]
+
+
+async def test_tickets_carry_signed_codes_that_the_public_keys_verify(mesh: Mesh) -> None:
+    event, hold, _ = await _paid_and_ticketed(mesh, "ivy")
+    reply = await mesh.payment.stub.ListTickets(
+        pb.ListTicketsRequest(access_token=mesh.token("ivy", event.event_id), event_id=event.event_id)
+    )
+    # The issuer ran on the development key (no BOXOFFICE_CHECKIN_KEYS set).
+    verifier = ticketcodes.TicketCodeVerifier(ticketcodes.read_keys(Env({})).get().public, mesh.booking.clock)
+    assert len(reply.tickets) == 2
+    for ticket in reply.tickets:
+        claims = verifier.verify(ticket.code)
+        assert (claims.ticket_id, claims.event_id, claims.section_id, claims.seat_label) == (
+            ticket.ticket_id,
+            event.event_id,
+            ticket.section_id,
+            ticket.seat_label,
+        )
+        assert claims.issued_at == int(ticket.issue_time.seconds)
+    # A code issued before signed codes stays what it was (the gate looks it up).
+    await query(
+        mesh.booking,
+        "UPDATE tickets SET code = 'TKT-00000000000000AA' WHERE hold_id = %s AND unit = 1 RETURNING 1",
+        (hold.hold_id,),
+    )
+    again = await mesh.payment.stub.ListTickets(
+        pb.ListTicketsRequest(access_token=mesh.token("ivy", event.event_id), event_id=event.event_id)
+    )
+    assert {t.unit: t.code for t in again.tickets}[1] == "TKT-00000000000000AA"

@@ -31,6 +31,7 @@ COMMANDS = {
 _SECRETS = {
     "BOXOFFICE_TOKEN_KEYS": "test:role-processes-token-key-0123456789",
     "BOXOFFICE_WEBHOOK_SECRETS": "test:role-processes-webhook-secret-0123",
+    "BOXOFFICE_CHECKIN_KEYS": "test:" + "5eed" * 16,
     "BOXOFFICE_SANDBOX_WEBHOOK_SECRET": "role-processes-webhook-secret-0123",
     "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
 }

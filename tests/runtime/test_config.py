@@ -71,6 +71,7 @@ def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
         "BOXOFFICE_TLS": "off",
         "BOXOFFICE_TOKEN_KEYS": "k1:0123456789abcdef0123",
         "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef",
+        "BOXOFFICE_CHECKIN_KEYS": "c1:" + "0123456789abcdef" * 4,
         "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
         "BOXOFFICE_METRICS_PORT": "0",
         "BOXOFFICE_HEALTH_PORT": "off",

@@ -12,6 +12,7 @@ import pytest
 from boxoffice.config import ConfigError, Env, TokenConfig
 from boxoffice.errors import Unauthenticated
 from boxoffice.secrets import (
+    DEV_CHECKIN_SEED,
     DEV_TOKEN_KEY,
     DEV_WEBHOOK_SECRET,
     SecretSource,
@@ -130,6 +131,7 @@ def test_production_refuses_the_development_secrets(tmp_path: Path) -> None:
         "BOXOFFICE_TOKEN_KEYS",
         "BOXOFFICE_WEBHOOK_SECRETS",
         "BOXOFFICE_EDGE_SESSION_KEYS",
+        "BOXOFFICE_CHECKIN_KEYS",
     ]
     keyed = {**PRODUCTION, "BOXOFFICE_TOKEN_KEYS": K1}
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_WEBHOOK_SECRETS "):
@@ -159,6 +161,16 @@ def test_production_refuses_the_development_secrets(tmp_path: Path) -> None:
         "BOXOFFICE_WEBHOOK_SECRETS": "whsec_0123456789abcdef",
         "BOXOFFICE_EDGE_SESSION_KEYS": "s1:0123456789abcdef0123",
     }
+    # The ticket issuer (a payment role) signs ticket codes with a check-in key.
+    with pytest.raises(ConfigError, match=r"^BOXOFFICE_CHECKIN_KEYS "):
+        refuse_development_secrets(Env(configured), on_embedded_stores=False, components=["payment"])
+    with pytest.raises(ConfigError, match=r"^BOXOFFICE_CHECKIN_KEYS "):
+        refuse_development_secrets(
+            Env({**configured, "BOXOFFICE_CHECKIN_KEYS": f"c1:{'ab' * 32},dev:{DEV_CHECKIN_SEED}"}),
+            on_embedded_stores=False,
+            components=["payment"],
+        )
+    configured["BOXOFFICE_CHECKIN_KEYS"] = f"c1:{'ab' * 32}"
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_PAYMENT_PROVIDER is unset.*takes no money"):
         refuse_development_secrets(Env(configured), on_embedded_stores=False)
     with pytest.raises(ConfigError, match=r"^BOXOFFICE_PAYMENT_PROVIDER "):

@@ -41,6 +41,7 @@ def _production(stores: Stores, database_url: str, role: str) -> dict[str, str]:
         "REDIS_URL": stores.redis_url,
         "BOXOFFICE_TOKEN_KEYS": f"k1:{random.token_hex(32)}",
         "BOXOFFICE_WEBHOOK_SECRETS": f"whsec_{random.token_hex(16)}",
+        "BOXOFFICE_CHECKIN_KEYS": f"c1:{random.token_hex(32)}",
         "BOXOFFICE_SANDBOX_WEBHOOK_SECRET": f"whsec_{random.token_hex(16)}",
         "BOXOFFICE_PAYMENT_PROVIDER": "sandbox",
         "BOXOFFICE_GRPC_PORT": "0",
