@@ -3,9 +3,10 @@
 # (three primaries, a replica each) on loopback ports in a temporary folder,
 # the suite pointed at one of them (BOXOFFICE_TEST_REDIS_URL,
 # BOXOFFICE_TEST_REDIS_CLUSTER=true), the nodes stopped however the run ends.
-# The failover tests (tests/cluster/) start a cluster of their own, since
-# they kill its nodes. Arguments go to pytest: tests to run instead of the
-# ones below, or options for those.
+# The failover tests (tests/cluster/) are not among them: they start a
+# cluster of their own whatever the suite's Redis (they kill its nodes), and
+# the main run runs them (apart). Arguments go to pytest: tests to run
+# instead of the ones below, or options for those.
 #
 #   BOXOFFICE_CLUSTER_PORT  first of the six ports (default 7100)
 #   REDIS_SERVER            the redis-server binary (default: the PATH's, else
@@ -63,7 +64,7 @@ done
 
 export BOXOFFICE_TEST_REDIS_URL="redis://127.0.0.1:$first/0" BOXOFFICE_TEST_REDIS_CLUSTER=true
 if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then  # no tests named: these, with the options given
-  set -- tests/cluster tests/queue tests/payment/test_outbox.py tests/booking/test_gate.py \
+  set -- tests/queue tests/payment/test_outbox.py tests/booking/test_gate.py \
     tests/runtime/test_script_batcher.py tests/runtime/test_sessions.py "$@"
 fi
 "$python" -m pytest -p no:cacheprovider "$@"
