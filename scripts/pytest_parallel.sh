@@ -4,7 +4,10 @@
 # database, tests/parallel.py), then the `apart` tests (those that share a
 # whole server: its connection slots, fixed ports, nodes they stop) alone,
 # one after another. Then the count of tests both parts ran. Arguments go to
-# both parts (tests to run, or options).
+# both parts (tests to run, or options). Each worker starts with a run of
+# consecutive tests (--dist worksteal), so a module's shared servers (its
+# module-scoped fixtures) start on one or two workers rather than on all of
+# them; a worker that runs out takes over half of a busy one's remainder.
 #
 #   BOXOFFICE_TEST_WORKERS  how many workers (default: 2 a core, at least 2)
 set -euo pipefail
@@ -16,7 +19,7 @@ trap 'rm -rf "$reports"' EXIT
 
 status=0
 echo "== tests in parallel ($workers workers)"
-python -m pytest -p xdist -n "$workers" -m "not apart" --junitxml="$reports/parallel.xml" "$@" || status=$?
+python -m pytest -p xdist -n "$workers" --dist worksteal -m "not apart" --junitxml="$reports/parallel.xml" "$@" || status=$?
 # 5: nothing was selected (the tests asked for are all of one part).
 if [ "$status" = 5 ]; then status=0; fi
 echo "== tests apart, one at a time"
