@@ -99,10 +99,18 @@ class PublicCache:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._load(key, load))
             self._loading[key] = task
-            task.add_done_callback(lambda _: self._loading.pop(key, None))
+            task.add_done_callback(lambda done: self._loaded(key, done))
         # Each caller waits as long as its own deadline allows.
         async with deadline.bounded():
             return await asyncio.shield(task)
+
+    def _loaded(self, key: Hashable, task: asyncio.Task[_Entry]) -> None:
+        self._loading.pop(key, None)
+        # A load whose callers all stopped waiting (their deadlines) failed
+        # for nobody: its error is taken here, not logged as never retrieved;
+        # the next caller loads again.
+        if not task.cancelled():
+            task.exception()
 
     async def _load(self, key: Hashable, load: Callable[[], Awaitable[bytes]]) -> _Entry:
         # Detached from the first caller's deadline: the load has its own.

@@ -7,6 +7,7 @@ call, forged page tokens refused, paging through the edge."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -16,6 +17,9 @@ import httpx
 import pytest
 from google.protobuf import timestamp_pb2
 
+from boxoffice import deadline
+from boxoffice.errors import DeadlineExceeded
+from edge_svc.cache import PublicCache
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
 from tests.edge.harness import EdgeStack, edge_stack, error_of
@@ -155,3 +159,33 @@ async def test_a_bad_parameter_is_400_naming_it_without_a_call(stack: EdgeStack,
         assert error_of(reply) == (400, "INVALID_ARGUMENT", "INVALID_FIELD"), reply.text
         assert reply.json()["error"]["details"][0]["metadata"]["field"] == field
         assert await loads(client) == before
+
+
+async def test_a_load_that_fails_after_its_callers_gave_up_is_not_left_unretrieved() -> None:
+    """A catalogue load whose every caller ran out of deadline, and that then
+    fails, is taken care of by the cache (nothing logs an error that nobody
+    retrieved); the next caller loads again."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    release = asyncio.Event()
+    calls = 0
+
+    async def load() -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await release.wait()
+            raise RuntimeError("the backend failed late")
+        return b"{}"
+
+    cache = PublicCache(max_age_seconds=60, load_timeout_seconds=5.0)
+    with deadline.scope(0.05), pytest.raises(DeadlineExceeded):
+        await cache.document("k", load)
+    release.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gc.collect()
+    assert await cache.document("k", load) == b"{}" and calls == 2
+    loop.set_exception_handler(None)
+    assert reported == []
