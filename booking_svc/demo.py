@@ -10,11 +10,13 @@ from booking_svc.model import (
     DEFAULT_MAX_SEATS_PER_CUSTOMER,
     EventKind,
     EventSpec,
+    Listing,
     Money,
     RefundPolicy,
     RowSpec,
     SectionKind,
     SectionSpec,
+    Venue,
     utc,
 )
 from booking_svc.ports import BookingStore
@@ -55,6 +57,12 @@ async def seed(store: BookingStore, clock: Clock) -> str:
             SectionSpec(
                 "FLOOR", "Standing floor", SectionKind.GENERAL_ADMISSION, _FLOOR_CAPACITY, 0, Money("EUR", 5900)
             ),
+        ),
+        # What the catalogue at / shows of it.
+        listing=Listing(
+            time_zone="Europe/Lisbon",
+            description="The demo of boxoffice up: three seated sections and a standing floor.",
+            venue=Venue("Demo Arena", "Lisboa", "PT"),
         ),
     )
     await store.create_event(spec)
