@@ -23,6 +23,8 @@ async def test_no_page_logs_an_error_or_fails_a_request_in_any_language(browser:
         try:
             await page.goto(f"{mesh.url}/")
             await view(page, "home")
+            # Its reads done (the list of events), so that leaving aborts none of them.
+            await page.wait_for_load_state("networkidle")
             await page.goto(f"{mesh.url}/e/{event_id}")
             await view(page, "event")
             await page.wait_for_function("lang => document.documentElement.lang === lang", arg=lang)
