@@ -17,6 +17,7 @@ COPY boxoffice_cli ./boxoffice_cli
 COPY queue_svc ./queue_svc
 COPY booking_svc ./booking_svc
 COPY payment_svc ./payment_svc
+COPY checkin_svc ./checkin_svc
 COPY edge_svc ./edge_svc
 COPY gen ./gen
 RUN /opt/boxoffice/bin/pip install ".[kubernetes]" \

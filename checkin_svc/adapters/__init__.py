@@ -1,0 +1,1 @@
+"""The check-in service's adapters: its stores."""

@@ -1,0 +1,86 @@
+"""Check-ins in Postgres (the :class:`~checkin_svc.ports.CheckInStore`),
+beside the tickets the issuer writes.
+
+An admission is one statement: the ticket is read with its void mark and,
+when it is valid and of the scanned event, a check-in row inserted unless
+one exists. The primary key decides between two gates at one instant: the
+second insert waits for the first and does nothing. Only then, for a ticket
+admitted before, a second statement reads the first check-in (a new
+statement sees the row the winner committed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+from boxoffice import db
+from boxoffice.runtime import Pool
+from checkin_svc.model import Admission, CheckIn, Scan, TicketAtDoor
+from checkin_svc.ports import CheckInStore
+
+_ADMIT = """
+WITH t AS (
+    SELECT ticket_id, event_id, section_id, seat_label, voided_at IS NOT NULL AS void
+      FROM tickets WHERE {match}
+), admitted AS (
+    INSERT INTO checkins (ticket_id, event_id, gate_id, device_id, checked_in_at)
+    SELECT ticket_id, event_id, %(gate)s, %(device)s, %(at)s
+      FROM t WHERE NOT void AND event_id = %(event)s
+    ON CONFLICT (ticket_id) DO NOTHING
+    RETURNING gate_id, device_id, checked_in_at
+)
+SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.void,
+       admitted.gate_id, admitted.device_id, admitted.checked_in_at
+  FROM t LEFT JOIN admitted ON true
+"""
+_BY_ID = _ADMIT.format(match="ticket_id = %(ticket)s::uuid")
+_BY_CODE = _ADMIT.format(match="code = %(ticket)s")
+_FIRST = "SELECT gate_id, device_id, checked_in_at FROM checkins WHERE ticket_id = %s::uuid"
+
+
+class PgCheckInStore:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def admit_by_id(self, ticket_id: str, scan: Scan) -> Admission:
+        return await db.retry_lost_once(lambda: self._admit(_BY_ID, ticket_id, scan))
+
+    async def admit_by_code(self, code: str, scan: Scan) -> Admission:
+        return await db.retry_lost_once(lambda: self._admit(_BY_CODE, code, scan))
+
+    async def _admit(self, statement: str, key: str, scan: Scan) -> Admission:
+        params = {
+            "ticket": key,
+            "event": scan.event_id,
+            "gate": scan.gate_id,
+            "device": scan.device_id,
+            "at": scan.scanned_at,
+        }
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(statement, params)
+            row = await cur.fetchone()
+            if row is None:
+                return Admission(None)
+            ticket = TicketAtDoor(str(row[0]), int(row[1]), str(row[2]), str(row[3]))
+            if row[4]:
+                return Admission(ticket, void=True)
+            if ticket.event_id != scan.event_id:
+                return Admission(ticket)
+            if row[5] is not None:
+                return Admission(ticket, admitted=True, first_checkin=CheckIn(row[5], row[6], row[7]))
+        # Admitted before: read the first check-in in a statement of its own.
+        async with db.transaction(self._pool) as conn:
+            return Admission(ticket, first_checkin=await _first(conn, ticket.ticket_id))
+
+
+async def _first(conn: AsyncConnection[TupleRow], ticket_id: str) -> CheckIn | None:
+    cur = await conn.execute(_FIRST, (ticket_id,))
+    row: Any = await cur.fetchone()
+    return None if row is None else CheckIn(row[0], row[1], row[2])
+
+
+def _compliance(store: PgCheckInStore) -> CheckInStore:
+    return store

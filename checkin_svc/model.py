@@ -1,0 +1,77 @@
+"""What a scan at the door decides."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class ScanResult(enum.Enum):
+    """A scan's outcome (the contract's ``ScanResult`` without its prefix)."""
+
+    ADMITTED = "ADMITTED"
+    # Admitted before: the first check-in says when and where.
+    ALREADY_CHECKED_IN = "ALREADY_CHECKED_IN"
+    # Refunded or cancelled.
+    VOID = "VOID"
+    # A ticket of another event.
+    WRONG_EVENT = "WRONG_EVENT"
+    # A rotating code too old.
+    EXPIRED_CODE = "EXPIRED_CODE"
+    # A bad signature or shape: decided before any database read.
+    INVALID = "INVALID"
+    # Well formed, but no ticket has it.
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """One scan of a code at a gate."""
+
+    event_id: int
+    code: str
+    gate_id: str
+    device_id: str
+    scanned_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TicketAtDoor:
+    """What the staff at the gate are shown of a ticket."""
+
+    ticket_id: str
+    event_id: int
+    section_id: str
+    seat_label: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckIn:
+    """A ticket's first admission."""
+
+    gate_id: str
+    device_id: str
+    checked_in_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScanOutcome:
+    """A scan's answer: the result, the ticket when one was found, and its
+    first check-in (the one this scan made, or the earlier one)."""
+
+    result: ScanResult
+    ticket: TicketAtDoor | None = None
+    first_checkin: CheckIn | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the store did with an admission of one ticket."""
+
+    # None: no such ticket.
+    ticket: TicketAtDoor | None
+    void: bool = False
+    # True: this scan admitted it; False: it was admitted before.
+    admitted: bool = False
+    first_checkin: CheckIn | None = None

@@ -1,0 +1,22 @@
+"""The check-in service's boundaries."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from checkin_svc.model import Admission, Scan
+
+
+class CheckInStore(Protocol):
+    """Check-ins beside the tickets they admit."""
+
+    async def admit_by_id(self, ticket_id: str, scan: Scan) -> Admission:
+        """Admit ticket ``ticket_id`` of ``scan.event_id`` once: a ticket
+        of another event, a void one or one admitted before is not admitted
+        (:attr:`Admission.admitted` False), and says why."""
+        ...
+
+    async def admit_by_code(self, code: str, scan: Scan) -> Admission:
+        """As :meth:`admit_by_id`, for a ticket found by its stored code
+        (tickets issued before signed codes)."""
+        ...
