@@ -140,6 +140,9 @@ class Case:
     state: Callable[[World], Awaitable[object]] | None = None
     # What a PUBLIC or OPERATIONS route answers everyone.
     status: int = 200
+    # The route ends the session it is called with (sign-out): each caller
+    # calls it with a fresh session of its fan, not the world's.
+    ends_session: bool = False
 
 
 def _event(w: World) -> Mapping[str, str]:
@@ -198,7 +201,7 @@ async def _still_queued(w: World, leaver: httpx.AsyncClient) -> None:
 MATRIX: dict[str, Case] = {
     "CreateSession": Case(body=lambda w: {"name": f"matrix-{uuid.uuid4().hex[:6]}"}),
     "GetSession": Case(),
-    "DeleteSession": Case(),
+    "DeleteSession": Case(ends_session=True),
     "GetEvent": Case(params=_event),
     "ListEvents": Case(),
     "GetQueueChallenge": Case(params=_event),
@@ -261,6 +264,11 @@ def _path(route: Route, params: Mapping[str, str]) -> str:
     return path
 
 
+def _name_of(w: World, caller: str, case: Case) -> str:
+    fan: Fan = w.fan if caller == "fan" else w.intruder if caller == "intruder" else getattr(w, case.owner)
+    return fan.name
+
+
 def _client(w: World, caller: str, case: Case) -> httpx.AsyncClient:
     owner: Fan = getattr(w, case.owner)
     if caller in ("anonymous", "provider"):
@@ -283,6 +291,9 @@ async def _call(w: World, route: Route, case: Case, caller: str, body: Any) -> A
     if caller == "provider":
         headers[w.signature_header] = signature_header([secrets.DEV_WEBHOOK_SECRET], int(time.time()), content or b"")
     async with _client(w, caller, case) as client:
+        if case.ends_session and "bo_session" in client.cookies:
+            fresh = await client.post("/v1/session", json={"name": _name_of(w, caller, case)})
+            assert fresh.status_code == 200, fresh.text
         path = _path(route, case.params(w))
         if route.sse:
             async with client.stream(route.method, path, headers=headers) as reply:
