@@ -220,8 +220,9 @@ def estimated(place: Place, view: ProgressView) -> Estimate | None:
     """The fan's position in ``view``'s snapshot, or None when admission has
     reached their score (admitted, or gone some other way: ask QueueService)
     or the place was saved under another generation of the room (rebuilt
-    after its store lost its data: ask QueueService for the place again)."""
-    if view.generation != place.generation:
+    after its store lost its data: ask QueueService for the place again). A
+    place saved before any progress was seen (generation 0) follows any."""
+    if place.generation and view.generation != place.generation:
         return None
     base = place.base
     admitted_total = view.admitted_total

@@ -47,6 +47,9 @@ def test_a_place_moves_only_with_progress_of_its_own_generation() -> None:
     assert estimated(place, ProgressView.of(_progress(0))) is None
     again = place_from(_waiting(places.PRE_QUEUE_BAND + 50), _progress(2), now_ms=11_000)
     assert estimated(again, ProgressView.of(_progress(2))) is not None
+    # A place saved before the edge saw any progress follows the first it sees.
+    unseen = place_from(_waiting(places.PRE_QUEUE_BAND + 50), None, now_ms=1_000)
+    assert unseen.generation == 0 and estimated(unseen, ProgressView.of(_progress(2))) is not None
 
 
 def test_the_place_cookie_keeps_its_generation() -> None:

@@ -52,7 +52,7 @@ _ENVIRON = {
 
 
 @contextlib.asynccontextmanager
-async def _mesh(stores: Stores, redis_url: str) -> AsyncIterator[tuple[QueueApp, Any]]:
+async def _mesh(stores: Stores, redis_url: str, *, recording: bool = True) -> AsyncIterator[tuple[QueueApp, Any]]:
     """The queue's server and its admitter (always leading, with the
     rebuilder) and lifecycle recorder, on ``redis_url``; a stub as the edge."""
     queue = build_app(stores, environ=_ENVIRON, redis_url=redis_url)
@@ -68,7 +68,7 @@ async def _mesh(stores: Stores, redis_url: str) -> AsyncIterator[tuple[QueueApp,
     components = [
         *queue.components("server"),
         Loop("admitter", admitter.run),
-        Loop("lifecycle-recorder", queue.lifecycle_recorder.run),
+        *([Loop("lifecycle-recorder", queue.lifecycle_recorder.run)] if recording else []),
     ]
     async with running([*queue.rt.infrastructure(), *components]):
         async with edge_mesh_client(stores, queue.server.address) as client:
@@ -280,5 +280,35 @@ async def test_joins_during_the_rebuild_queue_behind_the_rebuilt_fans(stores: St
             # it saved under the old one).
             after = await queue.store.progress(event_id, now_ms=now_ms)
             assert after is not None and after.generation == 2
+    finally:
+        await client.aclose()
+
+
+async def test_only_the_fans_not_copied_yet_are_told_to_join_again(stores: Stores, embedded_redis_url: str) -> None:
+    event_id = new_event_id()
+    client = aioredis.Redis.from_url(embedded_redis_url)
+    try:
+        # The lifecycle is copied only when the test says (one pass).
+        async with _mesh(stores, embedded_redis_url, recording=False) as (queue, stub):
+            config = pb.EventQueueConfig(event_id=event_id, admission_rate_per_second=200, max_active_shoppers=1)
+            config.opens_at.FromMilliseconds(int(queue.rt.clock.now() * 1000) - 1000)
+            await stub.CreateEventQueue(pb.CreateEventQueueRequest(config=config), timeout=10)
+            copied = [f"copied-{n}" for n in range(4)]
+            for fan in copied:
+                await stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id=fan), metadata=as_fan(fan))
+            await queue.lifecycle_recorder.pass_once()
+            assert await _rows(queue.rt.pool(), event_id) >= len(copied)
+            await stub.JoinQueue(pb.JoinQueueRequest(event_id=event_id, customer_id="late"), metadata=as_fan("late"))
+            await client.flushall()
+            for fan in copied:
+                state = (await _position(stub, event_id, fan)).state
+                assert state in (pb.QUEUE_STATE_WAITING, pb.QUEUE_STATE_ADMITTED), (fan, state)
+            assert (await _position(stub, event_id, "late")).state == pb.QUEUE_STATE_NOT_IN_QUEUE
+            # Joining again puts them behind everyone rebuilt.
+            again = await stub.JoinQueue(
+                pb.JoinQueueRequest(event_id=event_id, customer_id="late"), metadata=as_fan("late")
+            )
+            assert again.position.state == pb.QUEUE_STATE_WAITING
+            assert (await members(client, keys_of(event_id).queue))[-1] == "late"
     finally:
         await client.aclose()
