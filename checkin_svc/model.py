@@ -75,3 +75,29 @@ class Admission:
     # True: this scan admitted it; False: it was admitted before.
     admitted: bool = False
     first_checkin: CheckIn | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UploadedScan:
+    """One scan an offline device admitted on its own and uploads later."""
+
+    outcome: ScanOutcome
+    # True: another check-in came first; recorded as a conflict.
+    conflict: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DoorEntry:
+    """A ticket as the check-in list gives it to an offline device."""
+
+    ticket: TicketAtDoor
+    void: bool
+    first_checkin: CheckIn | None
+
+
+@dataclass(frozen=True, slots=True)
+class DoorList:
+    """Tickets changed since a cursor, and the cursor to ask from next."""
+
+    entries: tuple[DoorEntry, ...]
+    cursor: datetime

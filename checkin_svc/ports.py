@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
-from checkin_svc.model import Admission, Scan
+from checkin_svc.model import Admission, CheckIn, DoorList, Scan, TicketAtDoor
 
 
 class CheckInStore(Protocol):
@@ -19,4 +20,14 @@ class CheckInStore(Protocol):
     async def admit_by_code(self, code: str, scan: Scan) -> Admission:
         """As :meth:`admit_by_id`, for a ticket found by its stored code
         (tickets issued before signed codes)."""
+        ...
+
+    async def record_conflict(self, ticket: TicketAtDoor, scan: Scan, first: CheckIn) -> None:
+        """Record that ``scan`` (an offline device's) admitted ``ticket``
+        after ``first``; once per device and scan time."""
+        ...
+
+    async def door_list(self, event_id: int, since: datetime | None) -> DoorList:
+        """Every ticket of the event (``since`` None), or those whose
+        issue, void or check-in was recorded since the cursor."""
         ...

@@ -11,6 +11,7 @@ statement sees the row the winner committed).
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -18,7 +19,7 @@ from psycopg.rows import TupleRow
 
 from boxoffice import db
 from boxoffice.runtime import Pool
-from checkin_svc.model import Admission, CheckIn, Scan, TicketAtDoor
+from checkin_svc.model import Admission, CheckIn, DoorEntry, DoorList, Scan, TicketAtDoor
 from checkin_svc.ports import CheckInStore
 
 _ADMIT = """
@@ -39,6 +40,25 @@ SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.void,
 _BY_ID = _ADMIT.format(match="ticket_id = %(ticket)s::uuid")
 _BY_CODE = _ADMIT.format(match="code = %(ticket)s")
 _FIRST = "SELECT gate_id, device_id, checked_in_at FROM checkins WHERE ticket_id = %s::uuid"
+_CONFLICT = """
+INSERT INTO checkin_conflicts (event_id, ticket_id, device_id, gate_id, scanned_at,
+                               first_device_id, first_gate_id, first_checked_in_at)
+VALUES (%s, %s::uuid, %s, %s, %s, %s, %s, %s)
+ON CONFLICT DO NOTHING
+"""
+_DOOR_LIST = """
+SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.voided_at IS NOT NULL,
+       c.gate_id, c.device_id, c.checked_in_at
+  FROM tickets t LEFT JOIN checkins c ON c.ticket_id = t.ticket_id
+ WHERE t.event_id = %(event)s
+   AND (%(since)s::timestamptz IS NULL
+        OR t.issued_at >= %(since)s OR t.voided_at >= %(since)s OR c.recorded_at >= %(since)s)
+ ORDER BY t.ticket_id
+"""
+# A cursor reaches back this far, so that a change whose transaction began
+# before the list was read (and committed after) is listed the next time;
+# the entries are states, so listing one twice changes nothing.
+CURSOR_OVERLAP = timedelta(seconds=30)
 
 
 class PgCheckInStore:
@@ -74,6 +94,36 @@ class PgCheckInStore:
         # Admitted before: read the first check-in in a statement of its own.
         async with db.transaction(self._pool) as conn:
             return Admission(ticket, first_checkin=await _first(conn, ticket.ticket_id))
+
+    async def record_conflict(self, ticket: TicketAtDoor, scan: Scan, first: CheckIn) -> None:
+        params = (
+            ticket.event_id,
+            ticket.ticket_id,
+            scan.device_id,
+            scan.gate_id,
+            scan.scanned_at,
+            first.device_id,
+            first.gate_id,
+            first.checked_in_at,
+        )
+        async with db.transaction(self._pool) as conn:
+            await conn.execute(_CONFLICT, params)
+
+    async def door_list(self, event_id: int, since: datetime | None) -> DoorList:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute("SELECT now()")
+            now = await cur.fetchone()
+            assert now is not None
+            cur = await conn.execute(_DOOR_LIST, {"event": event_id, "since": since})
+            entries = tuple(
+                DoorEntry(
+                    TicketAtDoor(str(row[0]), int(row[1]), str(row[2]), str(row[3])),
+                    bool(row[4]),
+                    None if row[5] is None else CheckIn(row[5], row[6], row[7]),
+                )
+                for row in await cur.fetchall()
+            )
+        return DoorList(entries, now[0] - CURSOR_OVERLAP)
 
 
 async def _first(conn: AsyncConnection[TupleRow], ticket_id: str) -> CheckIn | None:

@@ -8,64 +8,17 @@ import asyncio
 import secrets
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from boxoffice import db, ticketcodes
-from boxoffice.runtime import Pool
-from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner, TicketCodeVerifier
-from checkin_svc.adapters.postgres import PgCheckInStore
-from checkin_svc.handler import CheckInHandler
+from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner
 from checkin_svc.model import Scan, ScanResult
-from tests.payment.harness import open_pool
-from tests.support import ManualClock, Stores
-
-KEYS = ticketcodes.parse_keys("c1:" + "c4" * 32)
-
-
-@dataclass
-class Door:
-    pool: Pool
-    handler: CheckInHandler
-    signer: TicketCodeSigner
-
-    async def ticket(self, event_id: int, *, code: str | None = None, seat: str = "row A, seat 1") -> tuple[str, str]:
-        """A ticket of ``event_id`` as the issuer writes it: (id, code)."""
-        ticket_id = str(uuid.uuid4())
-        issued = self.signer.now()
-        code = code or self.signer.sign(TicketClaims(ticket_id, event_id, "A", seat, issued))
-        async with db.transaction(self.pool) as conn:
-            await conn.execute(
-                """
-                INSERT INTO tickets (ticket_id, event_id, hold_id, unit, customer_id, section_id, seat_label,
-                                     source_event_id, code, issued_at)
-                VALUES (%s, %s, %s, 1, 'fan', 'A', %s, %s, %s, to_timestamp(%s))
-                """,
-                (ticket_id, event_id, str(uuid.uuid4()), seat, str(uuid.uuid4()), code, issued),
-            )
-        return ticket_id, code
-
-    def scan(self, event_id: int, code: str, gate: str = "north-1", device: str = "d1") -> Scan:
-        return Scan(event_id, code, gate, device, datetime.now(UTC))
-
-
-@pytest.fixture
-async def door(stores: Stores) -> AsyncIterator[Door]:
-    async with open_pool(stores, max_size=20) as pool:
-        clock = ManualClock()
-        handler = CheckInHandler(PgCheckInStore(pool), TicketCodeVerifier(KEYS.public, clock))
-        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock))
-
-
-def _event() -> int:
-    return 10_000_000 + secrets.randbelow(1_000_000_000)
+from tests.checkin.harness import Door, new_event
+from tests.support import ManualClock
 
 
 async def test_fifty_scans_from_five_devices_admit_once(door: Door) -> None:
-    event = _event()
+    event = new_event()
     ticket_id, code = await door.ticket(event, seat="row K, seat 6")
     scans = [door.scan(event, code, gate=f"gate-{i % 5}", device=f"device-{i % 5}") for i in range(50)]
     outcomes = await asyncio.gather(*(door.handler.scan(scan) for scan in scans))
@@ -84,7 +37,7 @@ async def test_fifty_scans_from_five_devices_admit_once(door: Door) -> None:
 
 
 async def test_a_void_ticket_never_admits(door: Door) -> None:
-    event = _event()
+    event = new_event()
     ticket_id, code = await door.ticket(event)
     async with db.transaction(door.pool) as conn:
         await conn.execute("UPDATE tickets SET voided_at = now() WHERE ticket_id = %s", (ticket_id,))
@@ -96,7 +49,7 @@ async def test_a_void_ticket_never_admits(door: Door) -> None:
 
 
 async def test_another_events_ticket_is_wrong_event(door: Door) -> None:
-    event, other = _event(), _event()
+    event, other = new_event(), new_event()
     _, code = await door.ticket(other)
     assert (await door.handler.scan(door.scan(event, code))).result is ScanResult.WRONG_EVENT
     # The same for a code of before signed codes, which is looked up.
@@ -108,7 +61,7 @@ async def test_another_events_ticket_is_wrong_event(door: Door) -> None:
 
 
 async def test_a_code_nobody_holds_is_unknown(door: Door) -> None:
-    event = _event()
+    event = new_event()
     signed = door.signer.sign(TicketClaims(str(uuid.uuid4()), event, "A", "", door.signer.now()))
     assert (await door.handler.scan(door.scan(event, signed))).result is ScanResult.UNKNOWN
     legacy = "TKT-" + secrets.token_hex(8).upper()
@@ -116,7 +69,7 @@ async def test_a_code_nobody_holds_is_unknown(door: Door) -> None:
 
 
 async def test_a_bad_code_is_invalid_before_any_database_query(door: Door) -> None:
-    event = _event()
+    event = new_event()
     _, code = await door.ticket(event)
     other_keys = ticketcodes.parse_keys("c1:" + "0d" * 32)
     forged = TicketCodeSigner(lambda: other_keys, ManualClock()).sign(
@@ -134,7 +87,7 @@ async def test_a_bad_code_is_invalid_before_any_database_query(door: Door) -> No
 
 
 async def test_scanned_at_is_the_first_checkins_time(door: Door) -> None:
-    event = _event()
+    event = new_event()
     _, code = await door.ticket(event)
     when = datetime.now(UTC) - timedelta(minutes=3)
     outcome = await door.handler.scan(Scan(event, code, "west-1", "d9", when))

@@ -1,0 +1,61 @@
+"""The door on a real Postgres: the check-in handler and store, tickets
+written as the issuer writes them."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+
+from boxoffice import db, ticketcodes
+from boxoffice.runtime import Pool
+from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner, TicketCodeVerifier
+from checkin_svc.adapters.postgres import PgCheckInStore
+from checkin_svc.handler import CheckInHandler
+from checkin_svc.model import Scan
+from tests.payment.harness import open_pool
+from tests.support import ManualClock, Stores
+
+KEYS = ticketcodes.parse_keys("c1:" + "c4" * 32)
+
+
+@dataclass
+class Door:
+    pool: Pool
+    handler: CheckInHandler
+    signer: TicketCodeSigner
+
+    async def ticket(self, event_id: int, *, code: str | None = None, seat: str = "row A, seat 1") -> tuple[str, str]:
+        """A ticket of ``event_id`` as the issuer writes it: (id, code)."""
+        ticket_id = str(uuid.uuid4())
+        issued = self.signer.now()
+        code = code or self.signer.sign(TicketClaims(ticket_id, event_id, "A", seat, issued))
+        async with db.transaction(self.pool) as conn:
+            await conn.execute(
+                """
+                INSERT INTO tickets (ticket_id, event_id, hold_id, unit, customer_id, section_id, seat_label,
+                                     source_event_id, code, issued_at)
+                VALUES (%s, %s, %s, 1, 'fan', 'A', %s, %s, %s, to_timestamp(%s))
+                """,
+                (ticket_id, event_id, str(uuid.uuid4()), seat, str(uuid.uuid4()), code, issued),
+            )
+        return ticket_id, code
+
+    def scan(self, event_id: int, code: str, gate: str = "north-1", device: str = "d1") -> Scan:
+        return Scan(event_id, code, gate, device, datetime.now(UTC))
+
+
+@pytest.fixture
+async def door(stores: Stores) -> AsyncIterator[Door]:
+    async with open_pool(stores, max_size=20) as pool:
+        clock = ManualClock()
+        handler = CheckInHandler(PgCheckInStore(pool), TicketCodeVerifier(KEYS.public, clock))
+        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock))
+
+
+def new_event() -> int:
+    return 10_000_000 + secrets.randbelow(1_000_000_000)

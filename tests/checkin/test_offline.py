@@ -1,0 +1,83 @@
+"""Offline devices against a real Postgres: uploaded scans apply in scan-time
+order, an offline admission of a ticket someone admitted first is a recorded
+conflict (once, however often uploaded), and the door list gives every
+ticket, then the changes from a cursor."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from boxoffice import db
+from checkin_svc.model import Scan, ScanResult
+from tests.checkin.harness import Door, new_event
+
+
+async def _conflicts(door: Door, ticket_id: str) -> list[tuple[str, str]]:
+    async with db.transaction(door.pool) as conn:
+        cur = await conn.execute(
+            "SELECT device_id, first_device_id FROM checkin_conflicts WHERE ticket_id = %s", (ticket_id,)
+        )
+        return [(str(a), str(b)) for a, b in await cur.fetchall()]
+
+
+async def test_an_offline_and_an_online_admission_are_one_checkin_and_one_conflict(door: Door) -> None:
+    event = new_event()
+    ticket_id, code = await door.ticket(event)
+    now = datetime.now(UTC)
+    # The offline phone admitted the ticket first, but the online gate's scan reached us first.
+    online = await door.handler.scan(Scan(event, code, "north-1", "online", now))
+    assert online.result is ScanResult.ADMITTED
+    offline = Scan(event, code, "south-1", "offline", now - timedelta(seconds=20))
+    for _ in range(2):  # an upload sent twice records nothing new
+        (uploaded,) = await door.handler.upload([offline])
+        assert uploaded.conflict and uploaded.outcome.result is ScanResult.ALREADY_CHECKED_IN
+        assert uploaded.outcome.first_checkin is not None
+        assert uploaded.outcome.first_checkin.device_id == "online"
+        assert await _conflicts(door, ticket_id) == [("offline", "online")]
+    async with db.transaction(door.pool) as conn:
+        cur = await conn.execute("SELECT count(*) FROM checkins WHERE ticket_id = %s", (ticket_id,))
+        assert await cur.fetchone() == (1,)
+
+
+async def test_uploads_apply_in_scan_time_order_and_a_resent_scan_is_no_conflict(door: Door) -> None:
+    event = new_event()
+    ticket_id, code = await door.ticket(event)
+    now = datetime.now(UTC)
+    # Two phones admitted one ticket offline; one uploads both scans (out of order).
+    late = Scan(event, code, "east-1", "phone-b", now - timedelta(seconds=5))
+    early = Scan(event, code, "east-2", "phone-a", now - timedelta(seconds=50))
+    answers = await door.handler.upload([late, early])
+    assert [(a.outcome.result, a.conflict) for a in answers] == [
+        (ScanResult.ALREADY_CHECKED_IN, True),
+        (ScanResult.ADMITTED, False),
+    ]
+    assert answers[1].outcome.first_checkin is not None
+    assert answers[1].outcome.first_checkin.checked_in_at == early.scanned_at
+    assert await _conflicts(door, ticket_id) == [("phone-b", "phone-a")]
+    # phone-a uploads its own scan again: its own check-in, not a conflict.
+    (again,) = await door.handler.upload([early])
+    assert (again.outcome.result, again.conflict) == (ScanResult.ALREADY_CHECKED_IN, False)
+    assert len(await _conflicts(door, ticket_id)) == 1
+
+
+async def test_the_door_list_then_its_changes_from_a_cursor(door: Door) -> None:
+    event = new_event()
+    kept, _ = await door.ticket(event, seat="row A, seat 1")
+    voided, _ = await door.ticket(event, seat="row A, seat 2")
+    entered, entered_code = await door.ticket(event, seat="row A, seat 3")
+    await door.ticket(new_event())  # another event's: never listed
+    full = await door.handler.door_list(event, None)
+    assert sorted(e.ticket.ticket_id for e in full.entries) == sorted([kept, voided, entered])
+    assert not any(e.void or e.first_checkin for e in full.entries)
+    # Later: one ticket is voided, one checked in.
+    async with db.transaction(door.pool) as conn:
+        await conn.execute("UPDATE tickets SET voided_at = now() WHERE ticket_id = %s", (voided,))
+    assert (await door.handler.scan(door.scan(event, entered_code))).result is ScanResult.ADMITTED
+    # What the cursor reaches back over is listed again (as states, harmless); a
+    # cursor after every change lists only those changed after it.
+    changes = await door.handler.door_list(event, full.cursor)
+    by_id = {e.ticket.ticket_id: e for e in changes.entries}
+    first = by_id[entered].first_checkin
+    assert by_id[voided].void and first is not None and first.gate_id == "north-1"
+    quiet = await door.handler.door_list(event, datetime.now(UTC) + timedelta(seconds=1))
+    assert quiet.entries == ()
