@@ -32,6 +32,7 @@ from tests.booking.harness import (
     seated,
 )
 from tests.booking.unsafe import (
+    CONTROL_ENV,
     CheckThenConfirmStore,
     CheckThenUpdateStore,
     CountThenHoldPlacesStore,
@@ -73,7 +74,9 @@ async def test_control_check_then_update_lets_several_win(stores: Stores) -> Non
     seat. The race test above would fail for such a store."""
 
     window = Rendezvous(50)  # every client checks before any writes
-    async with booking_server(stores, store_class=functools.partial(CheckThenUpdateStore, window=window)) as booking:
+    async with booking_server(
+        stores, environ=CONTROL_ENV, store_class=functools.partial(CheckThenUpdateStore, window=window)
+    ) as booking:
         winners, holders, reasons = await race_for_one_seat(booking)
         # The stripe's CHECK, the last net, stops it at 10: the seat's
         # stripe counts 10 seats. The losers past that get INTERNAL.
@@ -207,7 +210,7 @@ async def test_control_locking_seats_in_the_order_given_deadlocks(stores: Stores
     a store."""
     window = Rendezvous(2)
     store_class = functools.partial(LockInGivenOrderStore, window=window)
-    async with booking_server(stores, store_class=store_class) as booking:
+    async with booking_server(stores, environ=CONTROL_ENV, store_class=store_class) as booking:
         assert await crossed_straight_to_the_store(booking, 10) == {"ok": 10, "deadlock": 10}
 
 
@@ -257,7 +260,7 @@ async def test_control_counting_then_holding_overbooks(stores: Stores) -> None:
     overbook limit. The test above would fail for such a store."""
     window = Rendezvous(PASSENGERS)
     async with booking_server(
-        stores, store_class=functools.partial(CountThenHoldPlacesStore, window=window)
+        stores, environ=CONTROL_ENV, store_class=functools.partial(CountThenHoldPlacesStore, window=window)
     ) as booking:
         _, won, errors, taken = await race_for_places(booking)
         assert (won, taken, errors) == (PASSENGERS, PASSENGERS, [])
@@ -317,7 +320,9 @@ async def test_control_picking_without_locks_hands_seats_twice(stores: Stores) -
     who all read before any wrote get the same two seats. The test above
     (every seat handed once) would fail for such a store."""
     window = Rendezvous(4)
-    async with booking_server(stores, store_class=functools.partial(PickWithoutLocksStore, window=window)) as booking:
+    async with booking_server(
+        stores, environ=CONTROL_ENV, store_class=functools.partial(PickWithoutLocksStore, window=window)
+    ) as booking:
         event = await create_event(
             booking, [seated("A")], [("A", f"R{r}", 10) for r in range(10)], max_seats_per_customer=100
         )
@@ -402,7 +407,9 @@ async def test_control_checking_then_confirming_sells_seats_a_newcomer_holds(sto
         async with asyncio.timeout(60):
             await taken[str(hold_id)].wait()
 
-    async with booking_server(stores, store_class=functools.partial(CheckThenConfirmStore, window=window)) as booking:
+    async with booking_server(
+        stores, environ=CONTROL_ENV, store_class=functools.partial(CheckThenConfirmStore, window=window)
+    ) as booking:
         event = await create_event(booking, [seated("A")], [("A", "A", 20)], max_seats_per_customer=100)
         seats = await seat_ids(booking, event.event_id, "A")
         groups = [seats[i : i + 2] for i in range(0, 20, 2)]

@@ -41,7 +41,7 @@ from tests.booking.harness import (
     snapshot,
     ts,
 )
-from tests.booking.unsafe import CountThenHoldStore, Rendezvous
+from tests.booking.unsafe import CONTROL_ENV, CountThenHoldStore, Rendezvous
 from tests.support import Stores
 
 RACE_PAUSE_SECONDS = 0.05
@@ -275,7 +275,7 @@ async def test_control_counting_outside_the_statement_lets_the_fan_past_the_limi
     passes. The test above would fail for such a store."""
     window = Rendezvous(12, armed=False)  # armed once the fan's first 2 are bought
     store_class = functools.partial(CountThenHoldStore, window=window)
-    async with booking_server(stores, store_class=store_class) as booking:
+    async with booking_server(stores, environ=CONTROL_ENV, store_class=store_class) as booking:
         won, tickets, reasons = await greedy_fan(booking, ticket_limit=1000, race_begins=window.arm)
         assert (won, tickets, reasons) == (12, 14, {})
 

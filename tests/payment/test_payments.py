@@ -220,7 +220,14 @@ async def test_control_without_the_in_flight_marker_every_duplicate_confirms(sto
     in-flight claim (tests/payment/unsafe.py): every duplicate runs the
     confirm, and none is refused. The assertions above (one execution,
     forty-nine ABORTED) would catch it."""
-    async with payment_stack(stores, booking=fake_booking, idempotency_store=NoInFlightClaimStore) as stack:
+    # Its calls wait in the window until all fifty are there, however long a
+    # loaded machine takes.
+    async with payment_stack(
+        stores,
+        booking=fake_booking,
+        idempotency_store=NoInFlightClaimStore,
+        environ={"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "90"},
+    ) as stack:
         assert isinstance(stack.booking, FakeBooking)
         _, payment = await _started(stack, stack.booking)
         request = pb.ConfirmPaymentRequest(payment_id=payment.payment_id, idempotency_key=f"race-{payment.payment_id}")

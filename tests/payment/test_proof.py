@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -72,13 +72,17 @@ def _free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def mesh_of(
-    stores: Stores, *, idempotency_store: Callable[..., IdempotencyStore] = PgIdempotencyStore
+    stores: Stores,
+    *,
+    idempotency_store: Callable[..., IdempotencyStore] = PgIdempotencyStore,
+    payment_environ: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Mesh]:
     """BookingService and PaymentService on loopback, sharing a clock the
     test moves, PaymentService calling BookingService over gRPC as its
     process does; booking's relay and the two consumers of its stream (the
     issuer, the cancellation refunds), driven by the test.
-    ``idempotency_store`` replaces PaymentService's store of request keys."""
+    ``idempotency_store`` replaces PaymentService's store of request keys;
+    ``payment_environ`` adds to PaymentService's settings."""
     stream = f"ticket-issued-proof-{uuid.uuid4().hex[:12]}"
     port = _free_port()
     async with (
@@ -89,6 +93,7 @@ async def mesh_of(
                 "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{port}",
                 "BOXOFFICE_TICKET_STREAM": stream,
                 "BOXOFFICE_DB_POOL_MAX": "20",
+                **(payment_environ or {}),
             },
             clock=booking.clock,
             idempotency_store=idempotency_store,
@@ -207,7 +212,11 @@ async def test_control_without_the_in_flight_claim_every_duplicate_reaches_booki
     above has one run and forty-nine ABORTED; the proof would fail. What
     still makes one sale of them is BookingService's own key (the confirm's,
     derived from the payment): one confirmation, one BookingConfirmed."""
-    async with mesh_of(stores, idempotency_store=NoInFlightClaimStore) as mesh:
+    # Its calls wait in the window until all fifty are there, however long a
+    # loaded machine takes.
+    async with mesh_of(
+        stores, idempotency_store=NoInFlightClaimStore, payment_environ={"BOXOFFICE_DEFAULT_DEADLINE_SECONDS": "90"}
+    ) as mesh:
         event = await create_event(mesh.booking, [seated("A")], [("A", "1", 10)])
         hold = await _hold(mesh, "ann", event.event_id, section="A", quantity=2)
         payment = await _start(mesh, "ann", hold)
