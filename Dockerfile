@@ -19,6 +19,7 @@ COPY booking_svc ./booking_svc
 COPY payment_svc ./payment_svc
 COPY checkin_svc ./checkin_svc
 COPY edge_svc ./edge_svc
+COPY mail_svc ./mail_svc
 COPY gen ./gen
 RUN /opt/boxoffice/bin/pip install ".[kubernetes]" \
  && /opt/boxoffice/bin/python -m compileall -q /opt/boxoffice/lib

@@ -206,6 +206,7 @@ POOL_BUDGETS: Mapping[str, tuple[int, int]] = {
     "booking-relay": (1, 2),
     "payment-server": (2, 6),
     "payment-issuer": (1, 4),
+    "mail-mailer": (1, 2),
 }
 DEFAULT_POOL_BUDGET = (2, 20)
 

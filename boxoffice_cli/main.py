@@ -28,6 +28,7 @@ from boxoffice.tracing import TracingConfig
 from boxoffice_cli import workers
 from boxoffice_cli.pipes import STDOUT_CLOSED, QuietStdout
 from boxoffice_cli.ports import Listener, ensure_free
+from mail_svc import app as mail_app
 
 _log = logging.getLogger("boxoffice.cli")
 
@@ -45,10 +46,11 @@ def service_modules() -> list[ServiceModule]:
     """The services of the mesh, in start order (the one list of them)."""
     from booking_svc import app as booking_app
     from edge_svc import app as edge_app
+    from mail_svc import app as mail_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
 
-    return [queue_app, booking_app, payment_app, edge_app]
+    return [queue_app, booking_app, payment_app, edge_app, mail_app]
 
 
 def _stores_of(module: ServiceModule) -> tuple[str, ...]:
@@ -139,6 +141,8 @@ def _up_env(env: Env, on_embedded_stores: bool) -> Env:
     is on when the stores are embedded (unless switched off)."""
     ports = _up_ports(env)
     wired = {f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in ("queue", "booking", "payment")}
+    # The mailer keeps .eml files when no relay is set (only here).
+    wired[mail_app.UP_ENV] = "true"
     if on_embedded_stores and env.raw(secrets.EDGE_DEV_SIGNIN) is None:
         wired[secrets.EDGE_DEV_SIGNIN] = "true"
     for drain in ("BOXOFFICE_EDGE_DRAIN_SECONDS", "BOXOFFICE_DRAIN_SECONDS"):
@@ -180,7 +184,8 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         # Each service serves, and dials, as its own role.
         pki = up_pki(store.data_dir, rt.tls.trust_domain)
         for module in modules:
-            rt.identities[module.COMPONENT] = pki[module.COMPONENT]
+            if module.COMPONENT in pki:  # the mailer serves and dials nothing of the mesh
+                rt.identities[module.COMPONENT] = pki[module.COMPONENT]
         tls_dir = pki[access.OPERATOR].ca.parent
     ports = _up_ports(env)
     # Each migration applied is in the log (db.migrate); the banner stays short.
@@ -214,6 +219,7 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
             elif address:
                 scheme = "grpcs" if tls_dir is not None else "grpc"
                 print(f"  {component.name:<10} {scheme}://{address}", flush=True)
+        print(f"  mail       {mail_app.banner(env)}", flush=True)
         print(f"  metrics    {metrics.url}", flush=True)
         print("Ctrl-C stops everything.", flush=True)
 

@@ -102,10 +102,17 @@ class ManualClock:
 def all_migrations() -> list[Migration]:
     from booking_svc import app as booking_app
     from checkin_svc import app as checkin_app
+    from mail_svc import app as mail_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
 
-    return [*queue_app.migrations(), *booking_app.migrations(), *payment_app.migrations(), *checkin_app.migrations()]
+    return [
+        *queue_app.migrations(),
+        *booking_app.migrations(),
+        *payment_app.migrations(),
+        *checkin_app.migrations(),
+        *mail_app.migrations(),
+    ]
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,1 @@
+"""The mailer's adapters: its Postgres store and its relays."""

@@ -1,0 +1,167 @@
+"""The mailer's records in Postgres (the :class:`~mail_svc.ports.DeliveryStore`):
+its deliveries and recipients, and what a message tells of a booking (read
+from the tickets, payments and events tables of the same database)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from boxoffice import db
+from boxoffice.runtime import Pool
+from mail_svc.model import BookingMail, Delivery, DeliveryState, EventInfo, Kind, Recipient, TicketLine
+from mail_svc.ports import DeliveryStore, PendingDeliveries
+
+_DELIVERY = "hold_id::text, kind, event_id, message_id, state, attempts, last_error"
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    return Delivery(
+        hold_id=row[0],
+        kind=Kind(row[1]),
+        event_id=int(row[2]),
+        message_id=row[3],
+        state=DeliveryState(row[4]),
+        attempts=int(row[5]),
+        last_error=row[6],
+    )
+
+
+def _route(origin: str | None, destination: str | None, code: str | None) -> str:
+    if not origin or not destination:
+        return ""
+    return f"{code + ' ' if code else ''}{origin} → {destination}"
+
+
+class PgDeliveryStore:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def open_delivery(self, hold_id: str, kind: Kind, event_id: int, message_id: str) -> Delivery:
+        async with db.transaction(self._pool) as conn:
+            await conn.execute(
+                """
+                INSERT INTO mail_deliveries (hold_id, kind, event_id, message_id, state)
+                VALUES (%s, %s, %s, %s, 'PENDING') ON CONFLICT (hold_id, kind) DO NOTHING
+                """,
+                (hold_id, kind.value, event_id, message_id),
+            )
+            cur = await conn.execute(
+                f"SELECT {_DELIVERY} FROM mail_deliveries WHERE hold_id = %s AND kind = %s", (hold_id, kind.value)
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _delivery(row)
+
+    async def recipient(self, hold_id: str) -> Recipient | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute("SELECT email, language FROM mail_recipients WHERE hold_id = %s", (hold_id,))
+            row = await cur.fetchone()
+        return Recipient(row[0], row[1]) if row else None
+
+    async def record_recipient(self, hold_id: str, recipient: Recipient) -> None:
+        """The fan's verified address and language for a booking (the first
+        one recorded stays)."""
+        async with db.transaction(self._pool) as conn:
+            await conn.execute(
+                "INSERT INTO mail_recipients (hold_id, email, language) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                (hold_id, recipient.email, recipient.language),
+            )
+
+    async def booking(self, hold_id: str) -> BookingMail | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                "SELECT unit, code, section_id, seat_label, event_id FROM tickets WHERE hold_id = %s ORDER BY unit",
+                (hold_id,),
+            )
+            rows = await cur.fetchall()
+            if not rows:
+                return None
+            event_id = int(rows[0][4])
+            cur = await conn.execute(
+                """
+                SELECT display_name, kind, starts_at, time_zone, venue_name, venue_city,
+                       flight_origin, flight_destination, flight_code
+                  FROM events WHERE event_id = %s
+                """,
+                (event_id,),
+            )
+            event = await cur.fetchone()
+            cur = await conn.execute(
+                """
+                SELECT amount_minor, currency FROM payments
+                 WHERE hold_id = %s AND state <> 'PENDING' AND state <> 'DECLINED' AND state <> 'FAILED'
+                 ORDER BY attempt DESC LIMIT 1
+                """,
+                (hold_id,),
+            )
+            payment = await cur.fetchone()
+        if event is None:
+            return None
+        venue = ", ".join(part for part in (event[4], event[5]) if part)
+        return BookingMail(
+            hold_id=hold_id,
+            event=EventInfo(
+                event_id=event_id,
+                name=event[0],
+                kind=event[1],
+                starts_at=event[2],
+                time_zone=event[3],
+                venue=venue,
+                route=_route(event[6], event[7], event[8]),
+            ),
+            tickets=tuple(TicketLine(int(r[0]), r[1], r[2], r[3]) for r in rows),
+            amount_minor=int(payment[0]) if payment else 0,
+            currency=payment[1] if payment else "EUR",
+        )
+
+    async def mark(self, hold_id: str, kind: Kind, state: str, *, error: str = "") -> None:
+        async with db.transaction(self._pool) as conn:
+            await conn.execute(
+                """
+                UPDATE mail_deliveries
+                   SET state = %(state)s, attempts = attempts + 1, last_error = %(error)s, updated_at = now(),
+                       sent_at = CASE WHEN %(state)s = 'SENT' THEN now() ELSE sent_at END
+                 WHERE hold_id = %(hold)s AND kind = %(kind)s AND state <> 'SENT'
+                """,
+                {"state": state, "error": error[:500], "hold": hold_id, "kind": kind.value},
+            )
+
+    async def reopen(self, hold_id: str) -> list[Delivery]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                UPDATE mail_deliveries SET state = 'PENDING', updated_at = now()
+                 WHERE hold_id = %s AND state IN ('FAILED', 'NO_ADDRESS')
+                RETURNING {_DELIVERY}
+                """,
+                (hold_id,),
+            )
+            return [_delivery(row) for row in await cur.fetchall()]
+
+    async def not_delivered(self, event_id: int) -> list[Delivery]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                SELECT {_DELIVERY} FROM mail_deliveries
+                 WHERE event_id = %s AND state IN ('FAILED', 'NO_ADDRESS') ORDER BY created_at, hold_id
+                """,
+                (event_id,),
+            )
+            return [_delivery(row) for row in await cur.fetchall()]
+
+    async def pending(self, limit: int, *, older_than_seconds: float) -> list[Delivery]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                SELECT {_DELIVERY} FROM mail_deliveries
+                 WHERE state = 'PENDING' AND updated_at < now() - make_interval(secs => %s)
+                 ORDER BY updated_at LIMIT %s
+                """,
+                (older_than_seconds, limit),
+            )
+            return [_delivery(row) for row in await cur.fetchall()]
+
+
+def _compliance(store: PgDeliveryStore) -> tuple[DeliveryStore, PendingDeliveries]:
+    return store, store

@@ -1,0 +1,159 @@
+"""Where messages go: an SMTP relay (:class:`SmtpRelay`), or, on a laptop
+with no relay set, ``.eml`` files in a folder (:class:`EmlFolder`). Both
+are :class:`~mail_svc.ports.Relay`; :class:`RateLimited` paces either."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from email.message import EmailMessage
+from pathlib import Path
+
+import aiosmtplib
+
+from mail_svc.config import SmtpConfig
+from mail_svc.ports import Relay, RelayBusy, RelayRefused
+
+
+def _answer(err: aiosmtplib.SMTPResponseException) -> str:
+    return f"{err.code} {err.message}".strip()
+
+
+class SmtpRelay:
+    """An SMTP relay, over a few kept connections (STARTTLS when the relay
+    offers it on ``smtp://``, TLS throughout on ``smtps://``, AUTH when a
+    password is set). A 4xx or a lost connection is :class:`RelayBusy`; a
+    5xx, or the recipient refused, :class:`RelayRefused`."""
+
+    def __init__(self, config: SmtpConfig, *, connections: int = 4) -> None:
+        self._config = config
+        self.name = config.name
+        self._idle: asyncio.LifoQueue[aiosmtplib.SMTP] = asyncio.LifoQueue()
+        self._slots = asyncio.Semaphore(max(1, connections))
+        self._tls: ssl.SSLContext | None = None
+        if config.ca_file:
+            self._tls = ssl.create_default_context(cafile=config.ca_file)
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        config = self._config
+        client = aiosmtplib.SMTP(
+            hostname=config.host,
+            port=config.port,
+            use_tls=config.implicit_tls,
+            start_tls=None,  # when offered
+            tls_context=self._tls,
+            timeout=config.timeout_seconds,
+        )
+        await client.connect()
+        if config.username is not None and config.password is not None:
+            await client.login(config.username, config.password)
+        return client
+
+    async def send(self, message: EmailMessage, recipient: str) -> None:
+        async with self._slots:
+            client: aiosmtplib.SMTP | None = None
+            while not self._idle.empty():
+                candidate = self._idle.get_nowait()
+                if candidate.is_connected:
+                    client = candidate
+                    break
+            try:
+                if client is None:
+                    client = await self._connect()
+                errors, _ = await client.send_message(message, recipients=[recipient])
+            except aiosmtplib.SMTPRecipientsRefused as err:
+                refused = err.recipients[0] if err.recipients else None
+                self._keep(client)
+                if refused is not None and 400 <= refused.code < 500:
+                    raise RelayBusy(_answer(refused)) from None
+                raise RelayRefused(_answer(refused) if refused else "recipient refused") from None
+            except aiosmtplib.SMTPResponseException as err:
+                self._keep(client)
+                if 400 <= err.code < 500:
+                    raise RelayBusy(_answer(err)) from None
+                raise RelayRefused(_answer(err)) from None
+            except (aiosmtplib.SMTPException, OSError) as err:
+                await self._drop(client)
+                raise RelayBusy(f"the relay cannot be reached: {type(err).__name__}: {err}") from None
+            if errors:
+                self._keep(client)
+                raise RelayRefused("; ".join(f"{code} {text}" for code, text in errors.values()))
+            self._keep(client)
+
+    def _keep(self, client: aiosmtplib.SMTP | None) -> None:
+        if client is not None and client.is_connected:
+            self._idle.put_nowait(client)
+
+    async def _drop(self, client: aiosmtplib.SMTP | None) -> None:
+        if client is not None:
+            client.close()
+
+    async def close(self) -> None:
+        while not self._idle.empty():
+            client = self._idle.get_nowait()
+            try:
+                await client.quit()
+            except (aiosmtplib.SMTPException, OSError):
+                client.close()
+
+
+class EmlFolder:
+    """Keeps each message as ``<folder>/<time>-<Message-ID>.eml`` (the
+    relay of `boxoffice up` when none is set). A resend of one message
+    writes the same file again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.name = str(folder)
+
+    async def send(self, message: EmailMessage, recipient: str) -> None:
+        identity = str(message["Message-ID"]).strip("<>").replace("/", "_")
+        path = self.folder / f"{identity}.eml"
+        data = bytes(message)
+        await asyncio.to_thread(self._write, path, data)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".eml.partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)
+
+    async def close(self) -> None:
+        return None
+
+
+class RateLimited:
+    """At most ``per_second`` messages a second handed to ``relay`` by this
+    process (a token bucket of one second's burst): a crowd's bookings queue
+    here rather than get the relay to block the sender."""
+
+    def __init__(self, relay: Relay, per_second: float) -> None:
+        self._relay = relay
+        self.name = relay.name
+        self._interval = 1.0 / per_second
+        self._burst = max(1.0, per_second)
+        self._tokens = self._burst
+        self._at = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def send(self, message: EmailMessage, recipient: str) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._at) / self._interval)
+            self._at = now
+            if self._tokens < 1.0:
+                wait = (1.0 - self._tokens) * self._interval
+                await asyncio.sleep(wait)
+                self._at = time.monotonic()
+                self._tokens = 1.0
+            self._tokens -= 1.0
+        await self._relay.send(message, recipient)
+
+    async def close(self) -> None:
+        await self._relay.close()
+
+
+def _compliance(smtp: SmtpRelay, folder: EmlFolder, limited: RateLimited) -> tuple[Relay, Relay, Relay]:
+    return smtp, folder, limited

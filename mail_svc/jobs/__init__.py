@@ -1,0 +1,1 @@
+"""The mailer's background work."""

@@ -1,0 +1,195 @@
+"""The mailer (role ``mailer``): a consumer of booking's outbox stream that
+sends one e-mail per booking and message kind: the tickets once a
+BookingConfirmed's tickets are issued, "tickets void" on BookingCancelled.
+
+Exactly once, whatever fails: the delivery record (unique per booking and
+kind, with its Message-ID) is written before the send and marked after it.
+A crash between the two leaves it PENDING: the entry is handled again (or
+the resend sweep finds it) and the same message goes out with the same
+Message-ID, which receivers deduplicate. A relay's "try later" (4xx) is
+tried again with backoff, then left pending; a refusal (5xx, a refused
+address) is recorded FAILED, counted, and sent again only by an operator's
+resend. The fan's address is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import make_msgid
+
+import psycopg
+
+from boxoffice.clock import Clock
+from boxoffice.errors import BoxofficeError
+from boxoffice.streams import StreamEntry
+from boxoffice.tracing import Tracing
+from mail_svc.metrics import MailMetrics
+from mail_svc.model import BookingMail, Delivery, DeliveryState, Kind
+from mail_svc.ports import DeliveryStore, PendingDeliveries, Relay, RelayBusy, RelayRefused
+from mail_svc.render import Renderer
+
+_log = logging.getLogger("mail_svc.mailer")
+
+MAILER_GROUP = "mailer"
+_KINDS = {"BookingConfirmed": Kind.TICKETS, "BookingCancelled": Kind.VOID}
+
+
+class TicketsNotIssued(ConnectionError):
+    """The booking's tickets are not issued yet: the entry stays pending."""
+
+
+@dataclass
+class MailHooks:
+    """Test hook at the mailer's crash point: after the relay took the
+    message, before the delivery is marked sent."""
+
+    after_send: Callable[[Delivery], Awaitable[None]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MailPolicy:
+    busy_attempts: int
+    busy_backoff_seconds: float
+    tickets_wait_seconds: float
+    # The domain of the Message-IDs (the sender's).
+    domain: str
+
+
+class Mailer:
+    """The mailer's entry handler, and the sender its resend sweep uses."""
+
+    def __init__(
+        self,
+        *,
+        store: DeliveryStore,
+        relay: Relay,
+        renderer: Renderer,
+        metrics: MailMetrics,
+        policy: MailPolicy,
+        clock: Clock,
+        hooks: MailHooks | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
+        self._store = store
+        self._relay = relay
+        self._renderer = renderer
+        self._metrics = metrics
+        self._policy = policy
+        self._clock = clock
+        self._hooks = hooks or MailHooks()
+        self._tracing = tracing or Tracing.off()
+
+    async def handle(self, entry: StreamEntry) -> None:
+        kind = _KINDS.get(entry.type)
+        if kind is None:
+            return  # other event types are not the mailer's
+        hold_id = str(uuid.UUID(str(entry.payload.get("hold_id") or entry.aggregate_id)))
+        attributes = {"messaging.system": "redis", "messaging.message.id": entry.event_id, "boxoffice.mail_kind": kind}
+        with self._tracing.consuming(f"mail {kind.value}", entry.traceparent, attributes):
+            booking = await self._wait_for_tickets(hold_id)
+            delivery = await self._store.open_delivery(
+                hold_id, kind, booking.event.event_id, self.new_message_id(hold_id, kind)
+            )
+            await self.deliver(delivery, booking, created_at=entry.created_at)
+
+    def new_message_id(self, hold_id: str, kind: Kind) -> str:
+        return make_msgid(idstring=f"{kind.value}.{hold_id}", domain=self._policy.domain)
+
+    async def _wait_for_tickets(self, hold_id: str) -> BookingMail:
+        """The booking once its tickets exist (the issuer reads the same
+        stream); TicketsNotIssued after the wait."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._policy.tickets_wait_seconds
+        pause = 0.05
+        while True:
+            booking = await self._store.booking(hold_id)
+            if booking is not None:
+                return booking
+            if loop.time() >= until:
+                raise TicketsNotIssued(f"booking {hold_id} has no tickets yet")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+    async def deliver(self, delivery: Delivery, booking: BookingMail | None = None, *, created_at: float) -> None:
+        """Send a PENDING delivery (with its own Message-ID) and mark it."""
+        if delivery.state is not DeliveryState.PENDING:
+            return  # sent, failed for good, or without an address: done
+        kind = delivery.kind
+        recipient = await self._store.recipient(delivery.hold_id)
+        if recipient is None:
+            await self._store.mark(delivery.hold_id, kind, DeliveryState.NO_ADDRESS)
+            self._metrics.messages.labels(kind=kind.value, outcome="no_address").inc()
+            _log.info("booking has no verified address; nothing sent", extra={"hold_id": delivery.hold_id})
+            return
+        if booking is None:
+            booking = await self._wait_for_tickets(delivery.hold_id)
+        message = self._renderer.render(
+            booking,
+            kind,
+            language=recipient.language,
+            to=recipient.email,
+            message_id=delivery.message_id,
+            now=datetime.fromtimestamp(self._clock.now(), UTC),
+        )
+        for attempt in range(self._policy.busy_attempts):
+            try:
+                await self._relay.send(message, recipient.email)
+                break
+            except RelayRefused as err:
+                await self._store.mark(delivery.hold_id, kind, DeliveryState.FAILED, error=str(err))
+                self._metrics.messages.labels(kind=kind.value, outcome="failed").inc()
+                _log.error(
+                    "the relay refused a message; recorded as failed",
+                    extra={
+                        "hold_id": delivery.hold_id,
+                        "kind": kind.value,
+                        "relay": self._relay.name,
+                        "answer": str(err),
+                    },
+                )
+                return
+            except RelayBusy as err:
+                await self._store.mark(delivery.hold_id, kind, DeliveryState.PENDING, error=str(err))
+                self._metrics.messages.labels(kind=kind.value, outcome="retried").inc()
+                if attempt + 1 == self._policy.busy_attempts:
+                    raise  # the entry stays pending; tried again later
+                await asyncio.sleep(self._policy.busy_backoff_seconds * 2**attempt)
+        if self._hooks.after_send is not None:
+            await self._hooks.after_send(delivery)
+        await self._store.mark(delivery.hold_id, kind, DeliveryState.SENT)
+        self._metrics.messages.labels(kind=kind.value, outcome="sent").inc()
+        self._metrics.lag_seconds.observe(max(0.0, time.time() - created_at))
+
+
+class ResendSweep:
+    """Sends the deliveries left PENDING (an operator's resend, or a mailer
+    that died between the send and the mark) every ``interval_seconds``."""
+
+    def __init__(self, mailer: Mailer, store: PendingDeliveries, *, interval_seconds: float) -> None:
+        self._mailer = mailer
+        self._store = store
+        self._interval = interval_seconds
+
+    async def run_once(self) -> int:
+        done = 0
+        for delivery in await self._store.pending(100, older_than_seconds=self._interval):
+            try:
+                await self._mailer.deliver(delivery, created_at=time.time())
+            except (RelayBusy, TicketsNotIssued):
+                continue
+            done += 1
+        return done
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.run_once()
+            except (BoxofficeError, psycopg.Error, OSError) as err:
+                _log.warning("resend sweep failed; will run again", extra={"error": repr(err)})
