@@ -63,8 +63,8 @@ async def make_booking(
             """,
             (payment_id, hold_id, event_id, 6900 * seats, f"mail-test-{hold_id}"),
         )
-    codes = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(Env({})).get, SystemClock())
-    await PgTicketStore(pool, codes=codes).issue(
+    signer = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(Env({})).get, SystemClock())
+    await PgTicketStore(pool, codes=signer).issue(
         ISSUER_GROUP,
         ConfirmedBooking(
             source_event_id=str(uuid.uuid4()),
