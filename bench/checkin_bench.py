@@ -41,6 +41,7 @@ from checkin_svc.adapters import postgres as checkin_store
 from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
 from checkin_svc.model import Scan, ScanResult
+from tests.checkin.harness import StaticCodesAt
 from tests.support import all_migrations
 
 EVENT = 1
@@ -113,7 +114,7 @@ async def main(seconds: float, concurrency: int, tickets: int) -> None:
         pool = db.create_pool(url, min_size=concurrency // 2, max_size=concurrency // 2, name="bench-checkin")
         await pool.open(wait=True)
         try:
-            handler = CheckInHandler(PgCheckInStore(pool), verifier)
+            handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt())
             unused = iter(codes)
             admitted = itertools.count()
 

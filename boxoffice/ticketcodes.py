@@ -21,6 +21,8 @@ service looks them up instead (:func:`looks_signed` tells them apart).
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -196,3 +198,51 @@ def jwks(keys: Mapping[str, Ed25519PublicKey]) -> dict[str, list[dict[str, str]]
             for kid, key in keys.items()
         ]
     }
+
+
+# Rotating codes: what the fan's page shows, so that a screenshot stops
+# working within a minute. ``<signed code>~<step>~<mac>``: the step is the
+# Unix time divided by ROTATION_STEP_SECONDS, the mac the first 16 bytes of
+# HMAC-SHA256 under the ticket's own secret (which only the fan's session
+# and the door can fetch) over "<ticket id>.<step>", unpadded base64url.
+ROTATION_STEP_SECONDS = 30
+_ROTATING = re.compile(r"^([A-Za-z0-9_.-]+)~([0-9]{1,12})~([A-Za-z0-9_-]{22})$")
+
+
+def rotation_step(now: float) -> int:
+    """The rotation step of Unix time ``now``."""
+    return int(now // ROTATION_STEP_SECONDS)
+
+
+def rotation_mac(secret: bytes, ticket_id: str, step: int) -> str:
+    digest = hmac.new(secret, f"{ticket_id}.{step}".encode(), hashlib.sha256).digest()
+    return _b64(digest[:16])
+
+
+def rotating_code(code: str, secret: bytes, ticket_id: str, step: int) -> str:
+    """The rotating form of a signed ``code`` at ``step``."""
+    return f"{code}~{step}~{rotation_mac(secret, ticket_id, step)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RotatingParts:
+    """A rotating code taken apart (nothing verified yet)."""
+
+    code: str
+    step: int
+    mac: str
+
+
+def split_rotating(text: str) -> RotatingParts | None:
+    """The parts of a rotating code; None for a code of any other shape."""
+    if len(text) > MAX_CODE_LENGTH or "~" not in text:
+        return None
+    found = _ROTATING.match(text)
+    if found is None:
+        return None
+    return RotatingParts(found.group(1), int(found.group(2)), found.group(3))
+
+
+def same_mac(expected: str, presented: str) -> bool:
+    """Constant-time comparison of two macs."""
+    return hmac.compare_digest(expected.encode(), presented.encode())

@@ -2,45 +2,91 @@
 
 A code is judged before anything is read: a signed code's signature, shape
 and event are checked with the public keys alone (:mod:`boxoffice.ticketcodes`),
-so junk and forgeries cost the database nothing. A code issued before signed
-codes (``TKT-`` and 16 hex digits) is looked up. Then one statement admits
-the ticket once (:class:`~checkin_svc.ports.CheckInStore`).
+so junk and forgeries cost the database nothing; so is a rotating code's
+step (older than the previous one: ``EXPIRED_CODE``). A rotating code's mac
+is then checked under its ticket's secret. A static code (a signed code
+without rotation, or a ``TKT-`` code of before signed codes, which is looked
+up) admits only at an event that accepts static codes. Then one statement
+admits the ticket once (:class:`~checkin_svc.ports.CheckInStore`).
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from boxoffice.ticketcodes import InvalidCode, TicketCodeVerifier, looks_signed
+from boxoffice import ticketcodes
+from boxoffice.clock import Clock
+from boxoffice.ticketcodes import InvalidCode, TicketClaims, TicketCodeVerifier, looks_signed
 from checkin_svc.model import Admission, DoorList, Scan, ScanOutcome, ScanResult, UploadedScan
-from checkin_svc.ports import CheckInStore
+from checkin_svc.ports import CheckInStore, StaticCodes
 
 # The codes tickets had before signed codes.
 _LEGACY_CODE = re.compile(r"^TKT-[0-9A-F]{16}$")
 
 
 class CheckInHandler:
-    def __init__(self, store: CheckInStore, verifier: TicketCodeVerifier) -> None:
+    def __init__(self, store: CheckInStore, verifier: TicketCodeVerifier, clock: Clock, static: StaticCodes) -> None:
         self._store = store
         self._verifier = verifier
+        self._clock = clock
+        self._static = static
 
     async def scan(self, scan: Scan) -> ScanOutcome:
         code = scan.code.strip()
+        rotating = ticketcodes.split_rotating(code)
+        if rotating is not None:
+            return await self._scan_rotating(rotating, scan)
         if _LEGACY_CODE.match(code):
+            if not await self._static.allowed(scan.event_id):
+                return ScanOutcome(ScanResult.INVALID)
             return _outcome(await self._store.admit_by_code(code, scan), scan)
-        if not looks_signed(code):
-            return ScanOutcome(ScanResult.INVALID)
-        try:
-            claims = self._verifier.verify(code)
-            ticket_id = str(uuid.UUID(claims.ticket_id))
-        except (InvalidCode, ValueError):
+        claims = self._claims(code)
+        if claims is None:
             return ScanOutcome(ScanResult.INVALID)
         if claims.event_id != scan.event_id:
             return ScanOutcome(ScanResult.WRONG_EVENT)
-        return _outcome(await self._store.admit_by_id(ticket_id, scan), scan)
+        if not await self._static.allowed(scan.event_id):
+            return ScanOutcome(ScanResult.INVALID)
+        return _outcome(await self._store.admit_by_id(claims.ticket_id, scan), scan)
+
+    async def _scan_rotating(self, parts: ticketcodes.RotatingParts, scan: Scan) -> ScanOutcome:
+        claims = self._claims(parts.code)
+        if claims is None:
+            return ScanOutcome(ScanResult.INVALID)
+        if claims.event_id != scan.event_id:
+            return ScanOutcome(ScanResult.WRONG_EVENT)
+        now = ticketcodes.rotation_step(self._clock.now())
+        # The current and the previous step admit; the next one too, for a
+        # phone whose clock runs a little ahead.
+        if parts.step > now + 1:
+            return ScanOutcome(ScanResult.INVALID)
+        if parts.step < now - 1:
+            return ScanOutcome(ScanResult.EXPIRED_CODE)
+        secret = await self._store.ticket_secret(claims.ticket_id)
+        expected = None if secret is None else ticketcodes.rotation_mac(secret, claims.ticket_id, parts.step)
+        if expected is None or not ticketcodes.same_mac(expected, parts.mac):
+            return ScanOutcome(ScanResult.INVALID)
+        return _outcome(await self._store.admit_by_id(claims.ticket_id, scan), scan)
+
+    def _claims(self, code: str) -> TicketClaims | None:
+        """The claims of a valid signed code (its ticket id a UUID); None otherwise."""
+        if not looks_signed(code):
+            return None
+        try:
+            claims = self._verifier.verify(code)
+            uuid.UUID(claims.ticket_id)
+        except (InvalidCode, ValueError):
+            return None
+        return claims
+
+    async def ticket_secret(self, ticket_id: str) -> bytes:
+        """The secret of a ticket's rotating code, made on first asking
+        (the caller has checked that the ticket is the asking fan's)."""
+        return await self._store.issue_secret(str(uuid.UUID(ticket_id)), secrets.token_bytes(32))
 
     async def upload(self, scans: Sequence[Scan]) -> list[UploadedScan]:
         """An offline device's scans, each one it admitted on its own,

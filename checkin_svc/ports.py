@@ -31,3 +31,17 @@ class CheckInStore(Protocol):
         """Every ticket of the event (``since`` None), or those whose
         issue, void or check-in was recorded since the cursor."""
         ...
+
+    async def ticket_secret(self, ticket_id: str) -> bytes | None:
+        """The secret of a ticket's rotating code; None until one was made."""
+        ...
+
+    async def issue_secret(self, ticket_id: str, fresh: bytes) -> bytes:
+        """The ticket's secret: ``fresh`` if it had none, else the one it has."""
+        ...
+
+
+class StaticCodes(Protocol):
+    """Whether an event accepts static codes (printed, e-mailed: no rotation)."""
+
+    async def allowed(self, event_id: int) -> bool: ...

@@ -125,6 +125,26 @@ class PgCheckInStore:
             )
         return DoorList(entries, now[0] - CURSOR_OVERLAP)
 
+    async def ticket_secret(self, ticket_id: str) -> bytes | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute("SELECT secret FROM ticket_secrets WHERE ticket_id = %s::uuid", (ticket_id,))
+            row = await cur.fetchone()
+        return None if row is None else bytes(row[0])
+
+    async def issue_secret(self, ticket_id: str, fresh: bytes) -> bytes:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                INSERT INTO ticket_secrets (ticket_id, secret) VALUES (%s::uuid, %s)
+                ON CONFLICT (ticket_id) DO UPDATE SET ticket_id = EXCLUDED.ticket_id
+                RETURNING secret
+                """,
+                (ticket_id, fresh),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return bytes(row[0])
+
 
 async def _first(conn: AsyncConnection[TupleRow], ticket_id: str) -> CheckIn | None:
     cur = await conn.execute(_FIRST, (ticket_id,))

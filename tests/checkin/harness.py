@@ -23,11 +23,24 @@ from tests.support import ManualClock, Stores
 KEYS = ticketcodes.parse_keys("c1:" + "c4" * 32)
 
 
+class StaticCodesAt:
+    """Events that accept static codes (None: every event); the events'
+    own setting is not read by the door yet."""
+
+    def __init__(self, events: set[int] | None = None) -> None:
+        self.events = events
+
+    async def allowed(self, event_id: int) -> bool:
+        return self.events is None or event_id in self.events
+
+
 @dataclass
 class Door:
     pool: Pool
     handler: CheckInHandler
     signer: TicketCodeSigner
+    clock: ManualClock
+    static: StaticCodesAt
 
     async def ticket(self, event_id: int, *, code: str | None = None, seat: str = "row A, seat 1") -> tuple[str, str]:
         """A ticket of ``event_id`` as the issuer writes it: (id, code)."""
@@ -53,8 +66,9 @@ class Door:
 async def door(stores: Stores) -> AsyncIterator[Door]:
     async with open_pool(stores, max_size=20) as pool:
         clock = ManualClock()
-        handler = CheckInHandler(PgCheckInStore(pool), TicketCodeVerifier(KEYS.public, clock))
-        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock))
+        static = StaticCodesAt()
+        handler = CheckInHandler(PgCheckInStore(pool), TicketCodeVerifier(KEYS.public, clock), clock, static)
+        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock), clock, static)
 
 
 def new_event() -> int:

@@ -15,6 +15,7 @@ from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
 from checkin_svc.model import Scan, ScanResult
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
+from tests.checkin.harness import StaticCodesAt
 from tests.payment.harness import open_pool
 from tests.payment.test_proof import Mesh, mesh_of
 from tests.payment.test_provider_side import _deliver_all, _paid_and_ticketed
@@ -37,7 +38,9 @@ async def test_a_refunded_bookings_tickets_scan_void(mesh: Mesh, stores: Stores)
     # The issuer signed with the development key (no BOXOFFICE_CHECKIN_KEYS).
     keys = ticketcodes.read_keys(Env({})).get()
     async with open_pool(stores) as pool:
-        door = CheckInHandler(PgCheckInStore(pool), ticketcodes.TicketCodeVerifier(keys.public, mesh.booking.clock))
+        clock = mesh.booking.clock
+        verifier = ticketcodes.TicketCodeVerifier(keys.public, clock)
+        door = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt())
 
         async def scan(code: str) -> ScanResult:
             return (await door.scan(Scan(event.event_id, code, "north-1", "d1", datetime.now(UTC)))).result
