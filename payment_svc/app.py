@@ -177,7 +177,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         booking = overrides.booking
     store = PgPaymentStore(pool)
     idempotency = overrides.idempotency_store(
-        pool, retention_seconds=config.idempotency_retention_seconds, lock_seconds=config.idempotency_lock_seconds
+        pool, retention_seconds=config.idempotency_retention_seconds, lease_seconds=config.idempotency_lease_seconds
     )
     handler = PaymentHandler(
         store=store,
@@ -198,7 +198,11 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         metrics=metrics,
         tracing=rt.tracing,
     )
-    servicer = PaymentServicer(handler=handler, webhooks=webhooks, idempotent=Idempotent(idempotency))
+    servicer = PaymentServicer(
+        handler=handler,
+        webhooks=webhooks,
+        idempotent=Idempotent(idempotency, lease_seconds=config.idempotency_lease_seconds),
+    )
     server = rt.grpc_server(COMPONENT, [servicer.registration()])
     reconciler = Reconciler(
         payments=handler,

@@ -5,8 +5,12 @@ error included, is stored and every later request with the key gets it
 replayed. The same key with other parameters (another fingerprint) is
 INVALID_ARGUMENT; a request while the first is still in flight is ABORTED.
 A retryable failure (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, a crash)
-releases the key, because the work behind it is safe to run again. A claim
-whose owner died is taken over once its lock is older than the lock time.
+releases the key, because the work behind it is safe to run again. The
+holder leases the key and renews the lease while its work runs (every third
+of the lease); a claim whose holder died (killed, cut off from Postgres) is
+taken over as soon as its lease lapses, seconds later. A request that finds
+the key in flight may still be answered at once when what it asks is already
+done (``settled``: a confirm whose payment already succeeded).
 Keys are forgotten after their retention. The keys themselves live behind
 :class:`~payment_svc.ports.IdempotencyStore`.
 
@@ -28,10 +32,13 @@ from typing import Any, TypeVar
 
 import grpc
 
-from boxoffice.errors import BoxofficeError
+from boxoffice.errors import Aborted, BoxofficeError
 from payment_svc.ports import IdempotencyStore, Stored
 
 T = TypeVar("T")
+
+# The reason of the ABORTED a request gets while its key is in flight.
+IN_FLIGHT = "IDEMPOTENCY_KEY_IN_FLIGHT"
 
 RETRYABLE_CODES = frozenset(
     {
@@ -62,8 +69,9 @@ def fingerprint(*parts: str) -> bytes:
 class Idempotent:
     """Runs work under an idempotency key (see the module docstring)."""
 
-    def __init__(self, store: IdempotencyStore) -> None:
+    def __init__(self, store: IdempotencyStore, *, lease_seconds: float) -> None:
         self._store = store
+        self._renew_every = lease_seconds / 3
 
     async def run(
         self,
@@ -73,15 +81,31 @@ class Idempotent:
         work: Callable[[], Awaitable[T]],
         encode: Callable[[T], bytes],
         decode: Callable[[bytes], T],
+        settled: Callable[[], Awaitable[T | None]] | None = None,
     ) -> T:
-        outcome = await self._store.claim(scope, key, fingerprint)
+        """``work``'s answer under the key. ``settled``: the answer when the
+        key is in flight, if what the request asks is done already (None: it
+        is not, and the request is ABORTED as in flight)."""
+        try:
+            outcome = await self._store.claim(scope, key, fingerprint)
+        except Aborted as err:
+            if settled is None or err.reason != IN_FLIGHT:
+                raise
+            done = await settled()
+            if done is None:
+                raise
+            return done
         if isinstance(outcome, Stored):
             if outcome.error is not None:
                 raise outcome.error
             return decode(outcome.response)
         token = outcome.token
+        renewal = asyncio.get_running_loop().create_task(self._renew(scope, key, token), context=contextvars.Context())
         try:
-            result = await work()
+            try:
+                result = await work()
+            finally:
+                renewal.cancel()
         except BoxofficeError as err:
             if err.code in RETRYABLE_CODES:
                 await detached(self._store.release(scope, key, token))
@@ -93,6 +117,17 @@ class Idempotent:
             raise
         await detached(self._store.complete(scope, key, token, encode(result)))
         return result
+
+    async def _renew(self, scope: str, key: str, token: str) -> None:
+        """Keep the lease while the work runs; stop once the key is not the
+        holder's any more (taken over: its answer will not be stored)."""
+        while True:
+            await asyncio.sleep(self._renew_every)
+            try:
+                if not await self._store.renew(scope, key, token):
+                    return
+            except Exception:  # Postgres away: try again; the lease may lapse meanwhile
+                continue
 
 
 async def detached(work: Coroutine[Any, Any, None]) -> None:

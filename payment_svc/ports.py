@@ -103,6 +103,10 @@ class IdempotencyStore(Protocol):
     async def complete(self, scope: str, key: str, token: str, outcome: bytes | BoxofficeError) -> None:
         """Store the key's answer (a response, or a final error)."""
 
+    async def renew(self, scope: str, key: str, token: str) -> bool:
+        """Extend the holder's lease on the key; False once it is not the
+        holder's any more."""
+
     async def release(self, scope: str, key: str, token: str) -> None: ...
 
     async def purge_expired(self, limit: int) -> int: ...

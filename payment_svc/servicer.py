@@ -20,7 +20,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc.converters import CURRENCY, access_token, parse_uuid, payment_to_proto, ticket_to_proto
 from payment_svc.handler import PaymentHandler
 from payment_svc.idempotency import Idempotent, fingerprint
-from payment_svc.model import RefundOrder, RefundSource
+from payment_svc.model import PaymentState, RefundOrder, RefundSource
 from payment_svc.provider_webhooks import ProviderWebhooks
 
 SERVICE_NAME = "boxoffice.payment.v1.PaymentService"
@@ -38,9 +38,16 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
         return Registration(SERVICE_NAME, lambda server: pb_grpc.add_PaymentServiceServicer_to_server(self, server))
 
     async def _replayable(
-        self, scope: str, key: str, parameters: bytes, work: Callable[[], Awaitable[M]], response: type[M]
+        self,
+        scope: str,
+        key: str,
+        parameters: bytes,
+        work: Callable[[], Awaitable[M]],
+        response: type[M],
+        settled: Callable[[], Awaitable[M | None]] | None = None,
     ) -> M:
-        """``work``'s answer, or the answer stored under the key."""
+        """``work``'s answer, or the answer stored under the key (or, while
+        the key is in flight, ``settled``'s)."""
         return await self._idempotent.run(
             scope,
             key,
@@ -48,6 +55,7 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
             work,
             lambda reply: reply.SerializeToString(deterministic=True),
             response.FromString,
+            settled,
         )
 
     async def StartPayment(
@@ -71,12 +79,21 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
             payment = await self._handler.settle(payment_id)
             return pb.ConfirmPaymentResponse(payment=payment_to_proto(payment))
 
+        async def settled() -> pb.ConfirmPaymentResponse | None:
+            # Another request holds the key (or held it and died): a payment
+            # that already succeeded is the answer it would store.
+            payment = await self._handler.get(payment_id)
+            if payment.state != PaymentState.SUCCEEDED:
+                return None
+            return pb.ConfirmPaymentResponse(payment=payment_to_proto(payment))
+
         return await self._replayable(
             await self._handler.key_scope("ConfirmPayment", payment_id),
             key,
             fingerprint(payment_id),
             work,
             pb.ConfirmPaymentResponse,
+            settled,
         )
 
     async def HandleProviderWebhook(

@@ -1,8 +1,10 @@
 """Idempotency keys in Postgres (the :class:`~payment_svc.ports.IdempotencyStore`).
 
 A key's row is claimed by one statement: a new key is inserted IN_FLIGHT; an
-expired one, or one whose owner stopped renewing (its lock older than the
-lock time), is taken over; else the row says what the key holds. The row
+expired one, or one whose holder stopped renewing its lease (its lock older
+than the lease), is taken over; else the row says what the key holds. The
+holder renews the lease while it works (:meth:`PgIdempotencyStore.renew`),
+so the lease can be seconds: a holder that died is replaced that soon. The row
 keeps the key's first answer: status 0 and the response, or a final error
 as its canonical code's number and a JSON body (message, reason, metadata).
 This module is the one place where an error becomes such a row and such a
@@ -43,10 +45,10 @@ def _stored(status_code: int, response: bytes) -> Stored:
 
 
 class PgIdempotencyStore:
-    def __init__(self, pool: Pool, *, retention_seconds: int, lock_seconds: int) -> None:
+    def __init__(self, pool: Pool, *, retention_seconds: int, lease_seconds: float) -> None:
         self._pool = pool
         self._retention = retention_seconds
-        self._lock = lock_seconds
+        self._lease = lease_seconds
 
     async def claim(self, scope: str, key: str, fingerprint: bytes) -> Claimed | Stored:
         token = str(uuid.uuid4())
@@ -63,7 +65,7 @@ class PgIdempotencyStore:
                        expires_at = excluded.expires_at
                  WHERE k.expires_at < now()
                     OR (k.state = 'IN_FLIGHT' AND k.fingerprint = excluded.fingerprint
-                        AND k.locked_at < now() - make_interval(secs => %(lock)s))
+                        AND k.locked_at < now() - make_interval(secs => %(lease)s))
                 RETURNING 1
                 """,
                 {
@@ -72,7 +74,7 @@ class PgIdempotencyStore:
                     "fp": fingerprint,
                     "token": token,
                     "retention": self._retention,
-                    "lock": self._lock,
+                    "lease": self._lease,
                 },
             )
             if await cur.fetchone() is not None:
@@ -110,6 +112,15 @@ class PgIdempotencyStore:
                 """,
                 (status_code, response, scope, key, token),
             )
+
+    async def renew(self, scope: str, key: str, token: str) -> bool:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                "UPDATE payment_idempotency_keys SET locked_at = now() "
+                "WHERE scope = %s AND key = %s AND lock_token = %s AND state = 'IN_FLIGHT'",
+                (scope, key, token),
+            )
+            return cur.rowcount == 1
 
     async def release(self, scope: str, key: str, token: str) -> None:
         async with db.transaction(self._pool) as conn:

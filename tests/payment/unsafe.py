@@ -21,9 +21,9 @@ class NoInFlightClaimStore:
     """Claims by reading a stored answer only: no in-flight marker. Built
     as :class:`PgIdempotencyStore` is."""
 
-    def __init__(self, pool: Pool, *, retention_seconds: int, lock_seconds: int) -> None:
+    def __init__(self, pool: Pool, *, retention_seconds: int, lease_seconds: float) -> None:
         self._pool = pool
-        self._recorder = PgIdempotencyStore(pool, retention_seconds=retention_seconds, lock_seconds=lock_seconds)
+        self._recorder = PgIdempotencyStore(pool, retention_seconds=retention_seconds, lease_seconds=lease_seconds)
 
     async def claim(self, scope: str, key: str, fingerprint: bytes) -> Claimed | Stored:
         async with db.transaction(self._pool) as conn:
@@ -36,6 +36,9 @@ class NoInFlightClaimStore:
 
     async def complete(self, scope: str, key: str, token: str, outcome: bytes | BoxofficeError) -> None:
         await self._recorder.complete(scope, key, token, outcome)
+
+    async def renew(self, scope: str, key: str, token: str) -> bool:
+        return await self._recorder.renew(scope, key, token)
 
     async def release(self, scope: str, key: str, token: str) -> None:
         await self._recorder.release(scope, key, token)
