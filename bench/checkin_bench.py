@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 import jwt
 import psycopg
+from prometheus_client import CollectorRegistry
 
 from bench.booking_bench import admin_database, bench_database
 from bench.common import Row, closed_loop, report
@@ -40,6 +41,7 @@ from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner, TicketCodeVeri
 from checkin_svc.adapters import postgres as checkin_store
 from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
+from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Scan, ScanResult
 from tests.checkin.harness import StaticCodesAt
 from tests.support import all_migrations
@@ -114,7 +116,8 @@ async def main(seconds: float, concurrency: int, tickets: int) -> None:
         pool = db.create_pool(url, min_size=concurrency // 2, max_size=concurrency // 2, name="bench-checkin")
         await pool.open(wait=True)
         try:
-            handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt())
+            metrics = CheckInMetrics.create(CollectorRegistry())
+            handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt(), metrics)
             unused = iter(codes)
             admitted = itertools.count()
 

@@ -21,6 +21,7 @@ from datetime import datetime
 from boxoffice import ticketcodes
 from boxoffice.clock import Clock
 from boxoffice.ticketcodes import InvalidCode, TicketClaims, TicketCodeVerifier, looks_signed
+from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Admission, DoorList, Scan, ScanOutcome, ScanResult, UploadedScan
 from checkin_svc.ports import CheckInStore, StaticCodes
 
@@ -29,13 +30,26 @@ _LEGACY_CODE = re.compile(r"^TKT-[0-9A-F]{16}$")
 
 
 class CheckInHandler:
-    def __init__(self, store: CheckInStore, verifier: TicketCodeVerifier, clock: Clock, static: StaticCodes) -> None:
+    def __init__(
+        self,
+        store: CheckInStore,
+        verifier: TicketCodeVerifier,
+        clock: Clock,
+        static: StaticCodes,
+        metrics: CheckInMetrics,
+    ) -> None:
+        self._metrics = metrics
         self._store = store
         self._verifier = verifier
         self._clock = clock
         self._static = static
 
     async def scan(self, scan: Scan) -> ScanOutcome:
+        outcome = await self._decide(scan)
+        self._metrics.scanned(scan.event_id, scan.gate_id, outcome.result)
+        return outcome
+
+    async def _decide(self, scan: Scan) -> ScanOutcome:
         code = scan.code.strip()
         rotating = ticketcodes.split_rotating(code)
         if rotating is not None:
@@ -107,7 +121,8 @@ class CheckInHandler:
             )
             if conflict:
                 assert outcome.ticket is not None and first is not None
-                await self._store.record_conflict(outcome.ticket, scan, first)
+                if await self._store.record_conflict(outcome.ticket, scan, first):
+                    self._metrics.conflict(scan.event_id)
             answers[i] = UploadedScan(outcome, conflict)
         return [answers[i] for i in range(len(scans))]
 

@@ -22,9 +22,10 @@ class CheckInStore(Protocol):
         (tickets issued before signed codes)."""
         ...
 
-    async def record_conflict(self, ticket: TicketAtDoor, scan: Scan, first: CheckIn) -> None:
+    async def record_conflict(self, ticket: TicketAtDoor, scan: Scan, first: CheckIn) -> bool:
         """Record that ``scan`` (an offline device's) admitted ``ticket``
-        after ``first``; once per device and scan time."""
+        after ``first``, once per device and scan time: False when it was
+        recorded before."""
         ...
 
     async def door_list(self, event_id: int, since: datetime | None) -> DoorList:

@@ -45,6 +45,7 @@ INSERT INTO checkin_conflicts (event_id, ticket_id, device_id, gate_id, scanned_
                                first_device_id, first_gate_id, first_checked_in_at)
 VALUES (%s, %s::uuid, %s, %s, %s, %s, %s, %s)
 ON CONFLICT DO NOTHING
+RETURNING 1
 """
 _DOOR_LIST = """
 SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.voided_at IS NOT NULL,
@@ -95,7 +96,7 @@ class PgCheckInStore:
         async with db.transaction(self._pool) as conn:
             return Admission(ticket, first_checkin=await _first(conn, ticket.ticket_id))
 
-    async def record_conflict(self, ticket: TicketAtDoor, scan: Scan, first: CheckIn) -> None:
+    async def record_conflict(self, ticket: TicketAtDoor, scan: Scan, first: CheckIn) -> bool:
         params = (
             ticket.event_id,
             ticket.ticket_id,
@@ -107,7 +108,8 @@ class PgCheckInStore:
             first.checked_in_at,
         )
         async with db.transaction(self._pool) as conn:
-            await conn.execute(_CONFLICT, params)
+            cur = await conn.execute(_CONFLICT, params)
+            return await cur.fetchone() is not None
 
     async def door_list(self, event_id: int, since: datetime | None) -> DoorList:
         async with db.transaction(self._pool) as conn:

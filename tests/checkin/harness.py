@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from boxoffice import db, ticketcodes
 from boxoffice.runtime import Pool
 from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner, TicketCodeVerifier
 from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
+from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Scan
 from tests.payment.harness import open_pool
 from tests.support import ManualClock, Stores
@@ -41,6 +43,7 @@ class Door:
     signer: TicketCodeSigner
     clock: ManualClock
     static: StaticCodesAt
+    metrics: CheckInMetrics
 
     async def ticket(self, event_id: int, *, code: str | None = None, seat: str = "row A, seat 1") -> tuple[str, str]:
         """A ticket of ``event_id`` as the issuer writes it: (id, code)."""
@@ -67,8 +70,10 @@ async def door(stores: Stores) -> AsyncIterator[Door]:
     async with open_pool(stores, max_size=20) as pool:
         clock = ManualClock()
         static = StaticCodesAt()
-        handler = CheckInHandler(PgCheckInStore(pool), TicketCodeVerifier(KEYS.public, clock), clock, static)
-        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock), clock, static)
+        metrics = CheckInMetrics.create(CollectorRegistry())
+        verifier = TicketCodeVerifier(KEYS.public, clock)
+        handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, static, metrics)
+        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock), clock, static, metrics)
 
 
 def new_event() -> int:

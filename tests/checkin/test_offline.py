@@ -34,6 +34,13 @@ async def test_an_offline_and_an_online_admission_are_one_checkin_and_one_confli
         assert uploaded.outcome.first_checkin is not None
         assert uploaded.outcome.first_checkin.device_id == "online"
         assert await _conflicts(door, ticket_id) == [("offline", "online")]
+        counted = [
+            s.value
+            for m in door.metrics.conflicts.collect()
+            for s in m.samples
+            if s.name.endswith("_total") and s.labels["event_id"] == str(event)
+        ]
+        assert counted == [1.0]  # the upload sent again counts nothing more
     async with db.transaction(door.pool) as conn:
         cur = await conn.execute("SELECT count(*) FROM checkins WHERE ticket_id = %s", (ticket_id,))
         assert await cur.fetchone() == (1,)

@@ -28,6 +28,14 @@ async def test_fifty_scans_from_five_devices_admit_once(door: Door) -> None:
     # Every refused scan names the one admission: when and at which gate.
     assert {o.first_checkin for o in outcomes} == {first}
     assert all(o.ticket is not None and o.ticket.seat_label == "row K, seat 6" for o in outcomes)
+    counted = {
+        (s.labels["gate"], s.labels["result"]): s.value
+        for m in door.metrics.scans.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.labels["event_id"] == str(event)
+    }
+    assert sum(counted.values()) == 50 and len(counted) == 6  # five gates, one of them admitted
+    assert sum(v for (_, result), v in counted.items() if result == "admitted") == 1
     async with db.transaction(door.pool) as conn:
         cur = await conn.execute("SELECT count(*), min(gate_id) FROM checkins WHERE ticket_id = %s", (ticket_id,))
         assert await cur.fetchone() == (1, first.gate_id)

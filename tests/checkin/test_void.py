@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from boxoffice import ticketcodes
 from boxoffice.env import Env
 from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
+from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Scan, ScanResult
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from tests.checkin.harness import StaticCodesAt
@@ -40,7 +42,8 @@ async def test_a_refunded_bookings_tickets_scan_void(mesh: Mesh, stores: Stores)
     async with open_pool(stores) as pool:
         clock = mesh.booking.clock
         verifier = ticketcodes.TicketCodeVerifier(keys.public, clock)
-        door = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt())
+        metrics = CheckInMetrics.create(CollectorRegistry())
+        door = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt(), metrics)
 
         async def scan(code: str) -> ScanResult:
             return (await door.scan(Scan(event.event_id, code, "north-1", "d1", datetime.now(UTC)))).result
