@@ -32,7 +32,7 @@ from booking_svc.model import (
 )
 from booking_svc.ports import BookingStore, SeatGate, attempt_token
 from booking_svc.seatmap import SeatMapCache
-from boxoffice import access, caller, validate
+from boxoffice import access, boundedjson, caller, validate
 from boxoffice.clock import Clock
 from boxoffice.errors import Aborted, BoxofficeError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from boxoffice.sessions import EndedSessionsView
@@ -61,7 +61,9 @@ def _parse_page_token(token: str, event_id: int, customer_id: str | None) -> tup
         "page_token is not a token from this listing", reason="INVALID_PAGE_TOKEN", metadata={"field": "page_token"}
     )
     try:
-        body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        # Bounded: a token is ours (a few fields), and anything else is refused
+        # before the parser recurses into it.
+        body = boundedjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)), max_bytes=1024, max_depth=2)
         after = (datetime.fromisoformat(body["t"]), uuid.UUID(body["h"]))
         same_listing = body["e"] == event_id and body["c"] == (customer_id or "")
     except (ValueError, KeyError, TypeError, binascii.Error):

@@ -527,10 +527,13 @@ async def test_list_holds_pages_newest_first(stores: Stores) -> None:
         assert seen == made[::-1]
         mine = await booking.stub.ListHolds(pb.ListHoldsRequest(event_id=event.event_id, customer_id="c"))
         assert [h.hold_id for h in mine.holds] == [made[5], made[3], made[1]]
-        _, err = await call(
-            booking.operator.ListHolds(pb.ListHoldsRequest(event_id=event.event_id, page_token="garbage"))
-        )
-        assert isinstance(err, InvalidArgument)
+        # Garbage, and a token nested past the recursion limit (once a 500).
+        nested = base64.urlsafe_b64encode(b"[" * 3000 + b"]" * 3000).decode()
+        for garbage in ("garbage", nested):
+            _, err = await call(
+                booking.operator.ListHolds(pb.ListHoldsRequest(event_id=event.event_id, page_token=garbage))
+            )
+            assert isinstance(err, InvalidArgument) and err.reason == "INVALID_PAGE_TOKEN", err
         _, err = await call(
             booking.operator.ListHolds(
                 pb.ListHoldsRequest(event_id=event.event_id + 1, page_token=page_token_of(booking, event.event_id))
