@@ -43,7 +43,7 @@ from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
 from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Scan, ScanResult
-from tests.checkin.harness import StaticCodesAt
+from tests.checkin.harness import EventsAllowing
 from tests.support import all_migrations
 
 EVENT = 1
@@ -117,7 +117,9 @@ async def main(seconds: float, concurrency: int, tickets: int) -> None:
         await pool.open(wait=True)
         try:
             metrics = CheckInMetrics.create(CollectorRegistry())
-            handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt(), metrics)
+            handler = CheckInHandler(
+                PgCheckInStore(pool), verifier, clock, EventsAllowing(), metrics, EventsAllowing(set())
+            )
             unused = iter(codes)
             admitted = itertools.count()
 

@@ -22,8 +22,8 @@ from boxoffice import ticketcodes
 from boxoffice.clock import Clock
 from boxoffice.ticketcodes import InvalidCode, TicketClaims, TicketCodeVerifier, looks_signed
 from checkin_svc.metrics import CheckInMetrics
-from checkin_svc.model import Admission, DoorList, Scan, ScanOutcome, ScanResult, UploadedScan
-from checkin_svc.ports import CheckInStore, StaticCodes
+from checkin_svc.model import Admission, Direction, DoorList, Scan, ScanOutcome, ScanResult, UploadedScan
+from checkin_svc.ports import CheckInStore, ReEntry, StaticCodes
 
 # The codes tickets had before signed codes.
 _LEGACY_CODE = re.compile(r"^TKT-[0-9A-F]{16}$")
@@ -37,7 +37,9 @@ class CheckInHandler:
         clock: Clock,
         static: StaticCodes,
         metrics: CheckInMetrics,
+        reentry: ReEntry,
     ) -> None:
+        self._reentry = reentry
         self._metrics = metrics
         self._store = store
         self._verifier = verifier
@@ -57,7 +59,7 @@ class CheckInHandler:
         if _LEGACY_CODE.match(code):
             if not await self._static.allowed(scan.event_id):
                 return ScanOutcome(ScanResult.INVALID)
-            return _outcome(await self._store.admit_by_code(code, scan), scan)
+            return await self._admit(code, scan, by_code=True)
         claims = self._claims(code)
         if claims is None:
             return ScanOutcome(ScanResult.INVALID)
@@ -65,7 +67,7 @@ class CheckInHandler:
             return ScanOutcome(ScanResult.WRONG_EVENT)
         if not await self._static.allowed(scan.event_id):
             return ScanOutcome(ScanResult.INVALID)
-        return _outcome(await self._store.admit_by_id(claims.ticket_id, scan), scan)
+        return await self._admit(claims.ticket_id, scan, by_code=False)
 
     async def _scan_rotating(self, parts: ticketcodes.RotatingParts, scan: Scan) -> ScanOutcome:
         claims = self._claims(parts.code)
@@ -84,7 +86,27 @@ class CheckInHandler:
         expected = None if secret is None else ticketcodes.rotation_mac(secret, claims.ticket_id, parts.step)
         if expected is None or not ticketcodes.same_mac(expected, parts.mac):
             return ScanOutcome(ScanResult.INVALID)
-        return _outcome(await self._store.admit_by_id(claims.ticket_id, scan), scan)
+        return await self._admit(claims.ticket_id, scan, by_code=False)
+
+    async def _admit(self, key: str, scan: Scan, *, by_code: bool) -> ScanOutcome:
+        """The ticket ``key`` names through the door, either way."""
+        if scan.direction is Direction.OUT:
+            left = _outcome(await self._store.leave(key, scan, by_code=by_code), scan)
+            if left.result is ScanResult.ADMITTED:
+                return ScanOutcome(ScanResult.LEFT, left.ticket, left.first_checkin)
+            if left.result is ScanResult.ALREADY_CHECKED_IN:
+                return ScanOutcome(ScanResult.NOT_INSIDE, left.ticket)
+            return left
+        admission = await (self._store.admit_by_code(key, scan) if by_code else self._store.admit_by_id(key, scan))
+        outcome = _outcome(admission, scan)
+        if (
+            outcome.result is ScanResult.ALREADY_CHECKED_IN
+            and outcome.ticket is not None
+            and await self._reentry.allowed(scan.event_id)
+            and await self._store.reenter(outcome.ticket.ticket_id, scan)
+        ):
+            return ScanOutcome(ScanResult.ADMITTED, outcome.ticket, outcome.first_checkin)
+        return outcome
 
     def _claims(self, code: str) -> TicketClaims | None:
         """The claims of a valid signed code (its ticket id a UUID); None otherwise."""

@@ -23,6 +23,17 @@ class ScanResult(enum.Enum):
     INVALID = "INVALID"
     # Well formed, but no ticket has it.
     UNKNOWN = "UNKNOWN"
+    # An exit scan: the holder left (and may come back where re-entry is on).
+    LEFT = "LEFT"
+    # An exit scan of a ticket whose holder is not inside.
+    NOT_INSIDE = "NOT_INSIDE"
+
+
+class Direction(enum.Enum):
+    """Which way a scan lets its holder through."""
+
+    IN = "IN"
+    OUT = "OUT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +45,7 @@ class Scan:
     gate_id: str
     device_id: str
     scanned_at: datetime
+    direction: Direction = Direction.IN
 
 
 @dataclass(frozen=True, slots=True)

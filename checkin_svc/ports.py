@@ -33,6 +33,17 @@ class CheckInStore(Protocol):
         issue, void or check-in was recorded since the cursor."""
         ...
 
+    async def leave(self, key: str, scan: Scan, *, by_code: bool) -> Admission:
+        """An exit scan of the ticket ``key`` names (its id, or its stored
+        code when ``by_code``): :attr:`Admission.admitted` True when its
+        holder was inside and is now out."""
+        ...
+
+    async def reenter(self, ticket_id: str, scan: Scan) -> bool:
+        """Let a ticket whose holder left back in: True for the one scan
+        that does (a conditional update)."""
+        ...
+
     async def ticket_secret(self, ticket_id: str) -> bytes | None:
         """The secret of a ticket's rotating code; None until one was made."""
         ...
@@ -40,6 +51,12 @@ class CheckInStore(Protocol):
     async def issue_secret(self, ticket_id: str, fresh: bytes) -> bytes:
         """The ticket's secret: ``fresh`` if it had none, else the one it has."""
         ...
+
+
+class ReEntry(Protocol):
+    """Whether an event lets a ticket that left come back in."""
+
+    async def allowed(self, event_id: int) -> bool: ...
 
 
 class StaticCodes(Protocol):

@@ -39,6 +39,26 @@ SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.void,
 """
 _BY_ID = _ADMIT.format(match="ticket_id = %(ticket)s::uuid")
 _BY_CODE = _ADMIT.format(match="code = %(ticket)s")
+_LEAVE = """
+WITH t AS (
+    SELECT ticket_id, event_id, section_id, seat_label, voided_at IS NOT NULL AS void
+      FROM tickets WHERE {match}
+), moved AS (
+    UPDATE checkins c SET inside = false, last_moved_at = %(at)s
+      FROM t WHERE c.ticket_id = t.ticket_id AND t.event_id = %(event)s AND c.inside
+    RETURNING c.gate_id, c.device_id, c.checked_in_at
+)
+SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.void,
+       moved.gate_id, moved.device_id, moved.checked_in_at
+  FROM t LEFT JOIN moved ON true
+"""
+_LEAVE_BY_ID = _LEAVE.format(match="ticket_id = %(ticket)s::uuid")
+_LEAVE_BY_CODE = _LEAVE.format(match="code = %(ticket)s")
+_REENTER = """
+UPDATE checkins SET inside = true, last_moved_at = %s
+ WHERE ticket_id = %s::uuid AND event_id = %s AND NOT inside
+RETURNING 1
+"""
 _FIRST = "SELECT gate_id, device_id, checked_in_at FROM checkins WHERE ticket_id = %s::uuid"
 _CONFLICT = """
 INSERT INTO checkin_conflicts (event_id, ticket_id, device_id, gate_id, scanned_at,
@@ -72,7 +92,16 @@ class PgCheckInStore:
     async def admit_by_code(self, code: str, scan: Scan) -> Admission:
         return await db.retry_lost_once(lambda: self._admit(_BY_CODE, code, scan))
 
-    async def _admit(self, statement: str, key: str, scan: Scan) -> Admission:
+    async def leave(self, key: str, scan: Scan, *, by_code: bool) -> Admission:
+        statement = _LEAVE_BY_CODE if by_code else _LEAVE_BY_ID
+        return await db.retry_lost_once(lambda: self._admit(statement, key, scan, read_first=False))
+
+    async def reenter(self, ticket_id: str, scan: Scan) -> bool:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(_REENTER, (scan.scanned_at, ticket_id, scan.event_id))
+            return await cur.fetchone() is not None
+
+    async def _admit(self, statement: str, key: str, scan: Scan, *, read_first: bool = True) -> Admission:
         params = {
             "ticket": key,
             "event": scan.event_id,
@@ -92,6 +121,8 @@ class PgCheckInStore:
                 return Admission(ticket)
             if row[5] is not None:
                 return Admission(ticket, admitted=True, first_checkin=CheckIn(row[5], row[6], row[7]))
+            if not read_first:
+                return Admission(ticket)
         # Admitted before: read the first check-in in a statement of its own.
         async with db.transaction(self._pool) as conn:
             return Admission(ticket, first_checkin=await _first(conn, ticket.ticket_id))

@@ -18,16 +18,17 @@ from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner, TicketCodeVeri
 from checkin_svc.adapters.postgres import PgCheckInStore
 from checkin_svc.handler import CheckInHandler
 from checkin_svc.metrics import CheckInMetrics
-from checkin_svc.model import Scan
+from checkin_svc.model import Direction, Scan
 from tests.payment.harness import open_pool
 from tests.support import ManualClock, Stores
 
 KEYS = ticketcodes.parse_keys("c1:" + "c4" * 32)
 
 
-class StaticCodesAt:
-    """Events that accept static codes (None: every event); the events'
-    own setting is not read by the door yet."""
+class EventsAllowing:
+    """The events that allow something (static codes, re-entry; None: every
+    event), as the door's rules ask; the events' own settings are not read
+    by the door yet."""
 
     def __init__(self, events: set[int] | None = None) -> None:
         self.events = events
@@ -42,7 +43,8 @@ class Door:
     handler: CheckInHandler
     signer: TicketCodeSigner
     clock: ManualClock
-    static: StaticCodesAt
+    static: EventsAllowing
+    reentry: EventsAllowing
     metrics: CheckInMetrics
 
     async def ticket(self, event_id: int, *, code: str | None = None, seat: str = "row A, seat 1") -> tuple[str, str]:
@@ -61,19 +63,22 @@ class Door:
             )
         return ticket_id, code
 
-    def scan(self, event_id: int, code: str, gate: str = "north-1", device: str = "d1") -> Scan:
-        return Scan(event_id, code, gate, device, datetime.now(UTC))
+    def scan(
+        self, event_id: int, code: str, gate: str = "north-1", device: str = "d1", direction: Direction = Direction.IN
+    ) -> Scan:
+        return Scan(event_id, code, gate, device, datetime.now(UTC), direction)
 
 
 @pytest.fixture
 async def door(stores: Stores) -> AsyncIterator[Door]:
     async with open_pool(stores, max_size=20) as pool:
         clock = ManualClock()
-        static = StaticCodesAt()
+        static = EventsAllowing()
         metrics = CheckInMetrics.create(CollectorRegistry())
         verifier = TicketCodeVerifier(KEYS.public, clock)
-        handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, static, metrics)
-        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock), clock, static, metrics)
+        reentry = EventsAllowing(set())
+        handler = CheckInHandler(PgCheckInStore(pool), verifier, clock, static, metrics, reentry)
+        yield Door(pool, handler, TicketCodeSigner(lambda: KEYS, clock), clock, static, reentry, metrics)
 
 
 def new_event() -> int:

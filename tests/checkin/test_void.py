@@ -17,7 +17,7 @@ from checkin_svc.handler import CheckInHandler
 from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Scan, ScanResult
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
-from tests.checkin.harness import StaticCodesAt
+from tests.checkin.harness import EventsAllowing
 from tests.payment.harness import open_pool
 from tests.payment.test_proof import Mesh, mesh_of
 from tests.payment.test_provider_side import _deliver_all, _paid_and_ticketed
@@ -43,7 +43,7 @@ async def test_a_refunded_bookings_tickets_scan_void(mesh: Mesh, stores: Stores)
         clock = mesh.booking.clock
         verifier = ticketcodes.TicketCodeVerifier(keys.public, clock)
         metrics = CheckInMetrics.create(CollectorRegistry())
-        door = CheckInHandler(PgCheckInStore(pool), verifier, clock, StaticCodesAt(), metrics)
+        door = CheckInHandler(PgCheckInStore(pool), verifier, clock, EventsAllowing(), metrics, EventsAllowing(set()))
 
         async def scan(code: str) -> ScanResult:
             return (await door.scan(Scan(event.event_id, code, "north-1", "d1", datetime.now(UTC)))).result
