@@ -19,6 +19,12 @@ from dataclasses import dataclass
 # The metadata key in which the edge names the fan it acts for.
 CUSTOMER_METADATA_KEY = "x-boxoffice-customer"
 
+# Where the edge says the fan's verified e-mail address is, and the language
+# the fan uses (en, vi, pt-BR): for the tickets' e-mail, believed from the
+# edge only, as the customer is.
+EMAIL_METADATA_KEY = "x-boxoffice-email"
+LANGUAGE_METADATA_KEY = "x-boxoffice-language"
+
 # The role whose assertion of a customer is believed.
 EDGE = "edge"
 
@@ -37,6 +43,9 @@ class Caller:
     identity: str | None
     role: str | None
     customer_id: str | None = None
+    # The fan's verified e-mail address and language, as the edge asserts them.
+    email: str | None = None
+    language: str | None = None
 
     @property
     def authenticated(self) -> bool:

@@ -74,6 +74,20 @@ class Session:
     expires_at: int
     # "cookie" or "bearer": how the fan authenticated (cookies need CSRF checks).
     via: str
+    # The fan's verified e-mail address (None: none known), for their tickets.
+    email: str | None = None
+
+
+# A plausible address (the relay is the judge of the rest).
+_EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,253}")
+
+
+def verified_email(value: object) -> str | None:
+    """``value`` when it is an address of a plausible shape (at most 254
+    characters), else None."""
+    if isinstance(value, str) and len(value) <= 254 and _EMAIL.fullmatch(value):
+        return value
+    return None
 
 
 def _session_invalid(message: str) -> Unauthenticated:
@@ -88,12 +102,14 @@ class SessionCookies:
         self._clock = clock
         self.ttl_seconds = ttl_seconds
 
-    def issue(self, customer_id: str) -> tuple[str, Session]:
+    def issue(self, customer_id: str, email: str | None = None) -> tuple[str, Session]:
         now = int(self._clock.now())
-        session = Session(customer_id, now + self.ttl_seconds, "cookie")
+        session = Session(customer_id, now + self.ttl_seconds, "cookie", email)
         # A nonce: two sign-ins of one fan in one second are two cookies
         # (one signed out, the other still works).
-        body = {"c": customer_id, "iat": now, "exp": session.expires_at, "n": os.urandom(9).hex()}
+        body: dict[str, object] = {"c": customer_id, "iat": now, "exp": session.expires_at, "n": os.urandom(9).hex()}
+        if email is not None:
+            body["e"] = email
         return self._sealer.seal(body), session
 
     def verify(self, cookie: str) -> Session:
@@ -113,7 +129,7 @@ class SessionCookies:
         assert isinstance(customer_id, str)
         if expires_at < self._clock.now():
             raise _session_invalid("the session has expired; sign in again")
-        return Session(customer_id, int(expires_at), "cookie")
+        return Session(customer_id, int(expires_at), "cookie", verified_email(body.get("e")))
 
 
 _UNSEALED = {
@@ -312,7 +328,9 @@ class OidcVerifier:
         if not is_customer_id(subject):
             raise _bearer_invalid("subject", _NO_SUBJECT)
         assert isinstance(subject, str)
-        return Session(subject, int(expires), "bearer")
+        # The address only when the issuer says it verified it.
+        email = verified_email(claims.get("email")) if claims.get("email_verified") is True else None
+        return Session(subject, int(expires), "bearer", email)
 
 
 _NO_SUBJECT = "the bearer token names no subject this service can serve"

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import grpc
 
 from boxoffice import deadline
-from boxoffice.caller import CUSTOMER_METADATA_KEY
+from boxoffice.caller import CUSTOMER_METADATA_KEY, EMAIL_METADATA_KEY, LANGUAGE_METADATA_KEY
 from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.tls import ClientChannel
 from edge_svc.metrics import EdgeMetrics
@@ -41,11 +41,19 @@ class CallContext:
     traceparent: str
     # The fan the call acts for; None asserts nobody.
     fan: str | None = None
+    # The fan's verified e-mail address and language (StartPayment's, for
+    # the tickets' e-mail); None asserts none.
+    email: str | None = None
+    language: str | None = None
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         items: list[tuple[str, str]] = [("x-request-id", self.request_id), ("traceparent", self.traceparent)]
         if self.fan is not None:
             items.append((CUSTOMER_METADATA_KEY, urllib.parse.quote(self.fan, safe="")))
+            if self.email is not None:
+                items.append((EMAIL_METADATA_KEY, urllib.parse.quote(self.email, safe="")))
+            if self.language is not None:
+                items.append((LANGUAGE_METADATA_KEY, self.language))
         return tuple(items)
 
 

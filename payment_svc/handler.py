@@ -173,6 +173,9 @@ class PaymentHandler:
             raise FailedPrecondition("the hold has nothing to pay", reason="NOTHING_TO_PAY")
         # The hold must outlive the charge: a charge in flight cannot race expiry.
         await self._booking.extend_hold(hold.hold_id, hold.customer_id, self._config.hold_extension_seconds)
+        # The fan's verified address and language, for the tickets' e-mail
+        # (asserted by the edge only; None from anyone else).
+        fan = caller.current()
         payment, created = await self._store.create(
             hold_id=hold.hold_id,
             event_id=hold.event_id,
@@ -183,6 +186,8 @@ class PaymentHandler:
             traceparent=current_traceparent() or "",
             hold_expires_at=hold.expires_at,
             provider=self._config.provider,
+            notify_email=fan.email,
+            notify_language=(fan.language or "en") if fan.email else None,
         )
         if not created:
             return payment

@@ -31,11 +31,15 @@ class PaymentStore(Protocol):
         traceparent: str = "",
         hold_expires_at: datetime | None = None,
         provider: str = "sandbox",
+        notify_email: str | None = None,
+        notify_language: str | None = None,
     ) -> tuple[Payment, bool]:
         """A new PENDING payment for the hold, or (the live one, False) when
         another is live (the caller has looked; a concurrent start loses on
         the unique index and answers with the winner's). ``traceparent``:
-        the starting call's, kept with the payment; ``hold_expires_at``: the
+        the starting call's, kept with the payment; ``notify_email`` and
+        ``notify_language``: where and how its tickets are e-mailed (the fan's
+        verified address, as the edge asserts it); ``hold_expires_at``: the
         hold's expiry before the payment extended it; ``provider``: who takes
         the money ("sandbox" or "stripe")."""
 

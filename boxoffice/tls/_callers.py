@@ -3,6 +3,7 @@ certificate (TLS on) or from a trusted sidecar's XFCC header (TLS off)."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import grpc
 
 from boxoffice import access
-from boxoffice.caller import CUSTOMER_METADATA_KEY, NOBODY, Caller
+from boxoffice.caller import CUSTOMER_METADATA_KEY, EMAIL_METADATA_KEY, LANGUAGE_METADATA_KEY, NOBODY, Caller
 from boxoffice.tls._xfcc import identity_from_xfcc
 
 _XFCC = "x-forwarded-client-cert"
@@ -85,13 +86,28 @@ class CallerResolver:
         role = self.role_of(identity)
         if role is None:
             return Caller(identity=identity, role=None)
-        customer = None
+        customer = email = language = None
         if role == access.EDGE:
             for key, value in context.invocation_metadata() or ():
-                if key == CUSTOMER_METADATA_KEY and isinstance(value, str):
+                if not isinstance(value, str):
+                    continue
+                if key == CUSTOMER_METADATA_KEY and customer is None:
                     customer = _decoded(value)
-                    break
-        return Caller(identity=identity, role=role, customer_id=customer)
+                elif key == EMAIL_METADATA_KEY and email is None:
+                    email = _email(value)
+                elif key == LANGUAGE_METADATA_KEY and language is None:
+                    language = value if value in _LANGUAGES else None
+        return Caller(identity=identity, role=role, customer_id=customer, email=email, language=language)
+
+
+_LANGUAGES = frozenset({"en", "vi", "pt-BR"})
+_EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,253}")
+
+
+def _email(value: str) -> str | None:
+    """An asserted address (percent-encoded UTF-8) of a plausible shape, or None."""
+    address = _decoded(value)
+    return address if address is not None and len(address) <= 254 and _EMAIL.fullmatch(address) else None
 
 
 def _decoded(value: str) -> str | None:

@@ -3,6 +3,7 @@ payment provider's webhook."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,20 @@ _WEBHOOK_MAX_DEPTH = 32
 # Answers of the services that, for a hold, mean "not yours or not there":
 # answered alike, so that hold ids reveal nothing.
 _NOT_YOUR_HOLD = frozenset({"NOT_HOLD_OWNER", "HOLD_NOT_FOUND", "TOKEN_WRONG_EVENT"})
+
+
+def fan_language(accept_language: str) -> str:
+    """The first language of an Accept-Language header that the tickets'
+    e-mail is written in (en, vi, pt-BR; any Portuguese is pt-BR), else en."""
+    for item in accept_language.split(",")[:20]:
+        tag = item.split(";", 1)[0].strip().lower()
+        if tag.startswith("vi"):
+            return "vi"
+        if tag.startswith("pt"):
+            return "pt-BR"
+        if tag.startswith("en"):
+            return "en"
+    return "en"
 
 
 class Checkout:
@@ -90,7 +105,20 @@ class Checkout:
         await read_message(ctx, request, max_bytes=self._d.config.max_body_bytes)
         request.access_token = token
         request.hold_id = ctx.params["hold_id"]
-        return json_response(to_json(await self._hold_call(ctx, PAYMENT, "StartPayment", request, session)))
+        # The fan's verified address and language go with the payment, for
+        # the tickets' e-mail.
+        call = dataclasses.replace(
+            call_context(ctx, session.customer_id),
+            email=session.email,
+            language=fan_language(ctx.request.headers.get("accept-language", "")),
+        )
+        try:
+            reply = await self._d.mesh.call(PAYMENT, "StartPayment", request, call)
+        except BoxofficeError as err:
+            if err.reason in _NOT_YOUR_HOLD:
+                raise errors.not_found("hold") from None
+            raise
+        return json_response(to_json(reply))
 
     async def confirm_payment(self, ctx: Ctx) -> Response:
         session = await self._callers.fan(ctx)

@@ -21,7 +21,7 @@ from edge_svc.endpoints.common import (
     rfc3339,
 )
 from edge_svc.http import Cookie, Ctx, Handler, json_response, read_body
-from edge_svc.identity import Session, is_customer_id
+from edge_svc.identity import Session, is_customer_id, verified_email
 
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
 _SIGN_IN_MAX_BYTES = 4096
@@ -48,13 +48,20 @@ class Sessions:
         try:
             document = boundedjson.loads(body or b"{}", max_bytes=_SIGN_IN_MAX_BYTES, max_depth=MAX_BODY_DEPTH)
             name = document.get("name") if isinstance(document, dict) else None
+            email = document.get("email") if isinstance(document, dict) else None
         except ValueError as err:
             raise errors.malformed_json(str(err)) from None
+        if email is not None and verified_email(email) is None:
+            raise InvalidArgument(
+                "email must be an e-mail address of at most 254 characters",
+                reason="INVALID_FIELD",
+                metadata={"field": "email"},
+            )
         if not isinstance(name, str) or not _NAME.match(name.strip()) or not is_customer_id(name.strip()):
             raise InvalidArgument(
                 "name must be 1 to 64 printable characters", reason="INVALID_FIELD", metadata={"field": "name"}
             )
-        value, session = self._d.sessions.issue(name.strip())
+        value, session = self._d.sessions.issue(name.strip(), verified_email(email))
         ctx.customer_id = session.customer_id
         ctx.cookies_out.append(Cookie(SESSION_COOKIE, value, self._d.sessions.ttl_seconds))
         return json_response(_session_json(session))

@@ -1,5 +1,5 @@
 """The mailer's records in Postgres (the :class:`~mail_svc.ports.DeliveryStore`):
-its deliveries and recipients, and what a message tells of a booking (read
+its deliveries, and what a message tells of a booking and where it goes (read
 from the tickets, payments and events tables of the same database)."""
 
 from __future__ import annotations
@@ -55,18 +55,20 @@ class PgDeliveryStore:
 
     async def recipient(self, hold_id: str) -> Recipient | None:
         async with db.transaction(self._pool) as conn:
-            cur = await conn.execute("SELECT email, language FROM mail_recipients WHERE hold_id = %s", (hold_id,))
-            row = await cur.fetchone()
-        return Recipient(row[0], row[1]) if row else None
-
-    async def record_recipient(self, hold_id: str, recipient: Recipient) -> None:
-        """The fan's verified address and language for a booking (the first
-        one recorded stays)."""
-        async with db.transaction(self._pool) as conn:
-            await conn.execute(
-                "INSERT INTO mail_recipients (hold_id, email, language) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                (hold_id, recipient.email, recipient.language),
+            # The payment that paid (or, for a refund, was paid), as the
+            # fan asked for it at StartPayment.
+            cur = await conn.execute(
+                """
+                SELECT notify_email, notify_language FROM payments
+                 WHERE hold_id = %s AND state NOT IN ('PENDING', 'DECLINED', 'FAILED')
+                 ORDER BY attempt DESC LIMIT 1
+                """,
+                (hold_id,),
             )
+            row = await cur.fetchone()
+        if row is None or not row[0]:
+            return None
+        return Recipient(row[0], row[1] or "en")
 
     async def booking(self, hold_id: str) -> BookingMail | None:
         async with db.transaction(self._pool) as conn:

@@ -104,6 +104,8 @@ class PgPaymentStore:
         traceparent: str = "",
         hold_expires_at: datetime | None = None,
         provider: str = "sandbox",
+        notify_email: str | None = None,
+        notify_language: str | None = None,
     ) -> tuple[Payment, bool]:
         for attempt in range(3):
             if attempt > 0:
@@ -122,8 +124,9 @@ class PgPaymentStore:
                         f"""
                         INSERT INTO payments (payment_id, hold_id, attempt, event_id, customer_id, amount_minor,
                                               currency, payment_method, state, provider_idempotency_key,
-                                              traceparent, hold_expires_at, provider)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s, %s, %s)
+                                              traceparent, hold_expires_at, provider, notify_email,
+                                              notify_language)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'PENDING', %s, %s, %s, %s, %s, %s)
                         RETURNING {_PAYMENT_COLUMNS}
                         """,
                         (
@@ -139,6 +142,8 @@ class PgPaymentStore:
                             traceparent,
                             hold_expires_at,
                             provider,
+                            notify_email,
+                            notify_language if notify_email else None,
                         ),
                     )
                     created = await cur.fetchone()

@@ -20,9 +20,7 @@ from boxoffice.config import Env
 from boxoffice.runtime import Pool
 from boxoffice.streams import ConsumerHooks
 from mail_svc import app as mail_app
-from mail_svc.adapters.deliveries import PgDeliveryStore
 from mail_svc.jobs.mailer import MailHooks
-from mail_svc.model import Recipient
 from mail_svc.ports import Relay
 from payment_svc.adapters.tickets import PgTicketStore
 from payment_svc.jobs.issuer import ISSUER_GROUP
@@ -58,10 +56,10 @@ async def make_booking(
         await conn.execute(
             """
             INSERT INTO payments (payment_id, hold_id, attempt, event_id, customer_id, amount_minor, currency,
-                                  payment_method, state, provider_idempotency_key)
-            VALUES (%s, %s, 1, %s, 'fan-1', %s, 'EUR', 'pm_card_ok', 'SUCCEEDED', %s)
+                                  payment_method, state, provider_idempotency_key, notify_email, notify_language)
+            VALUES (%s, %s, 1, %s, 'fan-1', %s, 'EUR', 'pm_card_ok', 'SUCCEEDED', %s, %s, %s)
             """,
-            (payment_id, hold_id, event_id, 6900 * seats, f"mail-test-{hold_id}"),
+            (payment_id, hold_id, event_id, 6900 * seats, f"mail-test-{hold_id}", email, language if email else None),
         )
     signer = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(Env({})).get, SystemClock())
     await PgTicketStore(pool, codes=signer).issue(
@@ -76,8 +74,6 @@ async def make_booking(
             units=tuple(TicketUnit(i + 1, event_id * 10 + i, f"A-{i + 1}") for i in range(seats)),
         ),
     )
-    if email is not None:
-        await PgDeliveryStore(pool).record_recipient(hold_id, Recipient(email, language))
     async with db.transaction(pool) as conn:
         cur = await conn.execute("SELECT code FROM tickets WHERE hold_id = %s ORDER BY unit", (hold_id,))
         codes = tuple(row[0] for row in await cur.fetchall())

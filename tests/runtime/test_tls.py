@@ -77,7 +77,7 @@ class _Service:
         pems = list(context.auth_context().get("x509_pem_cert") or ())
         who = caller.current()
         serial = _serial(pems[0]) if pems else 0
-        return f"{serial}|{who.role}|{who.customer_id}".encode()
+        return f"{serial}|{who.role}|{who.customer_id}|{who.email}|{who.language}".encode()
 
     async def slow(self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         self.slow_entered.set()
@@ -276,9 +276,25 @@ async def test_the_handler_sees_the_caller_and_only_the_edge_asserts_a_customer(
         credentials = channel_credentials(stores.pki.files(access.EDGE), stores.pki.files(access.EDGE).ca)
         async with grpc.aio.secure_channel(s.server.address, credentials) as channel:
             answer = await _who(channel)(b"", metadata=((caller.CUSTOMER_METADATA_KEY, "fan-7"),), timeout=5)
-            assert answer.decode().split("|")[1:] == ["edge", "fan-7"]
+            assert answer.decode().split("|")[1:] == ["edge", "fan-7", "None", "None"]
             answer = await _who(channel)(b"", timeout=5)
-            assert answer.decode().split("|")[1:] == ["edge", "None"]
+            assert answer.decode().split("|")[1:] == ["edge", "None", "None", "None"]
+            # The fan's address (percent-encoded) and language, for the tickets' e-mail.
+            asserted = (
+                (caller.CUSTOMER_METADATA_KEY, "fan-7"),
+                (caller.EMAIL_METADATA_KEY, "fan%2B7@example.test"),
+                (caller.LANGUAGE_METADATA_KEY, "pt-BR"),
+            )
+            answer = await _who(channel)(b"", metadata=asserted, timeout=5)
+            assert answer.decode().split("|")[1:] == ["edge", "fan-7", "fan+7@example.test", "pt-BR"]
+            # What is not an address or a language the e-mail is written in is nothing.
+            odd = (
+                (caller.CUSTOMER_METADATA_KEY, "fan-7"),
+                (caller.EMAIL_METADATA_KEY, "no-at-sign"),
+                (caller.LANGUAGE_METADATA_KEY, "fr"),
+            )
+            answer = await _who(channel)(b"", metadata=odd, timeout=5)
+            assert answer.decode().split("|")[1:] == ["edge", "fan-7", "None", "None"]
 
 
 async def test_the_health_port_answers_without_a_certificate_and_follows_the_drain(stores: Stores) -> None:
