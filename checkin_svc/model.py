@@ -105,6 +105,11 @@ class DoorEntry:
     ticket: TicketAtDoor
     void: bool
     first_checkin: CheckIn | None
+    # Whether its holder is inside now (False before any check-in).
+    inside: bool = False
+    # The secret of its rotating code, when its fan has fetched one: an
+    # offline device checks a rotating code's mac with it.
+    secret: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

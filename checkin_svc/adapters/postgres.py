@@ -69,11 +69,14 @@ RETURNING 1
 """
 _DOOR_LIST = """
 SELECT t.ticket_id::text, t.event_id, t.section_id, t.seat_label, t.voided_at IS NOT NULL,
-       c.gate_id, c.device_id, c.checked_in_at
-  FROM tickets t LEFT JOIN checkins c ON c.ticket_id = t.ticket_id
+       c.gate_id, c.device_id, c.checked_in_at, coalesce(c.inside, false), s.secret
+  FROM tickets t
+  LEFT JOIN checkins c ON c.ticket_id = t.ticket_id
+  LEFT JOIN ticket_secrets s ON s.ticket_id = t.ticket_id
  WHERE t.event_id = %(event)s
    AND (%(since)s::timestamptz IS NULL
-        OR t.issued_at >= %(since)s OR t.voided_at >= %(since)s OR c.recorded_at >= %(since)s)
+        OR t.issued_at >= %(since)s OR t.voided_at >= %(since)s OR c.recorded_at >= %(since)s
+        OR c.last_moved_at >= %(since)s OR s.created_at >= %(since)s)
  ORDER BY t.ticket_id
 """
 # A cursor reaches back this far, so that a change whose transaction began
@@ -153,6 +156,8 @@ class PgCheckInStore:
                     TicketAtDoor(str(row[0]), int(row[1]), str(row[2]), str(row[3])),
                     bool(row[4]),
                     None if row[5] is None else CheckIn(row[5], row[6], row[7]),
+                    bool(row[8]),
+                    None if row[9] is None else bytes(row[9]),
                 )
                 for row in await cur.fetchall()
             )

@@ -85,6 +85,10 @@ async def test_the_door_list_then_its_changes_from_a_cursor(door: Door) -> None:
     changes = await door.handler.door_list(event, full.cursor)
     by_id = {e.ticket.ticket_id: e for e in changes.entries}
     first = by_id[entered].first_checkin
-    assert by_id[voided].void and first is not None and first.gate_id == "north-1"
+    assert by_id[voided].void and first is not None and first.gate_id == "north-1" and by_id[entered].inside
+    # A fan fetching their rotating code's secret is a change the devices learn of.
+    secret = await door.handler.ticket_secret(kept)
+    fetched = await door.handler.door_list(event, changes.cursor)
+    assert {e.ticket.ticket_id: e.secret for e in fetched.entries}[kept] == secret
     quiet = await door.handler.door_list(event, datetime.now(UTC) + timedelta(seconds=1))
     assert quiet.entries == ()
