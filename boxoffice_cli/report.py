@@ -291,8 +291,24 @@ def _tickets(conn: psycopg.Connection[Any], event: Event) -> Json:
         """,
         (event.event_id,),
     )[0]
+    # Bookings whose tickets' e-mail the relay refused, or that had no
+    # verified address (the mailer's delivery records).
+    undelivered = dict(
+        _rows(
+            conn,
+            """
+            SELECT state, count(*) FROM mail_deliveries
+             WHERE event_id = %s AND kind = 'tickets' AND state IN ('FAILED', 'NO_ADDRESS') GROUP BY state
+            """,
+            (event.event_id,),
+        )
+    )
     return {
         "sections": sections,
+        "tickets_not_delivered": {
+            "refused": int(undelivered.get("FAILED", 0)),
+            "no_address": int(undelivered.get("NO_ADDRESS", 0)),
+        },
         "seats_sold": sum(s["sold"] for s in sections),
         "valid_tickets": sum(s["valid_tickets"] for s in sections),
         "sandbox_tickets": int(sandbox),

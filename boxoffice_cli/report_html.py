@@ -251,6 +251,7 @@ def to_html(report: Json) -> str:
             if tickets.get("sandbox_tickets")
             else ""
         )
+        + _not_delivered(tickets.get("tickets_not_delivered") or {})
         + "</section>"
     )
     refusal_rows = [(f"join refused: {k}", _num(v)) for k, v in refusals["queue_joins"].items()]
@@ -285,3 +286,13 @@ def to_html(report: Json) -> str:
             out.append(_table(header, [_item_cells(item, keys) for item in line["items"]]))
     out.append("</section></main></body></html>\n")
     return "".join(out)
+
+
+def _not_delivered(counts: dict[str, int]) -> str:
+    """The bookings whose tickets' e-mail did not go out."""
+    refused, no_address = int(counts.get("refused", 0)), int(counts.get("no_address", 0))
+    return (
+        f'<p class="sub">Tickets not delivered: {_num(refused)} refused by the relay'
+        f" (see the mailer's records), {_num(no_address)} without"
+        " a verified address.</p>"
+    )

@@ -302,3 +302,23 @@ async def test_the_command_writes_json_csv_and_a_self_contained_html(
     funnel = on_sale.report["funnel"]
     assert f"{funnel['fans_admitted']:,} admitted, {funnel['claimed']:,} claimed" in text
     assert "reconciliation balanced" in text
+
+
+async def test_tickets_not_delivered_are_counted_from_the_mailers_records(on_sale: OnSale, stores: Stores) -> None:
+    # Nobody's mailer ran in the scenario: nothing is recorded undelivered.
+    assert on_sale.report["tickets"]["tickets_not_delivered"] == {"refused": 0, "no_address": 0}
+    e = on_sale.event_id
+    with psycopg.connect(stores.database_url) as conn:
+        # Planted in a transaction that is rolled back: two refused, one
+        # without an address, one sent, and a refused one of another event.
+        for state, event_id in (("FAILED", e), ("FAILED", e), ("NO_ADDRESS", e), ("SENT", e), ("FAILED", e + 1)):
+            conn.execute(
+                b"""
+                INSERT INTO mail_deliveries (hold_id, kind, event_id, message_id, state)
+                VALUES (%s, 'tickets', %s, %s, %s)
+                """,
+                (uuid.uuid4(), event_id, f"<{uuid.uuid4()}@test>", state),
+            )
+        planted = report_cli.gather(conn, e)["tickets"]["tickets_not_delivered"]
+        conn.rollback()
+    assert planted == {"refused": 2, "no_address": 1}
