@@ -14,7 +14,8 @@ written), and never calls the mesh. The figures come from:
   or so of a running on-sale may not be in yet), and ``queue_refusals``
   (joins refused, per reason); ``queue_events`` (the opening);
 - booking's ``holds``, ``sections``, ``section_totals`` and ``seats``;
-- payment's ``payments``, ``refunds`` and ``tickets``.
+- payment's ``payments``, ``refunds`` and ``tickets``;
+- check-in's ``checkins`` and ``checkin_conflicts`` (the door).
 
 Exit codes: 0 done (whatever the reconciliation found), 2 a usage error or
 an event without a waiting room, 1 Postgres could not be read.
@@ -318,6 +319,30 @@ def _tickets(conn: psycopg.Connection[Any], event: Event) -> Json:
     }
 
 
+def _door(conn: psycopg.Connection[Any], event: Event) -> Json:
+    """At the door: valid tickets, checked in, no-shows (valid, never checked
+    in), tickets voided after their check-in, conflicts offline devices met."""
+    valid, entered, voided_inside = _one(
+        conn,
+        """
+        SELECT count(*) FILTER (WHERE t.voided_at IS NULL),
+               count(c.ticket_id) FILTER (WHERE t.voided_at IS NULL),
+               count(c.ticket_id) FILTER (WHERE t.voided_at IS NOT NULL)
+          FROM tickets t LEFT JOIN checkins c ON c.ticket_id = t.ticket_id
+         WHERE t.event_id = %s
+        """,
+        (event.event_id,),
+    )
+    conflicts = _one(conn, "SELECT count(*) FROM checkin_conflicts WHERE event_id = %s", (event.event_id,))[0]
+    return {
+        "valid_tickets": int(valid),
+        "checked_in": int(entered),
+        "no_shows": int(valid) - int(entered),
+        "checked_in_then_voided": int(voided_inside),
+        "conflicts": int(conflicts),
+    }
+
+
 def _line(name: str, expected: Json, actual: Json, items: list[Json], count: int) -> Json:
     return {
         "line": name,
@@ -467,6 +492,7 @@ def gather(conn: psycopg.Connection[Any], event_id: int) -> Json:
         "wait_seconds": waits,
         "refusals": _refusals(conn, event),
         "tickets": _tickets(conn, event),
+        "door": _door(conn, event),
         "reconciliation": _reconciliation(conn, event),
     }
 

@@ -270,6 +270,9 @@ def to_html(report: Json) -> str:
         )
         + f'<p class="sub">Bookings cancelled: {_num(tickets["bookings_cancelled"])}.</p></section>'
     )
+    door = report["door"]
+    door_rows = [(k.replace("_", " "), _num(v)) for k, v in door.items()]
+    out.append("<section><h2>At the door</h2>" + _table(["tickets", "count"], door_rows, numeric=(1,)) + "</section>")
     out.append("<section><h2>Reconciliation</h2>")
     for line in recon["lines"]:
         verdict = (

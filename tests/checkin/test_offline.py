@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import psycopg
+
 from boxoffice import db
+from boxoffice_cli import report as report_cli
 from checkin_svc.model import Scan, ScanResult
 from tests.checkin.harness import Door, new_event
+from tests.support import Stores
 
 
 async def _conflicts(door: Door, ticket_id: str) -> list[tuple[str, str]]:
@@ -92,3 +96,19 @@ async def test_the_door_list_then_its_changes_from_a_cursor(door: Door) -> None:
     assert {e.ticket.ticket_id: e.secret for e in fetched.entries}[kept] == secret
     quiet = await door.handler.door_list(event, datetime.now(UTC) + timedelta(seconds=1))
     assert quiet.entries == ()
+
+
+async def test_the_reports_door_figures_count_checkins_no_shows_and_conflicts(door: Door, stores: Stores) -> None:
+    event = new_event()
+    tickets = [await door.ticket(event) for _ in range(4)]
+    now = datetime.now(UTC)
+    await door.handler.scan(Scan(event, tickets[0][1], "north-1", "online", now))
+    await door.handler.upload([Scan(event, tickets[0][1], "south-1", "offline", now - timedelta(seconds=9))])
+    await door.handler.scan(Scan(event, tickets[1][1], "north-1", "online", now))
+    async with db.transaction(door.pool) as conn:
+        await conn.execute(
+            "UPDATE tickets SET voided_at = now() WHERE ticket_id = ANY(%s::uuid[])", ([tickets[1][0], tickets[2][0]],)
+        )
+    with psycopg.connect(stores.database_url) as conn:
+        figures = report_cli._door(conn, report_cli.Event(event, now))
+    assert figures == {"valid_tickets": 2, "checked_in": 1, "no_shows": 1, "checked_in_then_voided": 1, "conflicts": 1}

@@ -117,7 +117,16 @@ def _scalar(stores: Stores, sql: str, *params: object) -> Any:
 async def test_every_funnel_figure_equals_the_direct_counts(on_sale: OnSale, stores: Stores) -> None:
     r, e = on_sale.report, on_sale.event_id
     funnel, redis_progress = r["funnel"], on_sale.redis["progress"]
-    assert set(r) == {"event_id", "funnel", "wait_seconds", "refusals", "tickets", "reconciliation"}
+    assert set(r) == {"event_id", "funnel", "wait_seconds", "refusals", "tickets", "door", "reconciliation"}
+    # Nobody has come to the door yet: every valid ticket is a no-show so far.
+    valid = _scalar(stores, "SELECT count(*) FROM tickets WHERE event_id = %s AND voided_at IS NULL", e)
+    assert r["door"] == {
+        "valid_tickets": valid,
+        "checked_in": 0,
+        "no_shows": valid,
+        "checked_in_then_voided": 0,
+        "conflicts": 0,
+    }
     # Every entry Redis logged was copied (none left, the trimmed count is the rows').
     assert on_sale.redis["left"] == 0
     assert _scalar(stores, "SELECT count(*) FROM queue_lifecycle WHERE event_id = %s", e) == on_sale.redis["trimmed"]
@@ -273,7 +282,7 @@ async def test_the_command_writes_json_csv_and_a_self_contained_html(
     out = io.StringIO()
     assert report_cli.main([str(on_sale.event_id), "--format", "json"], env, out) == 0
     as_json = json.loads(out.getvalue())
-    assert list(as_json) == ["event_id", "funnel", "wait_seconds", "refusals", "tickets", "reconciliation"]
+    assert list(as_json) == ["event_id", "funnel", "wait_seconds", "refusals", "tickets", "door", "reconciliation"]
     assert as_json["funnel"]["admitted"] == on_sale.report["funnel"]["admitted"]
     out = io.StringIO()
     assert report_cli.main([str(on_sale.event_id), "--format", "csv"], env, out) == 0
