@@ -54,12 +54,12 @@ def _bad(field: str, message: str) -> InvalidArgument:
 def _instant(field: str, text: str) -> timestamp_pb2.Timestamp:
     if not _INSTANT.fullmatch(text):
         raise _bad(field, "must be an RFC 3339 time with its zone, e.g. 2026-12-20T00:00:00+07:00")
-    try:
-        value = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
-    except ValueError:
-        raise _bad(field, "is not a valid time") from None
     out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value)
+    try:
+        # In UTC it must stay within years 1 to 9999 (a zone can push it out).
+        out.FromDatetime(datetime.fromisoformat(text.upper().replace("Z", "+00:00")))
+    except (ValueError, OverflowError):
+        raise _bad(field, "is not a valid time") from None
     return out
 
 
