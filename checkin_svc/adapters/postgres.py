@@ -19,6 +19,8 @@ from psycopg.rows import TupleRow
 
 from boxoffice import db
 from boxoffice.runtime import Pool
+from checkin_svc import devices
+from checkin_svc.devices import GateDevice
 from checkin_svc.model import Admission, CheckIn, DoorEntry, DoorList, Scan, TicketAtDoor
 from checkin_svc.ports import CheckInStore
 
@@ -192,3 +194,66 @@ async def _first(conn: AsyncConnection[TupleRow], ticket_id: str) -> CheckIn | N
 
 def _compliance(store: PgCheckInStore) -> CheckInStore:
     return store
+
+
+class PgGateDeviceStore:
+    """Gate devices in Postgres (see :mod:`checkin_svc.devices`)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def create(self, event_id: int, name: str) -> tuple[GateDevice, str]:
+        """A new device of ``event_id`` and its key, which is not kept."""
+        key = devices.new_key()
+        digest = devices.key_hash(key)
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                INSERT INTO gate_devices (device_id, event_id, name, key_sha256)
+                VALUES (gen_random_uuid(), %s, %s, %s) RETURNING {_DEVICE_COLUMNS}
+                """,
+                (event_id, name, digest),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _device(row), key
+
+    async def authenticate(self, key: str) -> GateDevice | None:
+        """The device a key was made for; None for any other key or a revoked device."""
+        digest = devices.key_hash(key)
+        if digest is None:
+            return None
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_DEVICE_COLUMNS} FROM gate_devices WHERE key_sha256 = %s AND revoked_at IS NULL", (digest,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else _device(row)
+
+    async def revoke(self, device_id: str) -> GateDevice | None:
+        """Revoke a device (again: no change); None when there is none."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                UPDATE gate_devices SET revoked_at = coalesce(revoked_at, now())
+                 WHERE device_id = %s::uuid RETURNING {_DEVICE_COLUMNS}
+                """,
+                (device_id,),
+            )
+            row = await cur.fetchone()
+        return None if row is None else _device(row)
+
+    async def of_event(self, event_id: int) -> list[GateDevice]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_DEVICE_COLUMNS} FROM gate_devices WHERE event_id = %s ORDER BY created_at, device_id",
+                (event_id,),
+            )
+            return [_device(row) for row in await cur.fetchall()]
+
+
+_DEVICE_COLUMNS = "device_id::text, event_id, name, created_at, revoked_at"
+
+
+def _device(row: Any) -> GateDevice:
+    return GateDevice(str(row[0]), int(row[1]), str(row[2]), row[3], row[4])
