@@ -244,7 +244,13 @@ def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> Non
     needs = {
         "queue-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS"},
         "booking-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS"},
-        "payment-svc": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_TOKEN_KEYS", "BOXOFFICE_WEBHOOK_SECRETS"},
+        "payment-svc": {
+            "DATABASE_URL",
+            "REDIS_URL",
+            "BOXOFFICE_TOKEN_KEYS",
+            "BOXOFFICE_WEBHOOK_SECRETS",
+            "BOXOFFICE_CHECKIN_KEYS",
+        },
         # The issuer signs ticket codes.
         "issuer": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_CHECKIN_KEYS"},
         # Rate limits in Redis, nothing in Postgres (nor may it reach it).
