@@ -36,6 +36,7 @@ from payment_svc.adapters.webhook_sink import GrpcWebhookSink
 from payment_svc.config import STRIPE, PaymentConfig
 from payment_svc.handler import PaymentHandler, PaymentHooks
 from payment_svc.idempotency import Idempotent
+from payment_svc.inflight import ChargesInFlight
 from payment_svc.jobs.cancellations import CANCELLATION_GROUP, CancellationRefunds
 from payment_svc.jobs.issuer import ISSUER_GROUP, TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
@@ -179,6 +180,8 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     idempotency = overrides.idempotency_store(
         pool, retention_seconds=config.idempotency_retention_seconds, lease_seconds=config.idempotency_lease_seconds
     )
+    # Asked about at once, then at most every reconcile interval.
+    in_flight = ChargesInFlight(first_seconds=0.5, longest_seconds=config.reconcile_interval_seconds)
     handler = PaymentHandler(
         store=store,
         tickets=PgTicketStore(pool),
@@ -187,6 +190,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         tokens=rt.token_signer,
         config=config,
         metrics=metrics,
+        in_flight=in_flight,
         hooks=overrides.hooks,
     )
     webhooks = ProviderWebhooks(
@@ -209,6 +213,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         store=store,
         idempotency=idempotency,
         metrics=metrics,
+        in_flight=in_flight,
         interval_seconds=config.reconcile_interval_seconds,
         after_seconds=config.reconcile_after_seconds,
     )

@@ -32,6 +32,7 @@ from boxoffice.tokens import TokenSigner, asserted_customer, token_customer
 from boxoffice.tracing import current_traceparent
 from payment_svc.config import PaymentConfig
 from payment_svc.idempotency import key_scope
+from payment_svc.inflight import ChargesInFlight
 from payment_svc.metrics import ServerMetrics, state_label
 from payment_svc.model import (
     Payment,
@@ -98,6 +99,7 @@ class PaymentHandler:
         tokens: TokenSigner,
         config: PaymentConfig,
         metrics: ServerMetrics,
+        in_flight: ChargesInFlight,
         hooks: PaymentHooks | None = None,
     ) -> None:
         self._store = store
@@ -107,6 +109,7 @@ class PaymentHandler:
         self._tokens = tokens
         self._config = config
         self._metrics = metrics
+        self._in_flight = in_flight
         self._hooks = hooks or PaymentHooks()
 
     # -- queries
@@ -195,8 +198,9 @@ class PaymentHandler:
         try:
             result = await self._bounded(lambda: self._provider.charge(self._charge_request(payment)))
         except TimeoutError:
-            # The outcome is unknown: a webhook, a ConfirmPayment or the
-            # reconciler will learn it with the same key.
+            # The outcome is unknown: the reconciler asks at once (and a
+            # webhook or a ConfirmPayment may learn it first), same key.
+            self._in_flight.note(payment.payment_id)
             return payment
         except ProviderError as err:
             return await self._move(payment, PaymentState.FAILED, failure_reason=err.code) or await self.get(
@@ -250,11 +254,7 @@ class PaymentHandler:
             if payment.state == PaymentState.PENDING:
                 payment = await self._settle_pending(payment, submit_missing=submit_missing)
                 if payment.state == PaymentState.PENDING:
-                    raise Unavailable(
-                        "the provider is still processing the charge; retry",
-                        reason="PAYMENT_PROCESSING",
-                        metadata={"payment_id": payment_id},
-                    )
+                    raise self._processing(payment_id)
             elif payment.state == PaymentState.CAPTURED:
                 payment = await self._confirm(payment)
             elif payment.state == PaymentState.REFUND_REQUIRED:
@@ -284,11 +284,23 @@ class PaymentHandler:
                     return moved or await self.get(payment.payment_id)
                 result = await self._bounded(lambda: self._provider.charge(self._charge_request(payment)))
         except TimeoutError:
-            raise Unavailable("the payment provider did not answer in time", reason="PROVIDER_TIMEOUT") from None
+            # Money may be on its way: the fan is told it is processing.
+            raise self._processing(payment.payment_id) from None
         except ProviderError as err:
             moved = await self._move(payment, PaymentState.FAILED, failure_reason=err.code)
             return moved or await self.get(payment.payment_id)
         return await self.apply_charge(payment, result)
+
+    def _processing(self, payment_id: str) -> Unavailable:
+        """The charge's outcome is not known yet (the provider is slow or
+        still processing it): the reconciler asks at once and the fan is told
+        the payment is processing and will settle by itself."""
+        self._in_flight.note(payment_id)
+        return Unavailable(
+            "the payment is processing and will settle by itself; ask again later",
+            reason="PAYMENT_PROCESSING",
+            metadata={"payment_id": payment_id},
+        )
 
     async def _confirm(self, payment: Payment) -> Payment:
         if self._hooks.before_confirm_hold is not None:

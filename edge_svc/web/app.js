@@ -657,13 +657,17 @@ async function pay(event) {
 async function settle(started, slow) {
   let payment = started;
   const key = confirmKey(payment.paymentId);
-  for (let attempt = 0; attempt < 40; attempt++) {
+  // Money in flight settles by itself (the server keeps asking the bank):
+  // the page keeps asking too, less often after a while, until the outcome
+  // comes or the fan leaves the hold's view.
+  for (let attempt = 0; state.view === 'hold'; attempt++) {
     try {
       payment = (await api.confirm(payment.paymentId, key)).payment;
     } catch (err) {
       if (SLOW.has(err.reason)) {
-        $('pay-status').textContent = t('slowBank');
-        await wait(2000);
+        clearTimeout(slow);
+        $('pay-status').textContent = t(err.reason === 'PAYMENT_PROCESSING' ? 'pay.processing' : 'slowBank');
+        await wait(attempt < 40 ? 2000 : 10000);
         try {
           payment = (await api.payment(payment.paymentId)).payment;
         } catch {

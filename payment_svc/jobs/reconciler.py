@@ -5,7 +5,11 @@ Every interval: payments still PENDING, CAPTURED or REFUND_REQUIRED after a
 while are settled (the provider is asked by key; captured money confirms the
 hold or is refunded); refunds still PENDING are sent again (same key);
 expired idempotency keys are deleted; the per-state payment gauge is
-refreshed. Every step is safe on several replicas at once.
+refreshed. Between passes, the charges in flight this process noted (a
+provider that did not answer in time, a charge still processing) are asked
+about at once and then at growing intervals (:mod:`payment_svc.inflight`),
+so a slow provider's money is confirmed (or refunded) seconds after it
+arrives, not an interval later. Every step is safe on several replicas at once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import psycopg
 from boxoffice import deadline
 from boxoffice.errors import BoxofficeError
 from payment_svc.handler import PaymentHandler
+from payment_svc.inflight import ChargesInFlight
 from payment_svc.metrics import ServerMetrics, state_label
 from payment_svc.model import PaymentState
 from payment_svc.ports import IdempotencyStore, PaymentStore
@@ -36,6 +41,7 @@ class Reconciler:
         store: PaymentStore,
         idempotency: IdempotencyStore,
         metrics: ServerMetrics,
+        in_flight: ChargesInFlight,
         interval_seconds: float,
         after_seconds: float,
     ) -> None:
@@ -43,6 +49,7 @@ class Reconciler:
         self._store = store
         self._idempotency = idempotency
         self._metrics = metrics
+        self._in_flight = in_flight
         self._interval = interval_seconds
         self._after = after_seconds
 
@@ -74,10 +81,32 @@ class Reconciler:
             self._metrics.payments.labels(state_label(state)).set(counts.get(state.value, 0))
         return settled
 
+    async def ask_in_flight(self) -> int:
+        """Settle the charges in flight that are due; how many are known now."""
+        known = 0
+        for payment_id in self._in_flight.due():
+            try:
+                with deadline.scope(_STEP_SECONDS):
+                    payment = await self._payments.settle(payment_id)
+            except (BoxofficeError, psycopg.Error, OSError) as err:
+                self._in_flight.later(payment_id)
+                _log.info("charge in flight not known yet", extra={"payment_id": payment_id, "error": repr(err)})
+                continue
+            if payment.state == PaymentState.PENDING:
+                self._in_flight.later(payment_id)
+            else:
+                self._in_flight.known(payment_id)
+                known += 1
+        return known
+
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 await self.reconcile_once()
             except (BoxofficeError, psycopg.Error, OSError) as err:
                 _log.warning("reconciliation pass failed", extra={"error": repr(err)})
-            await asyncio.sleep(self._interval)
+            next_pass = loop.time() + self._interval
+            while (left := next_pass - loop.time()) > 0:
+                await self._in_flight.wait(left)
+                await self.ask_in_flight()

@@ -118,9 +118,11 @@ async def start_payment(
     payment: ppb_grpc.PaymentServiceAsyncStub,
     event_id: int,
     customer_id: str,
+    payment_method: str = "pm_card_ok",
 ) -> ppb.StartPaymentResponse:
     """The fan's checkout up to StartPayment, as the edge calls it for them:
-    join, admitted, two seats held, the payment started (a card that pays)."""
+    join, admitted, two seats held, the payment started (by default with a
+    card that pays)."""
     fan: Any = as_fan(customer_id)
     access_token = await admitted(queue, event_id, customer_id=customer_id, metadata=fan)
     held = await booking.HoldSeats(
@@ -132,7 +134,7 @@ async def start_payment(
         metadata=fan,
     )
     started: ppb.StartPaymentResponse = await payment.StartPayment(
-        ppb.StartPaymentRequest(access_token=access_token, hold_id=held.hold.hold_id, payment_method="pm_card_ok"),
+        ppb.StartPaymentRequest(access_token=access_token, hold_id=held.hold.hold_id, payment_method=payment_method),
         metadata=fan,
     )
     return started

@@ -28,7 +28,7 @@ from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from tests.e2e.checkout import open_event, start_payment
 from tests.e2e.harness import eventually
 from tests.edge.asserting import as_fan, edge_mesh_client
-from tests.runtime.processes import Role, free_port, role_processes
+from tests.runtime.processes import Role, free_port, role_processes, until_serving
 from tests.support import Stores
 
 pytestmark = pytest.mark.slow
@@ -89,22 +89,14 @@ async def mesh(stores: Stores, tmp_path: Path) -> AsyncIterator[Mesh]:
             survivor.stub(ppb_grpc.PaymentServiceStub),
             {"booking": roles[2], "doomed": roles[3], "survivor": roles[4]},
         )
-        probes: list[tuple[Any, Any, Any]] = [
-            (built.queue.GetQueuePosition, qpb.GetQueuePositionRequest(event_id=1), as_fan("probe")),
-            (built.doomed.ListTickets, ppb.ListTicketsRequest(access_token="x", event_id=1), None),
-            (built.survivor.ListTickets, ppb.ListTicketsRequest(access_token="x", event_id=1), None),
-        ]
-        for method, request, metadata in probes:
-            for _ in range(600):
-                try:
-                    await method(request, metadata=metadata, timeout=5)
-                    break
-                except grpc.aio.AioRpcError as err:
-                    if err.code() != grpc.StatusCode.UNAVAILABLE:
-                        break
-                for role in roles:
-                    assert role.process.returncode is None, f"{role.command} ended: {role.stderr()}"
-                await asyncio.sleep(0.1)
+        await until_serving(
+            roles,
+            [
+                (built.queue.GetQueuePosition, qpb.GetQueuePositionRequest(event_id=1), as_fan("probe")),
+                (built.doomed.ListTickets, ppb.ListTicketsRequest(access_token="x", event_id=1), None),
+                (built.survivor.ListTickets, ppb.ListTicketsRequest(access_token="x", event_id=1), None),
+            ],
+        )
         try:
             yield built
         finally:

@@ -13,6 +13,9 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import grpc
 
 from tests.support import Stores, tls_environ
 
@@ -118,3 +121,19 @@ async def role_processes(
             except TimeoutError:
                 role.process.kill()
                 await role.process.wait()
+
+
+async def until_serving(roles: Sequence[Role], probes: Sequence[tuple[Any, Any, Any]]) -> None:
+    """Until each probe (a stub's method, a request, the call's metadata)
+    is answered anything but UNAVAILABLE; every role must stay up meanwhile."""
+    for method, request, metadata in probes:
+        for _ in range(600):
+            try:
+                await method(request, metadata=metadata, timeout=5)
+                break
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    break
+            for role in roles:
+                assert role.process.returncode is None, f"{role.command} ended: {role.stderr()}"
+            await asyncio.sleep(0.1)

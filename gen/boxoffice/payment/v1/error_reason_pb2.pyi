@@ -144,12 +144,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     payment (FAILED_PRECONDITION); retry. No metadata.
     """
     ERROR_REASON_PAYMENT_PROCESSING: _ErrorReason.ValueType  # 105
-    """ConfirmPayment while the provider is still processing the charge
-    (UNAVAILABLE); retry later. Metadata: `payment_id`.
+    """ConfirmPayment while the charge's outcome is not known yet: the provider
+    is still processing it or did not answer in time (UNAVAILABLE). The
+    payment settles by itself (PaymentService asks the provider again at
+    once); ask again later with the same idempotency key, or read it with
+    GetPayment. Metadata: `payment_id`.
     """
     ERROR_REASON_PROVIDER_TIMEOUT: _ErrorReason.ValueType  # 106
-    """ConfirmPayment when the payment provider did not answer in time
-    (UNAVAILABLE); retry with the same idempotency key. No metadata.
+    """No longer answered (a provider that does not answer in time is
+    PAYMENT_PROCESSING); kept for clients that know it (UNAVAILABLE). No metadata.
     """
     ERROR_REASON_IDEMPOTENCY_KEY_IN_FLIGHT: _ErrorReason.ValueType  # 107
     """ConfirmPayment or RefundPayment while a request with the same idempotency
@@ -387,12 +390,15 @@ ERROR_REASON_PAYMENT_CONTENDED: ErrorReason.ValueType  # 104
 payment (FAILED_PRECONDITION); retry. No metadata.
 """
 ERROR_REASON_PAYMENT_PROCESSING: ErrorReason.ValueType  # 105
-"""ConfirmPayment while the provider is still processing the charge
-(UNAVAILABLE); retry later. Metadata: `payment_id`.
+"""ConfirmPayment while the charge's outcome is not known yet: the provider
+is still processing it or did not answer in time (UNAVAILABLE). The
+payment settles by itself (PaymentService asks the provider again at
+once); ask again later with the same idempotency key, or read it with
+GetPayment. Metadata: `payment_id`.
 """
 ERROR_REASON_PROVIDER_TIMEOUT: ErrorReason.ValueType  # 106
-"""ConfirmPayment when the payment provider did not answer in time
-(UNAVAILABLE); retry with the same idempotency key. No metadata.
+"""No longer answered (a provider that does not answer in time is
+PAYMENT_PROCESSING); kept for clients that know it (UNAVAILABLE). No metadata.
 """
 ERROR_REASON_IDEMPOTENCY_KEY_IN_FLIGHT: ErrorReason.ValueType  # 107
 """ConfirmPayment or RefundPayment while a request with the same idempotency
