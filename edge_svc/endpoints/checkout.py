@@ -7,11 +7,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import grpc
 from google.protobuf.message import Message
 from starlette.responses import Response
 
 from boxoffice import boundedjson
-from boxoffice.errors import BoxofficeError, InvalidArgument, Unauthenticated
+from boxoffice.errors import BoxofficeError, InvalidArgument, Unauthenticated, Unavailable
 from edge_svc import errors
 from edge_svc.endpoints.common import (
     Callers,
@@ -38,6 +39,8 @@ _WEBHOOK_MAX_DEPTH = 32
 # Answers of the services that, for a hold, mean "not yours or not there":
 # answered alike, so that hold ids reveal nothing.
 _NOT_YOUR_HOLD = frozenset({"NOT_HOLD_OWNER", "HOLD_NOT_FOUND", "TOKEN_WRONG_EVENT"})
+# Codes of a ListTickets that mean "PaymentService cannot answer now".
+_DOWN = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 def fan_language(accept_language: str) -> str:
@@ -155,14 +158,25 @@ class Checkout:
         )
         call = call_context(ctx, session.customer_id)
         try:
-            reply = await self._d.mesh.call(PAYMENT, "ListTickets", request, call)
-        except BoxofficeError as err:
-            if request.access_token and err.reason.startswith(("TOKEN_", "SESSION_ENDED")):
-                # A stale token cookie: the fan's own tickets need none.
-                request.access_token = ""
+            try:
                 reply = await self._d.mesh.call(PAYMENT, "ListTickets", request, call)
-            else:
+            except BoxofficeError as err:
+                if request.access_token and err.reason.startswith(("TOKEN_", "SESSION_ENDED")):
+                    # A stale token cookie: the fan's own tickets need none.
+                    request.access_token = ""
+                    reply = await self._d.mesh.call(PAYMENT, "ListTickets", request, call)
+                else:
+                    raise
+        except BoxofficeError as err:
+            if err.code not in _DOWN:
                 raise
+            # PaymentService is down: say so plainly (the page tells the fan
+            # their tickets are kept and shows them once it is back).
+            raise Unavailable(
+                "your tickets are kept but cannot be read right now; ask again shortly",
+                reason="TICKETS_UNAVAILABLE",
+                metadata={"upstream_reason": err.reason},
+            ) from None
         return json_response(to_json(reply))
 
     async def handle_provider_webhook(self, ctx: Ctx) -> Response:

@@ -43,6 +43,7 @@ const state = {
   hold: null,
   countdown: 0,
   tickets: [],
+  ticketsDown: false, // the ticket list could not be read (PaymentService down)
   notice: null,
 };
 
@@ -718,11 +719,18 @@ function payError(err) {
 
 async function openTickets(held) {
   let tickets = [];
+  let down = null;
   for (let attempt = 0; attempt < 60; attempt++) {
     try {
       tickets = (await api.tickets(state.eventId)).tickets || [];
-    } catch {
+      down = null;
+    } catch (err) {
       tickets = [];
+      // The ticket list cannot be read now: say so at once, not after a minute.
+      if (err instanceof ApiError && err.reason === 'TICKETS_UNAVAILABLE') {
+        down = err;
+        break;
+      }
     }
     const mine = held ? tickets.filter((tk) => tk.holdId === held.holdId) : tickets;
     if (!held || mine.length >= Number(held.quantity || 1)) break;
@@ -737,10 +745,36 @@ async function openTickets(held) {
       // Already ended.
     }
   }
-  state.tickets = tickets
+  state.ticketsDown = down !== null;
+  state.tickets = shownTickets(tickets);
+  show('tickets');
+  if (down) await ticketsWhenBack(held, down.retryAfter);
+}
+
+function shownTickets(tickets) {
+  return tickets
     .filter((tk) => tk.state !== 'TICKET_STATE_VOID')
     .sort((a, b) => a.sectionId.localeCompare(b.sectionId) || Number(a.seatId || 0) - Number(b.seatId || 0) || a.unit - b.unit);
-  show('tickets');
+}
+
+// While the ticket list cannot be read, the page says why and asks again
+// at the pace the edge sets; the tickets appear once it answers.
+async function ticketsWhenBack(held, retrySeconds) {
+  let pause = Math.max(retrySeconds || 0, 2);
+  while (state.view === 'tickets' && state.ticketsDown) {
+    await wait(pause * 1000);
+    if (state.view !== 'tickets') return;
+    try {
+      const tickets = (await api.tickets(state.eventId)).tickets || [];
+      const mine = held ? tickets.filter((tk) => tk.holdId === held.holdId) : tickets;
+      if (held && mine.length < Number(held.quantity || 1)) continue;
+      state.ticketsDown = false;
+      state.tickets = shownTickets(tickets);
+      render();
+    } catch (err) {
+      pause = Math.max((err instanceof ApiError && err.retryAfter) || pause, 2);
+    }
+  }
 }
 
 // A ticket's code as a QR code (error correction level M, the smallest
@@ -766,7 +800,8 @@ function drawQr(canvas, qrcode, text, pixelsPerModule) {
 }
 
 function renderTickets() {
-  $('tickets-note').textContent = state.tickets.length ? t('ticketsNote') : t('noTickets');
+  if (state.ticketsDown) $('tickets-note').textContent = t('error.TICKETS_UNAVAILABLE');
+  else $('tickets-note').textContent = state.tickets.length ? t('ticketsNote') : t('noTickets');
   const list = $('tickets');
   import('./qrcode-generator.js').then(({ qrcode }) => {
     list.replaceChildren(

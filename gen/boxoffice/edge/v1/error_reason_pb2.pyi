@@ -209,6 +209,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     UTF-8, not JSON, or nested deeper than 32 levels); refused before
     PaymentService is asked (INVALID_ARGUMENT). No metadata.
     """
+    ERROR_REASON_TICKETS_UNAVAILABLE: _ErrorReason.ValueType  # 119
+    """The fan's tickets cannot be read now: PaymentService, which keeps them,
+    is unreachable or unavailable (UNAVAILABLE). Tickets already issued are
+    kept; ask again after Retry-After. Metadata: `upstream_reason`, what the
+    edge met (UPSTREAM_FAILED when PaymentService was not reached).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason the edge (the HTTP/JSON front door for
@@ -409,5 +415,11 @@ ERROR_REASON_WEBHOOK_MALFORMED: ErrorReason.ValueType  # 118
 """A provider webhook's body is not a JSON object the edge can read (not
 UTF-8, not JSON, or nested deeper than 32 levels); refused before
 PaymentService is asked (INVALID_ARGUMENT). No metadata.
+"""
+ERROR_REASON_TICKETS_UNAVAILABLE: ErrorReason.ValueType  # 119
+"""The fan's tickets cannot be read now: PaymentService, which keeps them,
+is unreachable or unavailable (UNAVAILABLE). Tickets already issued are
+kept; ask again after Retry-After. Metadata: `upstream_reason`, what the
+edge met (UPSTREAM_FAILED when PaymentService was not reached).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
