@@ -26,8 +26,9 @@ ADMITTER = "admitter"
 SWEEPER = "sweeper"
 RELAY = "relay"
 ISSUER = "issuer"
+MAILER = "mailer"
 OPERATOR = "operator"
-ROLES = (EDGE, QUEUE, BOOKING, PAYMENT, ADMITTER, SWEEPER, RELAY, ISSUER, OPERATOR)
+ROLES = (EDGE, QUEUE, BOOKING, PAYMENT, ADMITTER, SWEEPER, RELAY, ISSUER, MAILER, OPERATOR)
 
 # Callers with no certificate of this mesh, for the probes' health checks.
 ANYONE = "*"

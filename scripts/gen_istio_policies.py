@@ -39,6 +39,7 @@ WORKLOADS: Mapping[str, tuple[str, ...]] = {
     "sweeper": (),
     "relay": (),
     "issuer": (),
+    "mailer": (),
 }
 # Served by every process.
 EVERYWHERE = ("grpc.health.v1.", "grpc.reflection.")

@@ -23,7 +23,16 @@ yaml: Any = importlib.import_module("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-CODE_PACKAGES = ("boxoffice", "boxoffice_cli", "queue_svc", "booking_svc", "payment_svc", "checkin_svc", "edge_svc")
+CODE_PACKAGES = (
+    "boxoffice",
+    "boxoffice_cli",
+    "queue_svc",
+    "booking_svc",
+    "payment_svc",
+    "checkin_svc",
+    "edge_svc",
+    "mail_svc",
+)
 
 # The sample names the edge's panels and alerts read (edge_svc/metrics.py).
 EDGE_METRICS = frozenset(

@@ -38,7 +38,7 @@ from tests.k8s.support import (
 )
 
 SERVERS = ("queue-svc", "booking-svc", "payment-svc")
-WORKERS = ("admitter", "sweeper", "relay", "issuer")
+WORKERS = ("admitter", "sweeper", "relay", "issuer", "mailer")
 EDGE = "edge"
 GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
 DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
@@ -253,6 +253,8 @@ def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> Non
         },
         # The issuer signs ticket codes.
         "issuer": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_CHECKIN_KEYS"},
+        # The relay's password is a file of its own Secret (boxoffice-smtp).
+        "mailer": {"DATABASE_URL", "REDIS_URL"},
         # Rate limits in Redis, nothing in Postgres (nor may it reach it).
         EDGE: {"REDIS_URL"},
     }

@@ -40,7 +40,7 @@ async def _serving(proc: asyncio.subprocess.Process) -> dict[str, Any]:
     raise AssertionError(f"exited with {await proc.wait()} before serving")
 
 
-@pytest.mark.parametrize("command", ["admitter", "sweeper", "relay", "issuer"])
+@pytest.mark.parametrize("command", ["admitter", "sweeper", "relay", "issuer", "mailer"])
 async def test_background_process_answers_the_grpc_health_probe(stores: Stores, command: str) -> None:
     env = {
         **os.environ,
@@ -55,6 +55,8 @@ async def test_background_process_answers_the_grpc_health_probe(stores: Stores, 
         "POD_NAME": f"probe-{command}",
         **tls_environ(stores.pki.files(command)),
         **MESH_SECRETS,
+        # The mailer starts with a relay only (none listens there: nothing is sent).
+        **({"BOXOFFICE_SMTP_URL": "smtp://127.0.0.1:9"} if command == "mailer" else {}),
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

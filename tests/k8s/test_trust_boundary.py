@@ -47,6 +47,7 @@ WORKLOAD = {
     access.SWEEPER: "sweeper",
     access.RELAY: "relay",
     access.ISSUER: "issuer",
+    access.MAILER: "mailer",
     access.OPERATOR: "operator",
 }
 ROLE = {workload: role for role, workload in WORKLOAD.items()}
@@ -59,6 +60,7 @@ DEPLOYED = (
     access.SWEEPER,
     access.RELAY,
     access.ISSUER,
+    access.MAILER,
 )
 # The contract packages each server serves.
 SERVES = {"queue-svc": "boxoffice.queue.", "booking-svc": "boxoffice.booking.", "payment-svc": "boxoffice.payment."}
