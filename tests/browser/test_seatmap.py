@@ -112,12 +112,9 @@ async def test_a_bank_that_answers_late_is_waited_for(browser: Browser, mesh: Me
     await view(page, "hold")
     await page.check("input[value=pm_card_timeout]")
     await page.click("#pay")
-    # The charge hangs at the provider: the fan is told it is processing and
-    # will confirm by itself, not that it failed.
+    # The charge hangs at the provider: the fan is told to wait, not that it failed.
     await expect(page.locator("#pay-status")).to_have_text(
-        "Khoản thanh toán của bạn đang được xử lý. Nó sẽ tự xác nhận: hãy giữ trang này mở để xem kết quả, "
-        "hoặc xem sau trong mục vé của bạn.",
-        timeout=30_000,
+        "Ngân hàng phản hồi chậm hơn bình thường. Chúng tôi vẫn đang kiểm tra; vui lòng chờ.", timeout=30_000
     )
     await expect(page.locator("#pay-message")).to_be_hidden()
     await shoot(page, "4-slow-bank-vi")
