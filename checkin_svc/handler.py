@@ -20,10 +20,16 @@ from datetime import datetime
 
 from boxoffice import ticketcodes
 from boxoffice.clock import Clock
+from boxoffice.errors import InvalidArgument
 from boxoffice.ticketcodes import InvalidCode, TicketClaims, TicketCodeVerifier, looks_signed
 from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Admission, Direction, DoorList, Scan, ScanOutcome, ScanResult, UploadedScan
 from checkin_svc.ports import CheckInStore, ReEntry, StaticCodes
+
+# Gate and device ids are names a venue gives (``north-1``).
+_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# An offline device uploads what it scanned since it lost the network.
+MAX_UPLOAD = 10_000
 
 # The codes tickets had before signed codes.
 _LEGACY_CODE = re.compile(r"^TKT-[0-9A-F]{16}$")
@@ -47,6 +53,7 @@ class CheckInHandler:
         self._static = static
 
     async def scan(self, scan: Scan) -> ScanOutcome:
+        _check(scan)
         outcome = await self._decide(scan)
         self._metrics.scanned(scan.event_id, scan.gate_id, outcome.result)
         return outcome
@@ -128,7 +135,14 @@ class CheckInHandler:
         """An offline device's scans, each one it admitted on its own,
         applied in scan-time order (answers in the order given). A scan of
         a ticket another check-in came first for is a conflict, recorded
-        once (a device that uploads a scan again records nothing new)."""
+        once (a device that uploads a scan again records nothing new).
+        Every scan is checked before any is applied."""
+        if len(scans) > MAX_UPLOAD:
+            raise InvalidArgument(
+                f"an upload holds at most {MAX_UPLOAD} scans", reason="INVALID_FIELD", metadata={"field": "scans"}
+            )
+        for scan in scans:
+            _check(scan)
         order = sorted(range(len(scans)), key=lambda i: (scans[i].scanned_at, i))
         answers: dict[int, UploadedScan] = {}
         for i in order:
@@ -164,3 +178,16 @@ def _outcome(admission: Admission, scan: Scan) -> ScanOutcome:
         return ScanOutcome(ScanResult.VOID, ticket)
     result = ScanResult.ADMITTED if admission.admitted else ScanResult.ALREADY_CHECKED_IN
     return ScanOutcome(result, ticket, admission.first_checkin)
+
+
+def _check(scan: Scan) -> None:
+    """A scan the door can judge: a gate and a device named (a bad one is
+    refused before anything is verified or read). Whatever the code is, it
+    gets a verdict: a camera's misread is INVALID at the gate, not an error."""
+    for field, value in (("gate_id", scan.gate_id), ("device_id", scan.device_id)):
+        if not value:
+            raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", metadata={"field": field})
+        if not _NAME.match(value):
+            raise InvalidArgument(
+                f"{field} must be 1 to 64 letters, digits or . _ : -", reason="INVALID_FIELD", metadata={"field": field}
+            )

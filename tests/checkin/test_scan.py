@@ -10,7 +10,10 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from boxoffice import db, ticketcodes
+from boxoffice.errors import InvalidArgument
 from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner
 from checkin_svc.model import Scan, ScanResult
 from tests.checkin.harness import Door, new_event
@@ -102,3 +105,17 @@ async def test_scanned_at_is_the_first_checkins_time(door: Door) -> None:
     assert outcome.first_checkin is not None
     assert (outcome.first_checkin.gate_id, outcome.first_checkin.device_id) == ("west-1", "d9")
     assert outcome.first_checkin.checked_in_at == when
+
+
+async def test_a_scan_without_a_gate_or_device_is_refused_and_changes_nothing(door: Door) -> None:
+    event = new_event()
+    _, code = await door.ticket(event)
+    for gate, device, field in (("", "d1", "gate_id"), ("north 1", "d1", "gate_id"), ("north-1", "", "device_id")):
+        with pytest.raises(InvalidArgument) as refused:
+            await door.handler.scan(door.scan(event, code, gate=gate, device=device))
+        assert refused.value.metadata == {"field": field}
+    with pytest.raises(InvalidArgument) as refused:
+        await door.handler.upload([door.scan(event, code), door.scan(event, code, device="")])
+    assert refused.value.reason == "FIELD_REQUIRED"
+    # Nothing was checked in: the ticket still admits, once.
+    assert (await door.handler.scan(door.scan(event, code))).result is ScanResult.ADMITTED
