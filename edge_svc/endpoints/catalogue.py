@@ -75,6 +75,9 @@ class Catalogue:
             reply = await self._d.mesh.call(
                 BOOKING, "GetEvent", booking_pb.GetEventRequest(event_id=event_id), call_context(ctx, None)
             )
+            if not reply.event.published:
+                # Invisible to fans (and so its seat map): answered as one that does not exist.
+                raise errors.not_found("event")
             return to_json(reply)
 
         return load
@@ -92,7 +95,10 @@ class Catalogue:
         unknown = set(ctx.request.query_params) - {"sectionId"}
         if unknown:
             raise unknown_query(unknown)
-        if section and section not in await self._sections(ctx, event_id):
+        # The event's cached document first: an unpublished or unknown event
+        # and a made-up section cost the backend nothing more.
+        sections = await self._sections(ctx, event_id)
+        if section and section not in sections:
             raise errors.not_found("section")
 
         async def load() -> bytes:

@@ -192,3 +192,36 @@ async def test_a_load_that_fails_after_its_callers_gave_up_is_not_left_unretriev
     assert await cache.document("k", load) == b"{}" and calls == 2
     loop.set_exception_handler(None)
     assert reported == []
+
+
+async def test_an_unpublished_event_is_not_found_by_fans(stack: EdgeStack) -> None:
+    booking = stack.operators["booking"].stub(bpb_grpc.BookingServiceStub)
+    hidden, shown = (int(secrets.randbits(40)) + 10**6 for _ in range(2))
+    for event_id, published in ((hidden, False), (shown, True)):
+        await booking.CreateEvent(
+            bpb.CreateEventRequest(
+                event_id=event_id,
+                display_name="Rehearsal",
+                kind=bpb.EVENT_KIND_CONCERT,
+                starts_at=_ts(START),
+                published=published,
+                sections=[
+                    bpb.SectionSpec(
+                        section_id="FLOOR",
+                        kind=bpb.SECTION_KIND_GENERAL_ADMISSION,
+                        capacity=10,
+                        price=bpb.Money(currency_code="EUR", amount_minor=1000),
+                    )
+                ],
+            )
+        )
+    async with stack.client() as client:
+        for path in (f"/v1/events/{hidden}", f"/v1/events/{hidden}/seatmap"):
+            reply = await client.get(path)
+            assert reply.status_code == 404, (path, reply.text)
+            assert error_of(reply) == (404, "NOT_FOUND", "NOT_FOUND"), (path, reply.text)
+        # The control: the same event published is there, and its seat map too.
+        assert (await client.get(f"/v1/events/{shown}")).status_code == 200
+        assert (await client.get(f"/v1/events/{shown}/seatmap")).status_code == 200
+    # Operators still see it (BookingService answers them as before).
+    assert (await booking.GetEvent(bpb.GetEventRequest(event_id=hidden))).event.published is False
