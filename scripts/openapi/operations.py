@@ -218,10 +218,16 @@ def edge_schemas() -> Json:
         },
         "CreateSessionRequest": {
             "type": "object",
-            "description": "Development sign-in: the name becomes the fan's customer id.",
+            "description": (
+                "Development sign-in: the name becomes the fan's customer id; the optional email is where "
+                "the fan's tickets are e-mailed (taken as verified)."
+            ),
             "required": ["name"],
             "additionalProperties": False,
-            "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 64}},
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 64},
+                "email": {"type": "string", "format": "email", "minLength": 3, "maxLength": 254},
+            },
         },
         "Empty": {"type": "object", "additionalProperties": False, "properties": {}},
     }
