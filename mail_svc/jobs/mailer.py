@@ -129,7 +129,11 @@ class Mailer:
             return
         if booking is None:
             booking = await self._wait_for_tickets(delivery.hold_id)
-        message = self._renderer.render(
+        # Rendering (the QR codes above all) is CPU work of tens of
+        # milliseconds: in a worker thread, so that the event loop keeps
+        # serving the other entries' reads and writes meanwhile.
+        message = await asyncio.to_thread(
+            self._renderer.render,
             booking,
             kind,
             language=recipient.language,
