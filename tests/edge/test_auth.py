@@ -27,7 +27,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from boxoffice import secrets
+from boxoffice.clock import SystemClock
 from edge_svc.config import DEV_SESSION_KID, OidcConfig
+from edge_svc.identity import FileKeys, OidcVerifier
 from tests.e2e.harness import eventually
 from tests.edge.fans import ACCESS_HEADER, ADMITTED, NOT_IN_QUEUE, admit, expect, hold, signed_in, state_of
 from tests.edge.harness import EdgeStack, edge_stack
@@ -300,6 +302,29 @@ async def oidc(stores: Stores, tmp_path_factory: pytest.TempPathFactory) -> Asyn
     )
     async with edge_stack(stores, settings={"oidc": config, "dev_sign_in": False}, prefix="edge-oidc") as stack:
         yield Oidc(stack, jwks, rsa_key, ec_key)
+
+
+async def test_the_email_claim_is_the_fans_address_only_when_the_issuer_verified_it(oidc: Oidc) -> None:
+    config = OidcConfig(
+        issuer=ISSUER,
+        audience=AUDIENCE,
+        jwks_url=None,
+        jwks_file=str(oidc.jwks),
+        algorithms=("RS256",),
+        jwks_cache_seconds=300.0,
+        leeway_seconds=5.0,
+    )
+    verifier = OidcVerifier(config, FileKeys(str(oidc.jwks)), SystemClock())
+    verified = await verifier.verify(oidc.token({"email": "ana@example.test", "email_verified": True}))
+    assert verified.email == "ana@example.test"
+    for claims in (
+        {"email": "ana@example.test"},
+        {"email": "ana@example.test", "email_verified": False},
+        {"email": "ana@example.test", "email_verified": "true"},
+        {"email": "not an address", "email_verified": True},
+        {"email": ["ana@example.test"], "email_verified": True},
+    ):
+        assert (await verifier.verify(oidc.token(claims))).email is None, claims
 
 
 @pytest.mark.parametrize("alg", ["RS256", "ES256"])
