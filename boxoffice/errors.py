@@ -34,6 +34,7 @@ from grpc_status import rpc_status
 from gen.boxoffice.booking.v1 import error_reason_pb2 as _booking_reasons
 from gen.boxoffice.checkin.v1 import error_reason_pb2 as _checkin_reasons
 from gen.boxoffice.edge.v1 import error_reason_pb2 as _edge_reasons
+from gen.boxoffice.mail.v1 import error_reason_pb2 as _mail_reasons
 from gen.boxoffice.payment.v1 import error_reason_pb2 as _payment_reasons
 from gen.boxoffice.queue.v1 import error_reason_pb2 as _queue_reasons
 
@@ -161,7 +162,14 @@ def _reasons(enum: EnumDescriptor, *, shared: bool | None = None) -> frozenset[s
 _ENUMS: Mapping[str, EnumDescriptor] = types.MappingProxyType(
     {
         module.DESCRIPTOR.package: module.ErrorReason.DESCRIPTOR
-        for module in (_queue_reasons, _booking_reasons, _payment_reasons, _edge_reasons, _checkin_reasons)
+        for module in (
+            _queue_reasons,
+            _booking_reasons,
+            _payment_reasons,
+            _edge_reasons,
+            _checkin_reasons,
+            _mail_reasons,
+        )
     }
 )
 
