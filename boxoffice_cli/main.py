@@ -338,14 +338,22 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
     table = commands(modules)
     parser = argparse.ArgumentParser(prog="boxoffice", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)")
-    sub.add_parser("migrate", help="apply schema migrations and exit")
+    runnable = [
+        sub.add_parser("up", help="run the whole mesh in one process (embedded stores when no URLs are set)"),
+        sub.add_parser("migrate", help="apply schema migrations and exit"),
+    ]
     sub.add_parser("admin", help="operate events and waiting rooms over the admin API (boxoffice admin --help)")
     sub.add_parser("report", help="an event's on-sale report and reconciliation (boxoffice report --help)")
     sub.add_parser("simulate", help="a synthetic on-sale: a crowd on the real mesh, or the model (--model)")
     sub.add_parser("verify-draw", help="check an event's published pre-queue shuffle from public data alone")
     for command, (module, role) in sorted(table.items()):
-        sub.add_parser(command, help=f"run {module.COMPONENT} {role}")
+        runnable.append(sub.add_parser(command, help=f"run {module.COMPONENT} {role}"))
+    for command_parser in runnable:
+        command_parser.add_argument(
+            "--check-config",
+            action="store_true",
+            help="run the start-up checks of the settings and secrets, then exit (0: settings ok, 2: the error)",
+        )
     args = parser.parse_args(words)
     raw_environ = os.environ if environ is None else environ
     env = Env(raw_environ)
@@ -394,6 +402,10 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
     except ConfigError as err:
         print(f"boxoffice: configuration error: {err}", file=sys.stderr)
         return 2
+    if args.check_config:
+        # Nothing started, nothing connected to: the checks alone.
+        print("settings ok", flush=True)
+        return 0
     if processes > 1:
         module = table[args.command][0]
         server = ServerConfig.from_env(env, default_grpc_port=module.DEFAULT_GRPC_PORT)
