@@ -73,3 +73,28 @@ def test_a_bad_setting_is_refused_before_any_migration(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "configuration error" in err[0] and setting in err[0], err
     assert _tables(empty_database) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "role"),
+    [("relay", access.RELAY), ("issuer", access.ISSUER), ("payment-svc", access.PAYMENT), ("migrate", None)],
+)
+def test_check_config_runs_the_checks_alone(
+    stores: Stores, empty_database: str, capsys: pytest.CaptureFixture[str], command: str, role: str | None
+) -> None:
+    environ = _production(stores, empty_database, role or access.OPERATOR)
+    assert cli.main([command, "--check-config"], environ=environ) == 0
+    assert capsys.readouterr().out.strip().splitlines() == ["settings ok"]
+    # The checks alone: nothing migrated, nothing started.
+    assert _tables(empty_database) == []
+    # A development secret is refused as the process would refuse it: the same one line, exit 2.
+    refused = {key: value for key, value in environ.items() if key != "BOXOFFICE_TOKEN_KEYS"}
+    assert cli.main([command, "--check-config"], environ=refused) == (0 if command == "migrate" else 2)
+    checked = capsys.readouterr()
+    if command == "migrate":
+        assert checked.out.strip() == "settings ok"
+        return
+    assert checked.out == ""
+    err = checked.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("boxoffice: configuration error: BOXOFFICE_TOKEN_KEYS is unset"), err
+    assert _tables(empty_database) == []
