@@ -264,9 +264,11 @@ async def test_a_crowd_of_first_joins_reads_the_draw_once(stores: Stores) -> Non
         assert all(r.position.score == record.secrets.score(r.pseudonym) for r in replies)
 
 
-def test_the_admitter_role_runs_the_draw_recorder(stores: Stores) -> None:
+async def test_the_admitter_role_runs_the_draw_recorder(stores: Stores) -> None:
     """Every admitter process (leader or standby) records and seals the
-    draws; the server role does not."""
+    draws; the server role does not. (On the running loop: building the
+    server role makes a grpc.aio server, which takes the current loop, and
+    a test run in another's thread state has none.)"""
     queue = build_app(stores)
     assert "draw-recorder" in [c.name for c in queue.components("admitter")]
     assert "draw-recorder" not in [c.name for c in queue.components("server")]
