@@ -156,6 +156,27 @@ async def query(booking: Booking, sql: str, params: Sequence[Any] = ()) -> list[
         return await cur.fetchall()
 
 
+async def discard_event(booking: Booking, event_id: int) -> None:
+    """Remove an event and everything booked in it: a control test, which
+    breaks the rules on purpose, leaves no event whose counters disagree
+    with its holds for another test's sweeper or audit to find (the
+    PgBouncer run shares one database among all the tests)."""
+    async with await psycopg.AsyncConnection.connect(booking.database_url, autocommit=True) as conn:
+        async with conn.transaction():
+            for table in (
+                "hold_seats",
+                "hold_requests",
+                "holds",
+                "tickets",
+                "seats",
+                "seat_rows",
+                "section_stripes",
+                "sections",
+                "events",
+            ):
+                await conn.execute(f"DELETE FROM {table} WHERE event_id = %s".encode(), (event_id,))
+
+
 async def execute(booking: Booking, sql: str) -> None:
     """Run a statement that answers no rows (DDL of a test)."""
     async with await psycopg.AsyncConnection.connect(booking.database_url, autocommit=True) as conn:

@@ -25,6 +25,7 @@ from tests.booking.harness import (
     booking_server,
     call,
     create_event,
+    discard_event,
     general,
     hold_request,
     query,
@@ -262,8 +263,9 @@ async def test_control_counting_then_holding_overbooks(stores: Stores) -> None:
     async with booking_server(
         stores, environ=CONTROL_ENV, store_class=functools.partial(CountThenHoldPlacesStore, window=window)
     ) as booking:
-        _, won, errors, taken = await race_for_places(booking)
+        event_id, won, errors, taken = await race_for_places(booking)
         assert (won, taken, errors) == (PASSENGERS, PASSENGERS, [])
+        await discard_event(booking, event_id)
 
 
 async def test_best_available_under_contention_never_hands_a_seat_twice(stores: Stores) -> None:
@@ -338,6 +340,7 @@ async def test_control_picking_without_locks_hands_seats_twice(stores: Stores) -
         )
         handed = [s.seat_id for reply, _ in answers if reply is not None for s in reply.hold.seats]
         assert len(handed) == 8 and len(set(handed)) == 2, answers
+        await discard_event(booking, event.event_id)
 
 
 async def test_best_available_prefers_adjacent_seats_of_one_row(stores: Stores) -> None:
@@ -449,3 +452,4 @@ async def test_control_checking_then_confirming_sells_seats_a_newcomer_holds(sto
             *(asyncio.gather(confirm(h), take(i, h, g)) for i, (h, g) in enumerate(zip(holds, groups, strict=True)))
         )
         assert all(paid and took for paid, took in outcomes), outcomes
+        await discard_event(booking, event.event_id)
