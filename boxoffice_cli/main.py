@@ -28,6 +28,7 @@ from boxoffice.tracing import TracingConfig
 from boxoffice_cli import workers
 from boxoffice_cli.pipes import STDOUT_CLOSED, QuietStdout
 from boxoffice_cli.ports import Listener, ensure_free
+from checkin_svc import app as checkin_app
 from mail_svc import app as mail_app
 
 _log = logging.getLogger("boxoffice.cli")
@@ -128,10 +129,15 @@ def up_pki(data_dir: str, trust_domain: str) -> dict[str, CertFiles]:
     return local_pki(default_data_dir(data_dir) / "tls", identities)
 
 
-async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
+async def _migrate(url: str, modules: Sequence[ServiceModule], *, whole_schema: bool = False) -> list[str]:
+    """Apply the modules' migrations; with ``whole_schema`` (``up`` and
+    ``migrate``) also the schemas of parts that run no process of their own
+    yet but that the report and operators read (the check-ins')."""
     migrations: list[db.Migration] = []
     for module in modules:
         migrations.extend(module.migrations())
+    if whole_schema:
+        migrations.extend(checkin_app.migrations())
     return await db.migrate(url, migrations)
 
 
@@ -189,7 +195,7 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         tls_dir = pki[access.OPERATOR].ca.parent
     ports = _up_ports(env)
     # Each migration applied is in the log (db.migrate); the banner stays short.
-    await _migrate(store.direct_url or stores.database_url, modules)
+    await _migrate(store.direct_url or stores.database_url, modules, whole_schema=True)
     components: list[Component] = []
     service_components: list[Component] = []
     for name, port in ports.items():
@@ -441,7 +447,7 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
         if args.command == "up":
             loops.run(_up(env, modules, stores, store), loop)
         elif args.command == "migrate":
-            applied = asyncio.run(_migrate(store.direct_url or stores.database_url, modules))
+            applied = asyncio.run(_migrate(store.direct_url or stores.database_url, modules, whole_schema=True))
             print("\n".join(applied) if applied else "schema is up to date")
         else:
             module, role = table[args.command]

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 # A command that takes longer than this has hung.
@@ -190,6 +191,24 @@ def stop(process: subprocess.Popen[str]) -> None:
             process.wait()
 
 
+def revealed_within(url: str, *, seconds: float) -> None:
+    """Wait until the proof document at ``url`` carries its seed; Failed
+    with the last document otherwise."""
+    deadline = time.monotonic() + seconds
+    last = ""
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                last = reply.read().decode()
+            if json.loads(last).get("seed"):
+                return
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise Failed(f"the demo event's proof revealed no seed within {seconds:.0f} s:\n{last[:1000]}")
+        time.sleep(0.5)
+
+
 def check(venv: Path, workdir: Path) -> None:
     boxoffice = venv / "bin" / "boxoffice"
     env = user_environ(workdir)
@@ -215,6 +234,10 @@ def check(venv: Path, workdir: Path) -> None:
             if name not in banner:
                 raise Failed(f"boxoffice up's banner names no {name}: {banner}")
         proof = f"{banner['edge']}/v1/events/1/queue/proof"
+        # The seed is revealed when the admitter opens the demo event's
+        # pre-queue, a moment after up is ready (and the public document
+        # may be cached for its max age): a user verifies once it is out.
+        revealed_within(proof, seconds=60)
         verified = run(boxoffice, ["verify-draw", proof], env, cwd)
         if not verified.startswith("OK"):
             raise Failed(f"boxoffice verify-draw {proof} did not say OK:\n{verified[:2000]}")
