@@ -122,6 +122,25 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     is refused within about a second of it (UNAUTHENTICATED); a new admission
     hands out a new one. No metadata.
     """
+    ERROR_REASON_DEVICE_KEY_INVALID: _ErrorReason.ValueType  # 100
+    """The call needs a gate device's key (`x-boxoffice-device-key`; over HTTP
+    `Authorization: Device <key>`) and carries none, or one that is
+    malformed, unknown or revoked (UNAUTHENTICATED). No metadata.
+    """
+    ERROR_REASON_DEVICE_WRONG_EVENT: _ErrorReason.ValueType  # 101
+    """The device's key is valid but for another event than the one the call
+    acts on (PERMISSION_DENIED). Metadata: `device_event_id`, `event_id`.
+    """
+    ERROR_REASON_TICKET_NOT_FOUND: _ErrorReason.ValueType  # 102
+    """No ticket of the caller has this id: one that does not exist and
+    another fan's answer alike (NOT_FOUND). Metadata: `ticket_id`.
+    """
+    ERROR_REASON_DEVICE_NOT_FOUND: _ErrorReason.ValueType  # 103
+    """No gate device has this id (NOT_FOUND). Metadata: `device_id`."""
+    ERROR_REASON_REENTRY_DISABLED: _ErrorReason.ValueType  # 104
+    """An exit scan (DIRECTION_OUT) at an event without re-entry
+    (FAILED_PRECONDITION). Metadata: `event_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason the check-in side (the door: scans of
@@ -129,8 +148,8 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     A scan's verdict (admitted, already checked in, void, wrong event, expired
     or invalid code) is an answer, not an error; these reasons are for calls
     that cannot be judged at all. Values 1 to 99 are the reasons every part of
-    the mesh shares (the same number in every package); values from 100 will
-    be the door's own. Clients branch on the reason, never on the message,
+    the mesh shares (the same number in every package); values from 100
+    are the door's own. Clients branch on the reason, never on the message,
     which is for people and may change.
     """
 
@@ -233,5 +252,24 @@ ERROR_REASON_SESSION_ENDED: ErrorReason.ValueType  # 20
 LeaveQueue or an operator's RevokeCustomer): a token issued before the end
 is refused within about a second of it (UNAUTHENTICATED); a new admission
 hands out a new one. No metadata.
+"""
+ERROR_REASON_DEVICE_KEY_INVALID: ErrorReason.ValueType  # 100
+"""The call needs a gate device's key (`x-boxoffice-device-key`; over HTTP
+`Authorization: Device <key>`) and carries none, or one that is
+malformed, unknown or revoked (UNAUTHENTICATED). No metadata.
+"""
+ERROR_REASON_DEVICE_WRONG_EVENT: ErrorReason.ValueType  # 101
+"""The device's key is valid but for another event than the one the call
+acts on (PERMISSION_DENIED). Metadata: `device_event_id`, `event_id`.
+"""
+ERROR_REASON_TICKET_NOT_FOUND: ErrorReason.ValueType  # 102
+"""No ticket of the caller has this id: one that does not exist and
+another fan's answer alike (NOT_FOUND). Metadata: `ticket_id`.
+"""
+ERROR_REASON_DEVICE_NOT_FOUND: ErrorReason.ValueType  # 103
+"""No gate device has this id (NOT_FOUND). Metadata: `device_id`."""
+ERROR_REASON_REENTRY_DISABLED: ErrorReason.ValueType  # 104
+"""An exit scan (DIRECTION_OUT) at an event without re-entry
+(FAILED_PRECONDITION). Metadata: `event_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
