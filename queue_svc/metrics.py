@@ -21,6 +21,7 @@ class ServerMetrics:
     sessions_ended: Counter
     tokens_issued: Counter
     progress_reads: Counter
+    presence_reports: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ServerMetrics:
@@ -42,6 +43,11 @@ class ServerMetrics:
             progress_reads=Counter(
                 "boxoffice_queue_progress_reads",
                 "Reads of an event's progress made for this process's watchers.",
+                registry=registry,
+            ),
+            presence_reports=Counter(
+                "boxoffice_queue_presence_reports",
+                "Reports that this process's watchers are present: one call per event and interval for all of them.",
                 registry=registry,
             ),
         )

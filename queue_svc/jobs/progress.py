@@ -200,15 +200,18 @@ class ProgressHub:
         while not feed.closed:
             began = loop.time()
             try:
+                # Counted when made, answered or not (a read that times out
+                # was still sent).
+                self._metrics.progress_reads.inc()
                 with deadline.scope(self._call_seconds):
                     progress = await self._store.progress(
                         feed.event_id, now_ms=int(self._clock.now() * 1000), lane=feed.lane
                     )
-                self._metrics.progress_reads.inc()
                 if progress is not None:
                     feed.publish(progress)
                 if feed.watching and began >= presence_due:
                     presence_due = began + self._presence_seconds
+                    self._metrics.presence_reports.inc()
                     with deadline.scope(self._call_seconds):
                         await self._store.record_presence(
                             feed.event_id, list(feed.watching), now_ms=int(self._clock.now() * 1000)
