@@ -40,16 +40,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -64,6 +65,7 @@ from boxoffice.errors import DeadlineExceeded, Unavailable
 _log = logging.getLogger("boxoffice.db")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # How long after a connection broke the pool checks each connection it lends.
 SUSPECT_SECONDS = 10.0
@@ -245,6 +247,11 @@ def joining(pool: AsyncConnectionPool[AsyncConnection[TupleRow]], conn: AsyncCon
         _ENCLOSING.reset(token)
 
 
+# Whether a :func:`repeated_when_lost` method is running (its retry covers
+# the methods it calls).
+_RETRYING: ContextVar[bool] = ContextVar("boxoffice_db_retrying", default=False)
+
+
 class ConnectionLost(Unavailable):
     """The database connection broke while the work had not committed: the
     server kept nothing of it, so it may run again on a fresh connection
@@ -286,6 +293,26 @@ async def retry_lost_once(work: Callable[[], Awaitable[T]]) -> T:
             raise ConnectionLost("database connection lost, and no time is left to try again") from None
         _log.info("database connection lost; the work runs again on another")
     return await work()
+
+
+def repeated_when_lost(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """``method`` under :func:`retry_lost_once`: for a store's method whose
+    work is its own transactions and nothing outside the database, so that
+    running it again after its connection broke before it committed is safe.
+    A method that calls another such method keeps its own retry only
+    (the inner one runs once), so the work is retried once, not once per level."""
+
+    @functools.wraps(method)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        if _RETRYING.get():
+            return await method(*args, **kwargs)
+        token = _RETRYING.set(True)
+        try:
+            return await retry_lost_once(lambda: method(*args, **kwargs))
+        finally:
+            _RETRYING.reset(token)
+
+    return run
 
 
 async def _begin(

@@ -50,6 +50,7 @@ class PgIdempotencyStore:
         self._retention = retention_seconds
         self._lease = lease_seconds
 
+    @db.repeated_when_lost
     async def claim(self, scope: str, key: str, fingerprint: bytes) -> Claimed | Stored:
         token = str(uuid.uuid4())
         async with db.transaction(self._pool) as conn:
@@ -101,6 +102,7 @@ class PgIdempotencyStore:
             )
         return _stored(int(row[2]), bytes(row[3]))
 
+    @db.repeated_when_lost
     async def complete(self, scope: str, key: str, token: str, outcome: bytes | BoxofficeError) -> None:
         status_code, response = _row(outcome)
         async with db.transaction(self._pool) as conn:
@@ -113,6 +115,7 @@ class PgIdempotencyStore:
                 (status_code, response, scope, key, token),
             )
 
+    @db.repeated_when_lost
     async def renew(self, scope: str, key: str, token: str) -> bool:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
@@ -122,6 +125,7 @@ class PgIdempotencyStore:
             )
             return cur.rowcount == 1
 
+    @db.repeated_when_lost
     async def release(self, scope: str, key: str, token: str) -> None:
         async with db.transaction(self._pool) as conn:
             await conn.execute(
@@ -129,6 +133,7 @@ class PgIdempotencyStore:
                 (scope, key, token),
             )
 
+    @db.repeated_when_lost
     async def purge_expired(self, limit: int) -> int:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(

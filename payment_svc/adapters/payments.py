@@ -4,7 +4,10 @@ Every change of a payment's state is one conditional UPDATE from the states
 it may come from: two settlers racing on one payment (a webhook and a
 ConfirmPayment, say) cannot both make the same move, and the loser re-reads.
 Refunds reserve their amount under the payment's row lock, so concurrent
-refunds never give back more than was taken.
+refunds never give back more than was taken. Each method is its own
+transactions and nothing else, so one whose connection broke before it
+committed runs once more on a fresh connection (``db.repeated_when_lost``),
+as do the idempotency keys', webhook deliveries' and tickets' stores.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class PgPaymentStore:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
 
+    @db.repeated_when_lost
     async def create(
         self,
         *,
@@ -153,12 +157,14 @@ class PgPaymentStore:
                 continue  # a concurrent start for the same hold won: answer with its payment
         raise FailedPrecondition("the hold's payment is changing; retry", reason="PAYMENT_CONTENDED")
 
+    @db.repeated_when_lost
     async def get(self, payment_id: str) -> Payment | None:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE payment_id = %s", (payment_id,))
             row = await cur.fetchone()
         return None if row is None else _payment(row)
 
+    @db.repeated_when_lost
     async def by_provider_payment_id(self, provider_payment_id: str) -> Payment | None:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
@@ -169,6 +175,7 @@ class PgPaymentStore:
             row = await cur.fetchone()
         return None if row is None else _payment(row)
 
+    @db.repeated_when_lost
     async def live_for_hold(self, hold_id: str) -> Payment | None:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
@@ -178,6 +185,7 @@ class PgPaymentStore:
             row = await cur.fetchone()
         return None if row is None else _payment(row)
 
+    @db.repeated_when_lost
     async def transition(
         self,
         payment_id: str,
@@ -203,6 +211,7 @@ class PgPaymentStore:
             row = await cur.fetchone()
         return None if row is None else _payment(row)
 
+    @db.repeated_when_lost
     async def unsettled(self, older_than_seconds: float, limit: int) -> list[str]:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
@@ -217,11 +226,13 @@ class PgPaymentStore:
             )
             return [row[0] for row in await cur.fetchall()]
 
+    @db.repeated_when_lost
     async def count_by_state(self) -> dict[str, int]:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute("SELECT state, count(*) FROM payments GROUP BY state")
             return {row[0]: int(row[1]) for row in await cur.fetchall()}
 
+    @db.repeated_when_lost
     async def reserve_refund(self, order: RefundOrder) -> Refund:
         payment_id, request_key, currency = order.payment_id, order.request_key, order.currency
         async with db.transaction(self._pool) as conn:
@@ -307,6 +318,7 @@ class PgPaymentStore:
             assert created is not None
             return _refund(created)
 
+    @db.repeated_when_lost
     async def finish_refund(
         self, refund_id: str, *, succeeded: bool, provider_refund_id: str, failure_reason: str = ""
     ) -> Payment:
@@ -343,6 +355,7 @@ class PgPaymentStore:
         assert row is not None
         return _payment(row)
 
+    @db.repeated_when_lost
     async def refund_by_provider_key(self, request_key: str) -> Refund | None:
         """The refund whose provider key (:func:`refund_provider_key`) is given."""
         refund_id = request_key.removeprefix(refund_provider_key(""))
@@ -355,6 +368,7 @@ class PgPaymentStore:
             row = await cur.fetchone()
         return None if row is None else _refund(row)
 
+    @db.repeated_when_lost
     async def cancellation_refund(self, payment_id: str) -> Refund | None:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
@@ -365,6 +379,7 @@ class PgPaymentStore:
             row = await cur.fetchone()
         return None if row is None else _refund(row)
 
+    @db.repeated_when_lost
     async def pending_refunds(self, older_than_seconds: float, limit: int) -> list[Refund]:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(

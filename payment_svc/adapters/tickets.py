@@ -73,6 +73,7 @@ class PgTicketStore:
         cur = await conn.execute(_MARK_PROCESSED, (consumer, event_id))
         return await cur.fetchone() is not None
 
+    @db.repeated_when_lost
     async def issue(self, consumer: str, booking: ConfirmedBooking) -> int:
         if self._codes is None:
             raise RuntimeError("this ticket store has no code signer; the issuer's has")
@@ -123,6 +124,7 @@ class PgTicketStore:
             ) from err
         return len(booking.units)
 
+    @db.repeated_when_lost
     async def void(self, consumer: str, source_event_id: str, hold_id: str) -> None:
         async with db.transaction(self._pool) as conn:
             if not await self._first_time(conn, consumer, source_event_id, hold_id):
@@ -135,10 +137,12 @@ class PgTicketStore:
                 "UPDATE tickets SET voided_at = now() WHERE hold_id = %s AND voided_at IS NULL", (hold_id,)
             )
 
+    @db.repeated_when_lost
     async def mark_processed(self, consumer: str, source_event_id: str) -> None:
         async with db.transaction(self._pool) as conn:
             await conn.execute(_MARK_PROCESSED, (consumer, source_event_id))
 
+    @db.repeated_when_lost
     async def list_for_customer(
         self, *, event_id: int, customer_id: str, hold_id: str | None, page_size: int, page_token: str
     ) -> tuple[list[Ticket], str]:

@@ -23,6 +23,7 @@ class PgWebhookStore:
         self._pool = pool
         self._lock = lock_seconds
 
+    @db.repeated_when_lost
     async def claim(
         self, event_id: str, event_type: str, payment_id: str | None, body_sha256: bytes, body: bytes
     ) -> WebhookClaim:
@@ -65,6 +66,7 @@ class PgWebhookStore:
             )
         return WebhookClaim(ClaimState.APPLIED if row[0] == "APPLIED" else ClaimState.IN_FLIGHT)
 
+    @db.repeated_when_lost
     async def applied(self, event_id: str, token: str) -> None:
         async with db.transaction(self._pool) as conn:
             await conn.execute(
@@ -75,6 +77,7 @@ class PgWebhookStore:
                 (event_id, token),
             )
 
+    @db.repeated_when_lost
     async def release(self, event_id: str, token: str) -> None:
         async with db.transaction(self._pool) as conn:
             await conn.execute(

@@ -2,7 +2,9 @@
 this test session's own database) before each step of each fan's
 checkout, every role running as a process of its own: no call answers
 UNAVAILABLE, and each booking's tickets are listed within 5 s of its confirm (the issuer's broken pooled connections
-used to hold them until the stream's reclaim, 30 s)."""
+used to hold them until the stream's reclaim, 30 s). A connection of the
+payment process ended inside one of its own transactions costs the confirm
+nothing either."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from tests.e2e.checkout import admitted, open_event
 from tests.e2e.harness import eventually
 from tests.edge.asserting import as_fan, edge_mesh_client
+from tests.payment.cuts import cut_once_inside
 from tests.runtime.processes import free_port, role_processes
 from tests.support import Stores
 
@@ -165,3 +168,43 @@ async def test_dropped_connections_cost_no_unavailable_and_no_late_ticket(mesh: 
     # cuts reached the mesh's connections, not an empty database).
     assert cut >= 4 * _FANS
     assert max(lags) < _TICKET_SECONDS, lags
+
+
+async def test_a_confirm_cut_inside_the_payment_process_answers_succeeded(mesh: Mesh, stores: Stores) -> None:
+    """The payment process's move to SUCCEEDED waits for the payment's row
+    (locked here) inside its transaction, and that backend is ended: the
+    move runs again on a fresh connection and the fan is told SUCCEEDED."""
+    event_id = await open_event(mesh.booking, mesh.queue, name="Cut inside a transaction", seats=2)
+    token = await admitted(mesh.queue, event_id, customer_id="inside-fan")
+    held = (
+        await mesh.booking.HoldSeats(
+            bpb.HoldSeatsRequest(
+                access_token=token,
+                event_id=event_id,
+                best_available=bpb.BestAvailableSelection(section_id="A", quantity=2),
+                request_id=f"inside-{event_id}",
+            )
+        )
+    ).hold
+    started = await mesh.payment.StartPayment(
+        ppb.StartPaymentRequest(access_token=token, hold_id=held.hold_id, payment_method="pm_card_ok")
+    )
+    payment_id = started.payment.payment_id
+    request = ppb.ConfirmPaymentRequest(payment_id=payment_id, idempotency_key=f"inside-{held.hold_id}")
+    task, waited = await cut_once_inside(
+        stores,
+        "SELECT 1 FROM payments WHERE payment_id = %s FOR UPDATE",
+        (payment_id,),
+        lambda: mesh.payment.ConfirmPayment(request, timeout=60),
+    )
+    confirmed = await task
+    assert len(waited) == 2 and waited[0] != waited[1]
+    assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED
+
+    async def listed() -> list[ppb.Ticket] | None:
+        reply = await mesh.payment.ListTickets(
+            ppb.ListTicketsRequest(access_token=token, event_id=event_id, hold_id=held.hold_id)
+        )
+        return list(reply.tickets) if len(reply.tickets) == 2 else None
+
+    await eventually(listed, "the tickets of the confirm that was cut", seconds=_TICKET_SECONDS)
