@@ -125,3 +125,31 @@ async def test_other_errors_are_not_run_again(named: tuple[Pool, str]) -> None:
     with pytest.raises(psycopg.errors.DivisionByZero):
         await db.retry_lost_once(work)
     assert runs == 1
+
+
+async def test_a_repeated_method_inside_another_is_retried_once_in_all(stores: Stores, named: tuple[Pool, str]) -> None:
+    pool, name = named
+    runs = {"outer": 0, "inner": 0}
+
+    @db.repeated_when_lost
+    async def inner() -> None:
+        runs["inner"] += 1
+        async with db.transaction(pool) as conn:
+            await conn.execute("SELECT 1")
+            await _terminate(stores, name)
+            await conn.execute("SELECT 1")
+
+    @db.repeated_when_lost
+    async def outer() -> None:
+        runs["outer"] += 1
+        await inner()
+
+    with pytest.raises(db.ConnectionLost):
+        await outer()
+    # The outer retry covers the inner method: two runs of each, not four.
+    assert runs == {"outer": 2, "inner": 2}
+    # Alone, the inner method has its own retry.
+    runs["inner"] = 0
+    with pytest.raises(db.ConnectionLost):
+        await inner()
+    assert runs["inner"] == 2
