@@ -15,11 +15,8 @@ and BookingService processes on a scratch database of ``--events`` events
 (``boxoffice_edge_catalogue_loads``). Then the plan and cost Postgres gives
 each kind of search at that size (no sequential scan).
 
-BookingService's seat gauges (``boxoffice_booking_seats``, one series per
-section and state) are refreshed by walking every section; at 200,000
-sections a refresh stalls the server's event loop for tens of seconds, so
-the benchmark fills the events after the first refresh and sets the next one
-past its end (``BOXOFFICE_BOOKING_STATS_INTERVAL_SECONDS=300``).
+BookingService's seat gauges run as in production (bounded to the sections
+of the soonest events: ``bench/seat_gauges_bench.py`` measures them).
 
 Run: ``python -m bench.catalogue_bench [--rounds 3] [--seconds 5] [--connections 64]
 [--events 100000] [--loop uvloop]``
@@ -100,18 +97,10 @@ async def _main(rounds: int, seconds: float, connections: int, events: int, loop
             queue_server(database_url, redis_url, gc_freeze=True, **QUEUE_ENV) as queue,
             server_process(
                 ["-m", "bench.serve", "booking-svc"],
-                # BookingService's seat gauges walk every section each refresh
-                # (200,000 at 100,000 events): their first refresh runs now,
-                # on an empty database, and the next after the benchmark.
-                env={
-                    "DATABASE_URL": database_url,
-                    "REDIS_URL": redis_url,
-                    "BOXOFFICE_BOOKING_STATS_INTERVAL_SECONDS": "300",
-                },
+                env={"DATABASE_URL": database_url, "REDIS_URL": redis_url},
                 role="booking",
             ) as booking,
         ):
-            await asyncio.sleep(2.0)  # the gauges' first refresh, on the empty database
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 await fill(conn, events)
                 found = await plans(conn)

@@ -120,7 +120,9 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
     server = rt.grpc_server(
         COMPONENT, [AuditedBookingServicer(handler, admin).registration(), BookingAdminServicer(admin).registration()]
     )
-    gauges = SeatGauges(store, metrics, interval_seconds=config.stats_interval_seconds)
+    gauges = SeatGauges(
+        store, metrics, rt.clock, interval_seconds=config.stats_interval_seconds, sections=config.seat_gauge_sections
+    )
     # The hold batcher, as a component, waits for its batches in flight on
     # the way out (it takes new calls until the server stops).
     batcher: list[Component] = [] if store.hold_batcher is None else [store.hold_batcher]

@@ -19,6 +19,7 @@ class BookingMetrics:
     confirms: Counter
     gate: Counter
     seats: Gauge
+    seat_gauges_omitted: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> BookingMetrics:
@@ -51,6 +52,12 @@ class BookingMetrics:
                 "boxoffice_booking_seats",
                 "Seats (or general-admission places) per section by state: available, held, sold.",
                 ("event_id", "section_id", "state"),
+                registry=registry,
+            ),
+            seat_gauges_omitted=Gauge(
+                "boxoffice_booking_seat_gauge_sections_omitted",
+                "Sections of events not yet started left without seat gauges"
+                " (beyond BOXOFFICE_BOOKING_SEAT_GAUGE_SECTIONS, the latest events').",
                 registry=registry,
             ),
         )

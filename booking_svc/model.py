@@ -313,6 +313,15 @@ class SectionCounters:
 
 
 @dataclass(frozen=True, slots=True)
+class SectionCounterPage:
+    """The counters of the soonest sections of events not yet started, and
+    how many such sections there are (those left out included)."""
+
+    counters: list[SectionCounters]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
 class SweepResult:
     holds: int
     seats: int

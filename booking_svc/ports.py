@@ -19,7 +19,7 @@ from booking_svc.model import (
     Money,
     RowSpec,
     SeatMap,
-    SectionCounters,
+    SectionCounterPage,
     Selection,
     SweepResult,
 )
@@ -97,7 +97,10 @@ class BookingStore(Protocol):
 
     async def forget_requests(self, *, older_than: datetime) -> int: ...
 
-    async def section_counters(self) -> list[SectionCounters]: ...
+    async def section_counters(self, *, starting_after: datetime, limit: int) -> SectionCounterPage:
+        """The counters of at most ``limit`` sections of events starting
+        after ``starting_after``, the soonest events first."""
+        ...
 
 
 class SeatGate(Protocol):

@@ -4,6 +4,7 @@ event is seeded once, and the metrics count."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
@@ -75,7 +76,47 @@ async def test_metrics_count_holds_and_seats(stores: Stores) -> None:
         assert registry.get_sample_value("boxoffice_booking_hold_seconds_count") == 2
         metrics = BookingMetrics.create(CollectorRegistry())
         store = app.build_store(booking.rt.pool(), BookingConfig.from_env(booking.rt.env))
-        await SeatGauges(store, metrics, interval_seconds=1).refresh()
+        await SeatGauges(store, metrics, booking.clock, interval_seconds=1, sections=100_000).refresh()
         labels = (str(event.event_id), "G")
         assert metrics.seats.labels(*labels, "held")._value.get() == 4
         assert metrics.seats.labels(*labels, "available")._value.get() == 6
+
+
+def _series(metrics: BookingMetrics) -> set[tuple[str, str]]:
+    return {
+        (sample.labels["event_id"], sample.labels["section_id"])
+        for family in metrics.seats.collect()
+        for sample in family.samples
+    }
+
+
+async def test_seat_gauges_follow_the_soonest_sections_of_events_not_yet_started(stores: Stores) -> None:
+    """At most the configured number of sections have series, those of the
+    events that start soonest; the rest are counted as left out; a section
+    whose event has started loses its series."""
+    async with booking_server(stores) as booking:
+        events = [await create_event(booking, [general("G", 10), general("H", 5)]) for _ in range(3)]
+        # Every event of this test starts at the same time (the booking's
+        # clock stands still): the soonest sections are the lowest ids.
+        starts = events[0].starts_at.ToDatetime(tzinfo=UTC)
+        assert all(e.starts_at == events[0].starts_at for e in events)
+        ours = sorted((str(e.event_id), section) for e in events for section in ("G", "H"))
+        metrics = BookingMetrics.create(CollectorRegistry())
+        store = app.build_store(booking.rt.pool(), BookingConfig.from_env(booking.rt.env))
+        # The gauges' clock a moment before the events start: sections of
+        # events starting later (other tests') come after ours.
+        clock = ManualClock(starts.timestamp() - 0.001)
+        gauges = SeatGauges(store, metrics, clock, interval_seconds=1, sections=4)
+        await gauges.refresh()
+        (later,) = await query(
+            booking,
+            "SELECT count(*) FROM sections sc JOIN events e USING (event_id) WHERE e.starts_at > %s",
+            (datetime.fromtimestamp(clock.now(), UTC),),
+        )
+        assert _series(metrics) == set(ours[:4])
+        assert metrics.seat_gauges_omitted._value.get() == later[0] - 4
+        assert later[0] >= 6
+        # Once the events have started, their series are gone.
+        clock.advance(1.0)
+        await gauges.refresh()
+        assert not _series(metrics) & set(ours)

@@ -24,6 +24,7 @@ from booking_svc.model import (
     SeatMap,
     SeatRow,
     Section,
+    SectionCounterPage,
     SectionCounters,
     SectionKind,
     SectionSeatMap,
@@ -301,10 +302,31 @@ class PgEvents(PgBase):
             sections.append(SectionSeatMap(section, tuple(rows.get(section.section_id, ())), bitmap, available))
         return SeatMap(event_id=event_id, sections=tuple(sections), snapshot_time=now)
 
-    async def section_counters(self) -> list[SectionCounters]:
+    async def section_counters(self, *, starting_after: datetime, limit: int) -> SectionCounterPage:
+        # The sections are picked first (the soonest events'), then only
+        # their stripes are summed: the cost follows the limit, not the
+        # catalogue.
         rows = await self._statement(
-            "SELECT event_id, section_id, capacity, overbook_limit, sold, held FROM section_totals ORDER BY 1, 2",
-            (),
+            """
+            WITH upcoming AS (
+                SELECT sc.event_id, sc.section_id, sc.capacity, sc.overbook_limit, e.starts_at
+                  FROM sections sc JOIN events e ON e.event_id = sc.event_id
+                 WHERE e.starts_at > %s
+                 ORDER BY e.starts_at, sc.event_id, sc.section_id
+                 LIMIT %s
+            )
+            SELECT u.event_id, u.section_id, u.capacity, u.overbook_limit,
+                   COALESCE(sum(st.sold), 0)::integer, COALESCE(sum(st.held), 0)::integer,
+                   (SELECT count(*) FROM sections sc JOIN events e ON e.event_id = sc.event_id
+                     WHERE e.starts_at > %s)
+              FROM upcoming u
+              LEFT JOIN section_stripes st ON st.event_id = u.event_id AND st.section_id = u.section_id
+             GROUP BY u.event_id, u.section_id, u.capacity, u.overbook_limit, u.starts_at
+             ORDER BY u.starts_at, u.event_id, u.section_id
+            """,
+            (starting_after, limit, starting_after),
             repeatable=True,
         )
-        return [SectionCounters(*r) for r in rows]
+        if not rows:
+            return SectionCounterPage([], 0)
+        return SectionCounterPage([SectionCounters(*r[:6]) for r in rows], int(rows[0][6]))
