@@ -30,6 +30,7 @@ from queue_svc.adapters.leader_epochs import PgLeaderEpochs
 from queue_svc.adapters.pg_access_codes import PgAccessCodeRepository
 from queue_svc.adapters.pg_fan_draws import PgFanDrawRepository
 from queue_svc.adapters.pg_generations import PgRoomGenerations
+from queue_svc.adapters.pg_staff_passes import PgStaffPassBindings
 from queue_svc.adapters.redis_rebuild import RedisRoomImages
 from queue_svc.admin_servicer import AuditedQueueServicer, QueueAdmin, QueueAdminServicer
 from queue_svc.config import QueueSettings
@@ -136,7 +137,7 @@ class QueueApp:
             staff=self.staff_passes,
             clock=self.rt.clock,
             refusals=self.store,
-            staff_bindings=self.store,
+            staff_bindings=PgStaffPassBindings(self.rt.pool(), self.store),
         )
 
     # -- the server role ------------------------------------------------------

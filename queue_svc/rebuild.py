@@ -21,10 +21,15 @@ calls :meth:`Rebuilder.rebuild`: it advances the room's generation in
 Postgres (one admitter wins), folds the room's lifecycle rows into the
 state they describe (:func:`fold`): each lane's queue with the fans' own
 scores (so their original order), the admissions not yet claimed whose
-claim time is not over, the sessions not over, the flagged fans, how each
-departed fan's visit ended, the lanes' bindings, sequences (later joins go
-behind everyone rebuilt) and progress counters; writes it while the marker
-is still missing, and writes the new marker last. Fans who joined in the
+claim time is not over, the sessions not over, the flagged fans (the
+operator's flags are in the lifecycle too), how each departed fan's visit
+ended, the lanes' bindings, sequences (later joins go behind everyone
+rebuilt) and progress counters; adds the pre-queue's log of placements
+(the draw's entries copied to Postgres, then the pre-queue joins not copied
+to the draw yet, so the draw recorder copies them: :func:`pre_queue_log`)
+and its seal; writes it while the marker is still missing, and writes the
+new marker last, with the refusal counters' totals from Postgres added to
+whatever was counted meanwhile (once: with the marker, in one script). Fans who joined in the
 last moment before the loss (not copied yet) read "not in queue" and join
 again; nobody else does.
 
@@ -38,12 +43,13 @@ it saved under an older generation and asks again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from boxoffice import deadline
+from boxoffice import deadline, draw
 from boxoffice.errors import DeadlineExceeded
 from queue_svc.jobs.lifecycle import LifecycleRow
 from queue_svc.model import PRE_QUEUE_BAND, WaitingRoomConfig
@@ -107,6 +113,45 @@ class RoomGenerations(Protocol):
     async def history(self, event_id: int) -> list[LifecycleRow]:
         """The room's lifecycle rows in order (every generation's)."""
 
+    async def refusals(self, event_id: int) -> dict[str, int]:
+        """The room's refused joins per reason, as copied to Postgres."""
+
+    async def pre_queue(self, event_id: int) -> PreQueueCopy | None:
+        """The room's pre-queue draw as copied to Postgres; None without one."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreQueueCopy:
+    """What Postgres holds of a room's pre-queue draw: the placements copied
+    ((pseudonym, score), in the draw's order), how many log entries the
+    copy covers, whether it is sealed, and the key of the fans' pseudonyms."""
+
+    entries: list[tuple[str, int]]
+    recorded: int
+    sealed: bool
+    pseudonym_key: bytes
+
+
+def pre_queue_log(copy: PreQueueCopy, rows: Sequence[LifecycleRow], event_id: int) -> list[str]:
+    """The pre-queue's log of placements ("<pseudonym> <score>") for a
+    rebuilt room: the placements copied, as many entries as the copy covers
+    (an entry logged twice was stored once: the first is repeated in its
+    place, since the recorder never reads below what it covered), then the
+    pre-queue joins of the lifecycle that the copy does not hold, which the
+    draw recorder copies next."""
+    log = [f"{pseudonym} {score}" for pseudonym, score in copy.entries]
+    if log and len(log) < copy.recorded:
+        log.extend(log[0] for _ in range(copy.recorded - len(log)))
+    held = {pseudonym for pseudonym, _ in copy.entries}
+    for row in rows:
+        if row.kind != "joined" or not row.pre_queue or row.score is None:
+            continue
+        pseudonym = draw.pseudonym(copy.pseudonym_key, event_id, row.customer_id)
+        if pseudonym not in held:
+            held.add(pseudonym)
+            log.append(f"{pseudonym} {row.score}")
+    return log
+
 
 @dataclass(frozen=True, slots=True)
 class LaneImage:
@@ -135,6 +180,11 @@ class RoomImage:
     bindings: dict[str, str]
     # The instant it describes (ms): the waiters are seen then.
     at_ms: int = 0
+    # Fans flagged by an operator whom admission has not reached.
+    flagged: list[str] = field(default_factory=list)
+    # The pre-queue's log of placements, and whether it is sealed.
+    pre_queue_log: list[str] = field(default_factory=list)
+    pre_queue_sealed: bool = False
 
     @property
     def waiting(self) -> int:
@@ -155,12 +205,18 @@ def fold(rows: Sequence[LifecycleRow], config: WaitingRoomConfig, *, now_ms: int
     counters: dict[str, dict[str, int]] = {}
     sequences: dict[str, int] = {}
     outcomes: dict[str, str] = {}
+    flags: set[str] = set()
 
     def count(lane: str, name: str, by: int = 1) -> None:
         lane_counters = counters.setdefault(lane, {})
         lane_counters[name] = lane_counters.get(name, 0) + by
 
     for row in rows:
+        if row.kind == "flagged":
+            flags.add(row.customer_id)
+            continue
+        if row.kind in ("unflagged", "unshadowed"):
+            flags.discard(row.customer_id)
         fan = fans.get(row.customer_id)
         if row.kind == "joined":
             lane = row.detail or ""
@@ -221,7 +277,9 @@ def fold(rows: Sequence[LifecycleRow], config: WaitingRoomConfig, *, now_ms: int
                 outcomes[customer] = "E"
     for part in lanes.values():
         part.waiting.sort()
-    return RoomImage(lanes, admitted, active, shadowed, outcomes, bindings, now_ms)
+    reached = {customer for _, customer in shadowed}
+    flagged = sorted(flags - reached)
+    return RoomImage(lanes, admitted, active, shadowed, outcomes, bindings, now_ms, flagged=flagged)
 
 
 class RoomImageStore(Protocol):
@@ -237,8 +295,9 @@ class RoomImageStore(Protocol):
         """Write the image while the marker is missing; False when a marker
         appeared meanwhile (another admitter finished first)."""
 
-    async def mark(self, event_id: int, generation: int) -> None:
-        """Write the marker (never lowering one)."""
+    async def mark(self, event_id: int, generation: int, *, refusals: dict[str, int] | None = None) -> None:
+        """Write the marker (never lowering one); when this call writes it,
+        add ``refusals`` to the room's refusal counters in the same step."""
 
 
 class Rebuilder:
@@ -276,10 +335,15 @@ class Rebuilder:
         if generation is None:
             return None
         image = fold(rows, config, now_ms=now_ms)
+        copy = await self._generations.pre_queue(event_id)
+        if copy is not None:
+            image.pre_queue_log.extend(pre_queue_log(copy, rows, event_id))
+            image = dataclasses.replace(image, pre_queue_sealed=copy.sealed)
+        refusals = await self._generations.refusals(event_id)
         await self._store.put_config(config, generation=0)
         if not await self._images.restore(event_id, image):
             return None
-        await self._images.mark(event_id, generation)
+        await self._images.mark(event_id, generation, refusals=refusals)
         _log.warning(
             "waiting room rebuilt after Redis lost its data",
             extra={
@@ -289,6 +353,8 @@ class Rebuilder:
                 "admitted": len(image.admitted),
                 "active": len(image.active),
                 "lifecycle_rows": len(rows),
+                "flagged": len(image.flagged),
+                "pre_queue_log": len(image.pre_queue_log),
             },
         )
         return generation

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from boxoffice import db
 from boxoffice.runtime import Pool
+from queue_svc.adapters.pg_draws import PRE_QUEUE
 from queue_svc.jobs.lifecycle import LifecycleRow
-from queue_svc.rebuild import RoomGeneration
+from queue_svc.rebuild import PreQueueCopy, RoomGeneration
 
 # Reading a whole room's history may take longer than a call's default.
 _HISTORY_SECONDS = 60.0
@@ -75,3 +76,27 @@ class PgRoomGenerations:
             LifecycleRow(int(idx), str(kind), int(at_ms), str(customer), score, pre_queue, detail)
             for idx, kind, at_ms, customer, score, pre_queue, detail in rows
         ]
+
+    async def refusals(self, event_id: int) -> dict[str, int]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute("SELECT reason, refused FROM queue_refusals WHERE event_id = %s", (event_id,))
+            rows = await cur.fetchall()
+        return {str(reason): int(refused) for reason, refused in rows}
+
+    async def pre_queue(self, event_id: int) -> PreQueueCopy | None:
+        async with db.transaction(self._pool, default_seconds=_HISTORY_SECONDS) as conn:
+            cur = await conn.execute(
+                "SELECT recorded, sealed_at IS NOT NULL, pseudonym_key FROM queue_draws"
+                " WHERE event_id = %s AND purpose = %s",
+                (event_id, PRE_QUEUE),
+            )
+            draw = await cur.fetchone()
+            if draw is None:
+                return None
+            cur = await conn.execute(
+                "SELECT pseudonym, score FROM queue_draw_entries WHERE event_id = %s AND purpose = %s"
+                " ORDER BY score, pseudonym",
+                (event_id, PRE_QUEUE),
+            )
+            entries = [(str(pseudonym), int(score)) for pseudonym, score in await cur.fetchall()]
+        return PreQueueCopy(entries, int(draw[0]), bool(draw[1]), bytes(draw[2]))

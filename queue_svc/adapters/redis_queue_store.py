@@ -210,6 +210,10 @@ class RedisQueueStore:
         key = event_key(event_id, "staffpass", pass_id)
         return bool(int(await self._batcher.call(self._staff_pass, (key,), (customer_id, max(1, keep_ms)))))
 
+    async def put_staff_pass(self, event_id: int, pass_id: str, customer_id: str, *, keep_ms: int) -> None:
+        key = event_key(event_id, "staffpass", pass_id)
+        await self._batcher.call(self._staff_pass, (key,), (customer_id, max(1, keep_ms), 1))
+
     async def count_refusal(self, event_id: int, reason: str) -> None:
         await self._batcher.call(self._refuse, (self.keys(event_id).refusals,), (reason,))
 
@@ -423,7 +427,9 @@ class RedisQueueStore:
     async def pre_queue_log(self, event_id: int, *, start: int, count: int, seal: bool) -> PreQueueLog | None:
         keys = self.keys(event_id)
         reply = await self._batcher.call(
-            self._pre_queue, (keys.config, keys.progress, keys.pre_queue_log), (start, count, int(seal))
+            self._pre_queue,
+            (keys.config, keys.progress, keys.pre_queue_log, keys.generation),
+            (start, count, int(seal)),
         )
         if int(reply[0]) != 1:
             return None

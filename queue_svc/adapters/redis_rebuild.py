@@ -37,6 +37,8 @@ class RedisRoomImages:
         general = EventKeys.of(event_id)
         doomed = {
             general.generation,
+            general.pre_queue_log,
+            general.refusals,
             general.admitted,
             general.active,
             general.outcomes,
@@ -71,7 +73,7 @@ class RedisRoomImages:
             (general.admitted, "zadd", pairs(image.admitted)),
             (general.active, "zadd", pairs(image.active)),
             (general.shadow_queue, "zadd", pairs(image.shadowed)),
-            (general.shadow, "sadd", [customer for _, customer in image.shadowed]),
+            (general.shadow, "sadd", [*(customer for _, customer in image.shadowed), *image.flagged]),
             (general.outcomes, "hset", [item for pair in image.outcomes.items() for item in pair]),
             (general.lanes, "hset", [item for pair in image.bindings.items() for item in pair]),
         ]
@@ -85,10 +87,15 @@ class RedisRoomImages:
             writes.append((keys.progress, "hset", [item for pair in part.progress.items() for item in pair]))
             if not await self._call((marker, keys.sequence), ("seq", part.sequence)):
                 return False
+        if image.pre_queue_sealed:
+            writes.append((general.progress, "hset", ["sealed", 1]))
+        writes.append((general.pre_queue_log, "rpush", list(image.pre_queue_log)))
         for key, op, items in writes:
             if items and not await self._chunks(marker, key, op, items):
                 return False
         return True
 
-    async def mark(self, event_id: int, generation: int) -> None:
-        await self._call((EventKeys.of(event_id).generation,), ("mark", generation))
+    async def mark(self, event_id: int, generation: int, *, refusals: dict[str, int] | None = None) -> None:
+        keys = EventKeys.of(event_id)
+        counts = [item for pair in (refusals or {}).items() for item in pair]
+        await self._call((keys.generation, keys.refusals), ("mark", generation, *counts))

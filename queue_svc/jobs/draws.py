@@ -89,7 +89,7 @@ class DrawRecorder:
         start = draw.recorded
         while True:
             log = await self._store.pre_queue_log(event_id, start=start, count=self._batch, seal=seal)
-            if log is None:  # not mirrored to Redis (yet): the admitter mirrors it
+            if log is None:  # not mirrored to Redis (yet), or lost and not rebuilt yet: the admitter sees to it
                 return False
             await self._draws.record(event_id, start, log.entries)
             self._metrics.recorded.inc(len(log.entries))

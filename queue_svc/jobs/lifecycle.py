@@ -25,6 +25,8 @@ kind   meaning                                    fields after kind, ms,
 ``X``  session expired
 ``S``  shadowed (flagged: admission reached them)
 ``U``  unshadowed (back in the queue)
+``F``  flagged by an operator
+``G``  unflagged while still waiting
 =====  =========================================  =======================
 
 Exactly once, with any number of recorders and crashes anywhere: an
@@ -82,6 +84,8 @@ KINDS = {
     "X": "expired",
     "S": "shadowed",
     "U": "unshadowed",
+    "F": "flagged",
+    "G": "unflagged",
 }
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

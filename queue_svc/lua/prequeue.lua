@@ -3,12 +3,19 @@
 -- ARGV 3 = 1 the pre-queue is closed first (progress field `sealed`), so
 -- that no join places anyone in it again and the log is final.
 --
--- KEYS: 1 config, 2 progress, 3 pre-queue log
+-- A room that lost its data and is not rebuilt yet (no generation marker,
+-- KEYS 4) is neither read nor sealed: its log comes back with the rebuild
+-- (queue_svc.rebuild), as long as the copy in Postgres covered.
+--
+-- KEYS: 1 config, 2 progress, 3 pre-queue log, 4 generation marker
 -- ARGV: 1 first entry (0-based), 2 most entries, 3 seal (1) or not (0)
 -- Reply: {1, log length, sealed (0/1), entries...}, or {-1} for an
---        unknown event
+--        unknown event, {-2} for a room not rebuilt yet
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
+end
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  return {-2}
 end
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[2], 'sealed', 1)

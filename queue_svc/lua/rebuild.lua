@@ -9,10 +9,13 @@
 --   zadd   KEYS 2 a sorted set; ARGV score, member pairs (ZADD NX)
 --   hset   KEYS 2 a hash; ARGV field, value pairs
 --   sadd   KEYS 2 a set; ARGV members
+--   rpush  KEYS 2 a list; ARGV entries
 --   seq    KEYS 2 a sequence; ARGV 2 its least value
 --   wipe   KEYS 2... the keys to delete (a stale room's), done even with a
 --          marker: the marker itself is among them
---   mark   ARGV 2 the generation (a marker is never lowered)
+--   mark   ARGV 2 the generation (a marker is never lowered); KEYS 2 the
+--          refusal counters, ARGV 3... reason, count pairs added to them
+--          when this call writes the marker (so once per generation)
 -- Reply (but state): 1 done, 0 refused (the marker exists)
 local op = ARGV[1]
 local marker = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -28,6 +31,9 @@ end
 if op == 'mark' then
   if marker < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[1], ARGV[2])
+    for i = 3, #ARGV, 2 do
+      redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1])
+    end
   end
   return 1
 end
@@ -40,6 +46,8 @@ elseif op == 'hset' then
   redis.call('HSET', KEYS[2], unpack(ARGV, 2))
 elseif op == 'sadd' then
   redis.call('SADD', KEYS[2], unpack(ARGV, 2))
+elseif op == 'rpush' then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 2))
 elseif op == 'seq' then
   local current = tonumber(redis.call('GET', KEYS[2]) or '0')
   if current < tonumber(ARGV[2]) then

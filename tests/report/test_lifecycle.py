@@ -113,6 +113,7 @@ async def test_every_change_of_a_fan_is_logged_and_recorded_once(stores: Stores)
             ("joined", t1, "back-c", back + 1, False, None),
             ("joined", t1, "back-d", back + 2, False, None),
             ("joined", t1, "back-e", back + 3, False, None),
+            ("flagged", t1, "back-e", None, None, None),
             ("left", t1 + 1, "back-d", None, None, None),
             ("admitted", t2, "pre-a", None, None, "tick"),
             ("admitted", t2, "pre-b", None, None, "tick"),
