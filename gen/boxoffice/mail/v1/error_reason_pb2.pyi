@@ -122,14 +122,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     is refused within about a second of it (UNAUTHENTICATED); a new admission
     hands out a new one. No metadata.
     """
+    ERROR_REASON_BOOKING_NOT_FOUND: _ErrorReason.ValueType  # 100
+    """The booking id names no booking the mail knows: no paid payment, no
+    tickets and no delivery record (NOT_FOUND); nothing is changed.
+    Metadata: `booking_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
-    """ErrorReason lists every reason the mailer (the ticket e-mails: a consumer
-    of the ticket stream that serves no call of its own yet) can answer. A
-    relay's refusal of a message is recorded on its delivery, not answered as
-    an error. Values 1 to 99 are the reasons every part of the mesh shares
-    (the same number in every package); values from 100 will be the mailer's
-    own. Clients branch on the reason, never on the message, which is for
+    """ErrorReason lists every reason the ticket e-mails' contract
+    (MailAdminService) can answer. A relay's refusal of a message is recorded
+    on its delivery, not answered as an error. Values 1 to 99 are the reasons
+    every part of the mesh shares (the same number in every package); values
+    from 100 are the mail's own. Clients branch on the reason, never on the message, which is for
     people and may change.
     """
 
@@ -232,5 +236,10 @@ ERROR_REASON_SESSION_ENDED: ErrorReason.ValueType  # 20
 LeaveQueue or an operator's RevokeCustomer): a token issued before the end
 is refused within about a second of it (UNAUTHENTICATED); a new admission
 hands out a new one. No metadata.
+"""
+ERROR_REASON_BOOKING_NOT_FOUND: ErrorReason.ValueType  # 100
+"""The booking id names no booking the mail knows: no paid payment, no
+tickets and no delivery record (NOT_FOUND); nothing is changed.
+Metadata: `booking_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
