@@ -38,6 +38,7 @@ _BOOKING = "/boxoffice.booking.v1.BookingService/"
 _PAYMENT = "/boxoffice.payment.v1.PaymentService/"
 _QUEUE_ADMIN = "/boxoffice.queue.v1.QueueAdminService/"
 _BOOKING_ADMIN = "/boxoffice.booking.v1.BookingAdminService/"
+_MAIL_ADMIN = "/boxoffice.mail.v1.MailAdminService/"
 
 
 def _table() -> Mapping[str, frozenset[str]]:
@@ -104,6 +105,9 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_BOOKING_ADMIN}CreateEvent": {OPERATOR},
         f"{_BOOKING_ADMIN}LoadInventory": {OPERATOR},
         f"{_BOOKING_ADMIN}GetEventStats": {OPERATOR},
+        # The ticket e-mails' deliveries and their resend (served by payment's process).
+        f"{_MAIL_ADMIN}ResendTickets": {OPERATOR},
+        f"{_MAIL_ADMIN}ListDeliveries": {OPERATOR},
         # Probes carry no certificate; reflection is for the mesh's own tools.
         "/grpc.health.v1.Health/Check": {ANYONE},
         "/grpc.health.v1.Health/Watch": {ANYONE},

@@ -8,6 +8,7 @@ BookingAdminService and PaymentService's refunds.
     boxoffice admin stats EVENT_ID
     boxoffice admin revoke EVENT_ID CUSTOMER_ID [--shadow | --unshadow]
     boxoffice admin refund PAYMENT_ID --reason TEXT [--request-id ID]
+    boxoffice admin tickets resend|deliveries BOOKING_ID
 
 Files are checked whole before anything is sent: every problem is printed
 as ``FILE:LINE: message`` and nothing is created. Exit codes: 0 done, 2 a
@@ -36,7 +37,7 @@ import grpc
 from boxoffice.errors import from_rpc_error
 from boxoffice.money import format_money
 from boxoffice.tls import CertFiles, ClientChannel
-from boxoffice_cli import admin_lanes, admin_room
+from boxoffice_cli import admin_lanes, admin_mail, admin_room
 from boxoffice_cli.admin_files import EVENT_FILE_HELP, BadFile, parse_event_file, parse_inventory_file
 from boxoffice_cli.admin_room import enum_name, positive, room_line, settings_line
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bpb
@@ -114,6 +115,10 @@ class _Clients:
 
     def payments(self) -> Any:
         return self.payment.stub(ppb_grpc.PaymentServiceStub)
+
+    def mail_admin(self) -> Any:
+        # MailAdminService is served by PaymentService's process.
+        return self.payment.stub(admin_mail.MAIL_ADMIN_STUB)
 
 
 async def _event_create(clients: _Clients, path: str, out: TextIO) -> None:
@@ -243,7 +248,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxoffice admin",
         description="Administer events and waiting rooms through QueueAdminService and BookingAdminService, "
-        "and refunds through PaymentService.",
+        "refunds through PaymentService, and the ticket e-mails through MailAdminService.",
         epilog=(
             "With --ca-file, --cert-file and --key-file (or BOXOFFICE_TLS_CA_FILE, BOXOFFICE_TLS_CERT_FILE, "
             "BOXOFFICE_TLS_KEY_FILE) the services are dialled over mutual TLS with that (operator) certificate; "
@@ -265,7 +270,8 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument(
         "--payment-addr",
         default=env("BOXOFFICE_ADMIN_PAYMENT_ADDR", DEFAULT_PAYMENT_ADDR),
-        help="PaymentService's host:port (BOXOFFICE_ADMIN_PAYMENT_ADDR, default %(default)s)",
+        help="PaymentService's host:port, which also serves the ticket e-mails' MailAdminService "
+        "(BOXOFFICE_ADMIN_PAYMENT_ADDR, default %(default)s)",
     )
     parser.add_argument("--ca-file", default=env("BOXOFFICE_TLS_CA_FILE"), help="the mesh's CA (PEM)")
     parser.add_argument("--cert-file", default=env("BOXOFFICE_TLS_CERT_FILE"), help="the operator's certificate")
@@ -298,6 +304,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
     admin_lanes.add_commands(commands)
     admin_room.add_commands(commands)
+    admin_mail.add_commands(commands)
 
     refund = commands.add_parser(
         "refund",
@@ -334,6 +341,8 @@ async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, e
             await _stats(clients, args.event_id, out)
         elif args.command in ("codes", "draw", "staff-pass"):
             await admin_lanes.run(clients.queue_admin(), _call, args, clients.timeout, out)
+        elif args.command == "tickets":
+            await admin_mail.run(clients.mail_admin(), _call, args, clients.timeout, out)
         elif args.command == "refund":
             request_id = args.request_id or f"admin-{uuid.uuid4().hex[:16]}"
             await _refund(clients, args.payment_id, args.reason, request_id, out)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from email.headerregistry import Address
 from pathlib import Path
 
+from boxoffice import audit
 from boxoffice.config import ConfigError, Env
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
@@ -23,9 +24,11 @@ from boxoffice.runtime import Runtime
 from boxoffice.streams import ConsumerHooks, StreamConsumer, consumer_name
 from mail_svc.adapters.deliveries import PgDeliveryStore
 from mail_svc.adapters.relays import EmlFolder, RateLimited, SmtpRelay
+from mail_svc.admin import MailAdmin, MailAdminServicer
 from mail_svc.config import SMTP_URL, MailConfig, addr_spec
-from mail_svc.jobs.mailer import MAILER_GROUP, Mailer, MailHooks, MailPolicy, ResendSweep
+from mail_svc.jobs.mailer import MAILER_GROUP, Mailer, MailHooks, MailPolicy, ResendSweep, new_message_id
 from mail_svc.metrics import MailMetrics
+from mail_svc.model import Kind
 from mail_svc.ports import Relay
 from mail_svc.render import Renderer
 
@@ -118,10 +121,27 @@ def compose_mailer(
         concurrency=config.consumer_concurrency,
         hooks=consumer_hooks,
     )
-    sweep = ResendSweep(mailer, store, interval_seconds=max(config.claim_idle_ms / 1000, 1.0))
+    sweep = ResendSweep(
+        mailer, store, interval_seconds=config.sweep_seconds, stale_seconds=max(config.claim_idle_ms / 1000, 1.0)
+    )
     return MailerRole(
         config=config, consumer=consumer, mailer=mailer, sweep=sweep, store=store, relay=relay, metrics=metrics
     )
+
+
+def compose_admin(rt: Runtime) -> MailAdminServicer:
+    """MailAdminService, for the process that serves it (PaymentService's:
+    see the contract's comment). It reads and queues the mailer's records
+    on the process's pool, every resend audited in the same transaction."""
+    config = MailConfig.from_env(rt.env)
+    domain = Address(addr_spec=addr_spec(config.mail_from)).domain
+
+    def message_id(hold_id: str, kind: Kind) -> str:
+        return new_message_id(hold_id, kind, domain)
+
+    pool = rt.pool()
+    admin = MailAdmin(store=PgDeliveryStore(pool), auditor=audit.Auditor(pool), message_id=message_id)
+    return MailAdminServicer(admin)
 
 
 def check_settings(env: Env) -> None:

@@ -86,6 +86,8 @@ class MailConfig:
     consumer_block_ms: int
     consumer_concurrency: int
     claim_idle_ms: int
+    # How often the resend sweep looks for deliveries due a send.
+    sweep_seconds: float
 
     @classmethod
     def from_env(cls, env: Env) -> MailConfig:
@@ -114,6 +116,7 @@ class MailConfig:
             consumer_block_ms=env.integer("BOXOFFICE_CONSUMER_BLOCK_MS", 1000, minimum=1, maximum=60_000),
             consumer_concurrency=env.integer("BOXOFFICE_CONSUMER_CONCURRENCY", 16, minimum=1, maximum=1000),
             claim_idle_ms=env.integer("BOXOFFICE_CONSUMER_CLAIM_IDLE_MS", 30_000, minimum=1),
+            sweep_seconds=env.number("BOXOFFICE_MAIL_SWEEP_SECONDS", 5.0, minimum=0.05, maximum=3600.0),
         )
 
 

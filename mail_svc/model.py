@@ -36,6 +36,9 @@ class Delivery:
     state: DeliveryState
     attempts: int
     last_error: str
+    # When the relay took it (None until then), and when the record last changed.
+    sent_at: datetime | None = None
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Roles (``ROLES``):
 
 - ``payment-svc`` (role ``server``): PaymentService, its provider (the
   sandbox and its webhook delivery, or Stripe: ``BOXOFFICE_PAYMENT_PROVIDER``),
-  the reconciler, and the consumer that refunds cancelled bookings;
+  the reconciler, and the consumer that refunds cancelled bookings; it
+  also serves the mailer's MailAdminService (``mail_svc.app.compose_admin``);
 - ``issuer``: the ticket issuer.
 
 Both consumers read booking's outbox stream, which booking's relay publishes.
@@ -18,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from boxoffice import ticketcodes
+from boxoffice import audit, ticketcodes
 from boxoffice.config import Env
 from boxoffice.db import Migration, load_migrations
 from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
 from boxoffice.streams import ConsumerHooks, ConsumerMetrics, EntryHandler, StreamConsumer, consumer_name
+from mail_svc import app as mail_app
 from payment_svc.adapters.booking import GrpcBookingClient
 from payment_svc.adapters.idempotency import PgIdempotencyStore
 from payment_svc.adapters.payments import PgPaymentStore
@@ -53,7 +55,8 @@ ROLES: Mapping[str, str] = {"payment-svc": "server", "issuer": "issuer"}
 
 
 def migrations() -> list[Migration]:
-    return load_migrations(COMPONENT, "payment_svc")
+    # The audit log of the resends it serves (MailAdminService).
+    return [*audit.migrations(COMPONENT), *load_migrations(COMPONENT, "payment_svc")]
 
 
 @dataclass
@@ -207,7 +210,9 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         webhooks=webhooks,
         idempotent=Idempotent(idempotency, lease_seconds=config.idempotency_lease_seconds),
     )
-    server = rt.grpc_server(COMPONENT, [servicer.registration()])
+    # The mailer's admin contract is served here (the contract says why).
+    mail_admin = mail_app.compose_admin(rt)
+    server = rt.grpc_server(COMPONENT, [servicer.registration(), mail_admin.registration()])
     reconciler = Reconciler(
         payments=handler,
         store=store,

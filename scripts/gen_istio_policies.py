@@ -34,7 +34,8 @@ NAMESPACE = "boxoffice"
 WORKLOADS: Mapping[str, tuple[str, ...]] = {
     "queue-svc": ("boxoffice.queue.",),
     "booking-svc": ("boxoffice.booking.",),
-    "payment-svc": ("boxoffice.payment.",),
+    # PaymentService's process also serves the mailer's admin contract.
+    "payment-svc": ("boxoffice.payment.", "boxoffice.mail."),
     "admitter": (),
     "sweeper": (),
     "relay": (),

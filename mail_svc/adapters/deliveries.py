@@ -12,7 +12,7 @@ from boxoffice.runtime import Pool
 from mail_svc.model import BookingMail, Delivery, DeliveryState, EventInfo, Kind, Recipient, TicketLine
 from mail_svc.ports import DeliveryStore, PendingDeliveries
 
-_DELIVERY = "hold_id::text, kind, event_id, message_id, state, attempts, last_error"
+_DELIVERY = "hold_id::text, kind, event_id, message_id, state, attempts, last_error, sent_at, updated_at"
 
 
 def _delivery(row: Sequence[Any]) -> Delivery:
@@ -24,6 +24,8 @@ def _delivery(row: Sequence[Any]) -> Delivery:
         state=DeliveryState(row[4]),
         attempts=int(row[5]),
         last_error=row[6],
+        sent_at=row[7],
+        updated_at=row[8],
     )
 
 
@@ -153,14 +155,71 @@ class PgDeliveryStore:
             return [_delivery(row) for row in await cur.fetchall()]
 
     async def pending(self, limit: int, *, older_than_seconds: float) -> list[Delivery]:
+        """Claims the deliveries due a send: those an operator queued, and
+        those left PENDING and untouched for ``older_than_seconds``. A claim
+        touches them (and clears the queued mark), so that another sweep,
+        here or in another replica, leaves them alone for as long."""
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
                 f"""
-                SELECT {_DELIVERY} FROM mail_deliveries
-                 WHERE state = 'PENDING' AND updated_at < now() - make_interval(secs => %s)
-                 ORDER BY updated_at LIMIT %s
+                WITH due AS (
+                    SELECT hold_id, kind FROM mail_deliveries
+                     WHERE state = 'PENDING'
+                       AND (resend_at IS NOT NULL OR updated_at < now() - make_interval(secs => %s))
+                     ORDER BY updated_at LIMIT %s
+                       FOR UPDATE SKIP LOCKED
+                )
+                UPDATE mail_deliveries d SET resend_at = NULL, updated_at = now()
+                  FROM due WHERE d.hold_id = due.hold_id AND d.kind = due.kind
+                RETURNING {", ".join(f"d.{c.strip()}" for c in _DELIVERY.split(","))}
                 """,
                 (older_than_seconds, limit),
+            )
+            return [_delivery(row) for row in await cur.fetchall()]
+
+    async def deliveries(self, hold_id: str) -> list[Delivery]:
+        """The booking's deliveries, tickets first."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_DELIVERY} FROM mail_deliveries WHERE hold_id = %s ORDER BY kind = 'void', kind", (hold_id,)
+            )
+            return [_delivery(row) for row in await cur.fetchall()]
+
+    async def paid_event(self, hold_id: str) -> int | None:
+        """The event of the booking's paid payment (None: none paid, or no such booking)."""
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT event_id FROM payments
+                 WHERE hold_id = %s AND state NOT IN ('PENDING', 'DECLINED', 'FAILED')
+                 ORDER BY attempt DESC LIMIT 1
+                """,
+                (hold_id,),
+            )
+            row = await cur.fetchone()
+        return None if row is None else int(row[0])
+
+    async def queue_resend(self, hold_id: str, *, new_tickets: tuple[int, str] | None) -> list[Delivery]:
+        """Queues the booking's deliveries that did not go out (FAILED,
+        NO_ADDRESS, or still PENDING) for the sweep's next round, and opens a
+        tickets delivery ``new_tickets`` = (event id, Message-ID) when the
+        booking has none; the deliveries queued, as they are now."""
+        async with db.transaction(self._pool) as conn:
+            if new_tickets is not None:
+                await conn.execute(
+                    """
+                    INSERT INTO mail_deliveries (hold_id, kind, event_id, message_id, state)
+                    VALUES (%s, 'tickets', %s, %s, 'PENDING') ON CONFLICT (hold_id, kind) DO NOTHING
+                    """,
+                    (hold_id, *new_tickets),
+                )
+            cur = await conn.execute(
+                f"""
+                UPDATE mail_deliveries SET state = 'PENDING', resend_at = now(), updated_at = now()
+                 WHERE hold_id = %s AND state IN ('PENDING', 'FAILED', 'NO_ADDRESS')
+                RETURNING {_DELIVERY}
+                """,
+                (hold_id,),
             )
             return [_delivery(row) for row in await cur.fetchall()]
 

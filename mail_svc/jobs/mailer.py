@@ -40,6 +40,12 @@ MAILER_GROUP = "mailer"
 _KINDS = {"BookingConfirmed": Kind.TICKETS, "BookingCancelled": Kind.VOID}
 
 
+def new_message_id(hold_id: str, kind: Kind, domain: str) -> str:
+    """A new Message-ID for the booking's message of ``kind`` (every send
+    of one delivery carries the one it was written with)."""
+    return make_msgid(idstring=f"{kind.value}.{hold_id}", domain=domain)
+
+
 class TicketsNotIssued(ConnectionError):
     """The booking's tickets are not issued yet: the entry stays pending."""
 
@@ -99,7 +105,7 @@ class Mailer:
             await self.deliver(delivery, booking, created_at=entry.created_at)
 
     def new_message_id(self, hold_id: str, kind: Kind) -> str:
-        return make_msgid(idstring=f"{kind.value}.{hold_id}", domain=self._policy.domain)
+        return new_message_id(hold_id, kind, self._policy.domain)
 
     async def _wait_for_tickets(self, hold_id: str) -> BookingMail:
         """The booking once its tickets exist (the issuer reads the same
@@ -172,17 +178,22 @@ class Mailer:
 
 
 class ResendSweep:
-    """Sends the deliveries left PENDING (an operator's resend, or a mailer
-    that died between the send and the mark) every ``interval_seconds``."""
+    """Every ``interval_seconds``, sends the deliveries due a send: those an
+    operator's resend queued, and those left PENDING for ``stale_seconds``
+    (a mailer that died between the send and the mark; a relay that kept
+    saying "later")."""
 
-    def __init__(self, mailer: Mailer, store: PendingDeliveries, *, interval_seconds: float) -> None:
+    def __init__(
+        self, mailer: Mailer, store: PendingDeliveries, *, interval_seconds: float, stale_seconds: float
+    ) -> None:
         self._mailer = mailer
         self._store = store
         self._interval = interval_seconds
+        self._stale = stale_seconds
 
     async def run_once(self) -> int:
         done = 0
-        for delivery in await self._store.pending(100, older_than_seconds=self._interval):
+        for delivery in await self._store.pending(100, older_than_seconds=self._stale):
             try:
                 await self._mailer.deliver(delivery, created_at=time.time())
             except (RelayBusy, TicketsNotIssued):

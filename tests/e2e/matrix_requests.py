@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from boxoffice.tokens import TokenSigner
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bapb
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.mail.v1 import mail_admin_service_pb2 as mpb
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
@@ -44,6 +45,7 @@ _BOOKING = "/boxoffice.booking.v1.BookingService/"
 _PAYMENT = "/boxoffice.payment.v1.PaymentService/"
 _QUEUE_ADMIN = "/boxoffice.queue.v1.QueueAdminService/"
 _BOOKING_ADMIN = "/boxoffice.booking.v1.BookingAdminService/"
+_MAIL_ADMIN = "/boxoffice.mail.v1.MailAdminService/"
 
 
 @dataclass(frozen=True)
@@ -318,4 +320,8 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
     ),
     f"{_PAYMENT}GetPayment": lambda w: Call(ppb.GetPaymentRequest(payment_id=w.paid_payment_id)),
     f"{_PAYMENT}ListTickets": lambda w: Call(ppb.ListTicketsRequest(access_token=w.token, event_id=w.event_id)),
+    # The ticket e-mails: the paid booking has none yet, so a resend opens
+    # its tickets delivery (and its audit row).
+    f"{_MAIL_ADMIN}ResendTickets": lambda w: Call(mpb.ResendTicketsRequest(booking_id=w.paid_hold_id), writes=True),
+    f"{_MAIL_ADMIN}ListDeliveries": lambda w: Call(mpb.ListDeliveriesRequest(booking_id=w.paid_hold_id)),
 }

@@ -66,7 +66,13 @@ CALLERS = (
     access.OPERATOR,
 )
 # Which server serves a contract package.
-_SERVERS = {"boxoffice.queue.v1": "queue", "boxoffice.booking.v1": "booking", "boxoffice.payment.v1": "payment"}
+# (PaymentService's process also serves the mailer's admin contract.)
+_SERVERS = {
+    "boxoffice.queue.v1": "queue",
+    "boxoffice.booking.v1": "booking",
+    "boxoffice.payment.v1": "payment",
+    "boxoffice.mail.v1": "payment",
+}
 
 
 def _free_port() -> int:

@@ -63,7 +63,12 @@ DEPLOYED = (
     access.MAILER,
 )
 # The contract packages each server serves.
-SERVES = {"queue-svc": "boxoffice.queue.", "booking-svc": "boxoffice.booking.", "payment-svc": "boxoffice.payment."}
+# (PaymentService's process also serves the mailer's admin contract.)
+SERVES: dict[str, tuple[str, ...]] = {
+    "queue-svc": ("boxoffice.queue.",),
+    "booking-svc": ("boxoffice.booking.",),
+    "payment-svc": ("boxoffice.payment.", "boxoffice.mail."),
+}
 ISTIO_POLICIES = K8S / "components/istio/authorization-policies.yaml"
 
 
@@ -107,10 +112,11 @@ def _peer_roles(peers: list[dict[str, Any]]) -> set[str]:
 
 def _table_roles(workload: str) -> set[str]:
     """The roles the table allows on the contracts ``workload`` serves."""
-    prefix = SERVES.get(workload)
-    if prefix is None:
+    prefixes = SERVES.get(workload)
+    if prefixes is None:
         return set()
-    return set().union(*(roles for method, roles in access.POLICY.items() if method.startswith(f"/{prefix}")))
+    served = tuple(f"/{prefix}" for prefix in prefixes)
+    return set().union(*(roles for method, roles in access.POLICY.items() if method.startswith(served)))
 
 
 def _grpc_callers(workload: str) -> set[str]:
@@ -366,7 +372,7 @@ def test_istio_allows_each_method_to_exactly_its_roles() -> None:
                     allowed[(workload, path)] = principals
     for method, roles in access.POLICY.items():
         service = method.split("/")[1]
-        workloads = [w for w, prefix in SERVES.items() if service.startswith(prefix)]
+        workloads = [w for w, prefixes in SERVES.items() if service.startswith(prefixes)]
         if service.startswith(("grpc.health.", "grpc.reflection.")):
             # Every process but the edge, which serves HTTP only.
             workloads = [WORKLOAD[role] for role in DEPLOYED if role != access.EDGE]

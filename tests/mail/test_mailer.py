@@ -5,10 +5,7 @@ it; exactly once through crashes and "try later"; refusals recorded."""
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import AsyncIterator, Iterator
 from email.message import EmailMessage
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -17,37 +14,10 @@ import zxingcpp
 from boxoffice.runtime import Pool
 from mail_svc.jobs.mailer import MailHooks
 from mail_svc.model import Delivery, DeliveryState, Kind
-from tests.mail.harness import Booking, mailer_of, make_booking, publish, relay_environ
+from tests.mail.harness import Booking, mailer_of, make_booking, publish
 from tests.mail.pngread import grey_pixels
-from tests.mail.relay import PASSWORD, RelayState, smtp_relay
-from tests.payment.harness import open_pool, open_redis
+from tests.mail.relay import RelayState
 from tests.support import Stores
-
-
-@pytest.fixture
-async def pool(stores: Stores) -> AsyncIterator[Pool]:
-    async with open_pool(stores) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def redis(stores: Stores) -> AsyncIterator[aioredis.Redis]:
-    async with open_redis(stores) as opened:
-        yield opened
-
-
-@pytest.fixture
-def relay(stores: Stores) -> Iterator[tuple[int, RelayState]]:
-    identity = stores.pki.issue(f"smtp-{secrets.token_hex(3)}", "spiffe://test/smtp")
-    with smtp_relay(identity) as started:
-        yield started
-
-
-@pytest.fixture
-def environ(stores: Stores, relay: tuple[int, RelayState], tmp_path: Path) -> dict[str, str]:
-    password = tmp_path / "smtp-password"
-    password.write_text(PASSWORD + "\n")
-    return relay_environ(stores, relay[0], f"mail-test-{secrets.token_hex(4)}", str(password))
 
 
 def _qr_codes(message: EmailMessage) -> list[str]:

@@ -108,6 +108,7 @@ def test_the_mailer_refuses_to_start_without_a_relay(stores: Stores, capsys: pyt
         ),
         ({"BOXOFFICE_SMTP_URL": "smtp://relay.example", "BOXOFFICE_MAIL_FROM": "nobody"}, "BOXOFFICE_MAIL_FROM"),
         ({"BOXOFFICE_SMTP_URL": "smtp://relay.example", "BOXOFFICE_MAIL_RATE": "0"}, "BOXOFFICE_MAIL_RATE"),
+        ({"BOXOFFICE_SMTP_URL": "smtp://relay.example", "BOXOFFICE_MAIL_SWEEP_SECONDS": "0"}, "MAIL_SWEEP_SECONDS"),
         (
             {"BOXOFFICE_SMTP_URL": "smtp://relay.example", "BOXOFFICE_MAIL_TICKETS_URL": "ftp://x/{event_id}"},
             "TICKETS_URL",
