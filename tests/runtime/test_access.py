@@ -8,6 +8,7 @@ import pytest
 from boxoffice import access
 from boxoffice.caller import NOBODY, Caller, acting_as, current
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2, booking_service_pb2
+from gen.boxoffice.mail.v1 import mail_admin_service_pb2
 from gen.boxoffice.payment.v1 import payment_service_pb2
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2, queue_service_pb2
 
@@ -20,6 +21,7 @@ def contract_methods() -> set[str]:
         booking_service_pb2,
         booking_admin_service_pb2,
         payment_service_pb2,
+        mail_admin_service_pb2,
     ):
         for service in module.DESCRIPTOR.services_by_name.values():
             methods |= {f"/{service.full_name}/{m.name}" for m in service.methods}

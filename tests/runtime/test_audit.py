@@ -189,7 +189,8 @@ async def test_the_audit_table_is_append_only(stores: Stores) -> None:
 
 
 async def test_services_sharing_a_database_each_apply_the_audit_migrations(stores: Stores) -> None:
-    # The suite's database has them under "queue-audit" and "booking-audit";
+    # The suite's database has them under "queue-audit", "booking-audit" and
+    # "payment-audit" (PaymentService's process serves the mail's resends);
     # a third service applying them again changes nothing.
     applied = await db.migrate(stores.database_url, audit.migrations("another"))
     assert applied == ["another-audit/0001_admin_audit.sql"]
@@ -198,4 +199,9 @@ async def test_services_sharing_a_database_each_apply_the_audit_migrations(store
         cur = await conn.execute(
             b"SELECT component FROM schema_migrations WHERE component LIKE '%-audit' ORDER BY component"
         )
-        assert [r[0] for r in await cur.fetchall()] == ["another-audit", "booking-audit", "queue-audit"]
+        assert [r[0] for r in await cur.fetchall()] == [
+            "another-audit",
+            "booking-audit",
+            "payment-audit",
+            "queue-audit",
+        ]
