@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +61,9 @@ _log = logging.getLogger("queue_svc.rebuild")
 # for its own answer.
 _POLL_SECONDS = 0.05
 _MARGIN_SECONDS = 0.1
+
+# Lifecycle rows read per query of a rebuild.
+HISTORY_PAGE = 10_000
 
 # How a departed fan's visit ended, as the scripts record it (``out``).
 _OUTCOMES = {"left": "L", "ended": "C", "dropped": "D", "no_show": "E", "expired": "E"}
@@ -110,8 +113,9 @@ class RoomGenerations(Protocol):
         """Move the room to the next generation if it is still at
         ``from_generation``; the new one, or None (another moved it)."""
 
-    async def history(self, event_id: int) -> list[LifecycleRow]:
-        """The room's lifecycle rows in order (every generation's)."""
+    async def history(self, event_id: int, *, after: int, limit: int) -> list[LifecycleRow]:
+        """A page of the room's lifecycle rows (every generation's) in index
+        order: at most ``limit`` rows whose index is above ``after``."""
 
     async def refusals(self, event_id: int) -> dict[str, int]:
         """The room's refused joins per reason, as copied to Postgres."""
@@ -132,24 +136,22 @@ class PreQueueCopy:
     pseudonym_key: bytes
 
 
-def pre_queue_log(copy: PreQueueCopy, rows: Sequence[LifecycleRow], event_id: int) -> list[str]:
+def pre_queue_log(copy: PreQueueCopy, joins: Mapping[str, int], event_id: int) -> list[str]:
     """The pre-queue's log of placements ("<pseudonym> <score>") for a
     rebuilt room: the placements copied, as many entries as the copy covers
     (an entry logged twice was stored once: the first is repeated in its
     place, since the recorder never reads below what it covered), then the
-    pre-queue joins of the lifecycle that the copy does not hold, which the
-    draw recorder copies next."""
+    pre-queue joins of the lifecycle (customer: score) that the copy does
+    not hold, which the draw recorder copies next."""
     log = [f"{pseudonym} {score}" for pseudonym, score in copy.entries]
     if log and len(log) < copy.recorded:
         log.extend(log[0] for _ in range(copy.recorded - len(log)))
     held = {pseudonym for pseudonym, _ in copy.entries}
-    for row in rows:
-        if row.kind != "joined" or not row.pre_queue or row.score is None:
-            continue
-        pseudonym = draw.pseudonym(copy.pseudonym_key, event_id, row.customer_id)
+    for customer, score in joins.items():
+        pseudonym = draw.pseudonym(copy.pseudonym_key, event_id, customer)
         if pseudonym not in held:
             held.add(pseudonym)
-            log.append(f"{pseudonym} {row.score}")
+            log.append(f"{pseudonym} {score}")
     return log
 
 
@@ -199,87 +201,116 @@ class _Fan:
     since_ms: int = 0
 
 
-def fold(rows: Sequence[LifecycleRow], config: WaitingRoomConfig, *, now_ms: int) -> RoomImage:
-    """The room's state after ``rows`` (in index order) at ``now_ms``."""
-    fans: dict[str, _Fan] = {}
-    counters: dict[str, dict[str, int]] = {}
-    sequences: dict[str, int] = {}
-    outcomes: dict[str, str] = {}
-    flags: set[str] = set()
+class Folder:
+    """Folds a room's lifecycle rows, page by page in index order, into the
+    state they describe (:meth:`image`): what it keeps is one small record
+    per fan, never the rows."""
 
-    def count(lane: str, name: str, by: int = 1) -> None:
-        lane_counters = counters.setdefault(lane, {})
+    def __init__(self) -> None:
+        self._fans: dict[str, _Fan] = {}
+        self._counters: dict[str, dict[str, int]] = {}
+        self._sequences: dict[str, int] = {}
+        self._outcomes: dict[str, str] = {}
+        self._flags: set[str] = set()
+        # The pre-queue joins: customer -> score.
+        self.pre_queue_joins: dict[str, int] = {}
+        self.rows = 0
+        self.last_index = -1
+
+    def _count(self, lane: str, name: str, by: int = 1) -> None:
+        lane_counters = self._counters.setdefault(lane, {})
         lane_counters[name] = lane_counters.get(name, 0) + by
 
-    for row in rows:
+    def add(self, rows: Sequence[LifecycleRow]) -> None:
+        """Fold the next rows (in index order, after those added before)."""
+        for row in rows:
+            self.rows += 1
+            self.last_index = row.index
+            if row.kind == "joined" and row.pre_queue and row.score is not None:
+                self.pre_queue_joins[row.customer_id] = row.score
+            self._one(row)
+
+    def _one(self, row: LifecycleRow) -> None:
         if row.kind == "flagged":
-            flags.add(row.customer_id)
-            continue
+            self._flags.add(row.customer_id)
+            return
         if row.kind in ("unflagged", "unshadowed"):
-            flags.discard(row.customer_id)
-        fan = fans.get(row.customer_id)
+            self._flags.discard(row.customer_id)
+        fan = self._fans.get(row.customer_id)
         if row.kind == "joined":
             lane = row.detail or ""
-            fan = fans[row.customer_id] = _Fan(lane=lane, score=row.score or 0, state="waiting", since_ms=row.at_ms)
-            outcomes.pop(row.customer_id, None)
-            count(lane, "joined")
+            fan = self._fans[row.customer_id] = _Fan(
+                lane=lane, score=row.score or 0, state="waiting", since_ms=row.at_ms
+            )
+            self._outcomes.pop(row.customer_id, None)
+            self._count(lane, "joined")
             if row.pre_queue:
-                count(lane, "pre")
+                self._count(lane, "pre")
             elif row.score is not None:
-                sequences[lane] = max(sequences.get(lane, 0), row.score - PRE_QUEUE_BAND)
-            continue
+                self._sequences[lane] = max(self._sequences.get(lane, 0), row.score - PRE_QUEUE_BAND)
+            return
         if fan is None:
-            continue  # its join was removed by the retention: nothing to put back
+            return  # its join was removed by the retention: nothing to put back
         if row.kind == "admitted":
             fan.state, fan.since_ms = "admitted", row.at_ms
-            count(fan.lane, "admitted")
-            lane_counters = counters.setdefault(fan.lane, {})
+            self._count(fan.lane, "admitted")
+            lane_counters = self._counters.setdefault(fan.lane, {})
             lane_counters["through"] = max(lane_counters.get("through", 0), fan.score)
         elif row.kind == "claimed":
             fan.state, fan.since_ms = "active", row.at_ms
-            count(fan.lane, "claimed")
+            self._count(fan.lane, "claimed")
         elif row.kind == "shadowed":
             fan.state = "shadowed"
         elif row.kind == "unshadowed":
             fan.state = "waiting"
         elif row.kind in _OUTCOMES:
             if row.kind == "no_show":
-                count(fan.lane, "noshow")
+                self._count(fan.lane, "noshow")
             fan.state = "gone"
-            outcomes[row.customer_id] = _OUTCOMES[row.kind]
+            self._outcomes[row.customer_id] = _OUTCOMES[row.kind]
 
-    lanes: dict[str, LaneImage] = {}
-    names = {view.name for view in config.lane_views()}
-    for name in names | set(counters):
-        lanes[name] = LaneImage(sequence=sequences.get(name, 0), progress=dict(counters.get(name, {})))
-    admitted: list[tuple[int, str]] = []
-    active: list[tuple[int, str]] = []
-    shadowed: list[tuple[int, str]] = []
-    bindings: dict[str, str] = {}
-    for customer, fan in fans.items():
-        if fan.lane:
-            bindings[customer] = fan.lane
-        if fan.state == "waiting":
-            lanes.setdefault(fan.lane, LaneImage()).waiting.append((fan.score, customer))
-        elif fan.state == "shadowed":
-            shadowed.append((fan.score, customer))
-        elif fan.state == "admitted":
-            ends = fan.since_ms + config.claim_grace_ms
-            if ends > now_ms:
-                admitted.append((ends, customer))
-            else:
-                outcomes[customer] = "E"
-        elif fan.state == "active":
-            ends = fan.since_ms + config.session_length_ms
-            if ends > now_ms:
-                active.append((ends, customer))
-            else:
-                outcomes[customer] = "E"
-    for part in lanes.values():
-        part.waiting.sort()
-    reached = {customer for _, customer in shadowed}
-    flagged = sorted(flags - reached)
-    return RoomImage(lanes, admitted, active, shadowed, outcomes, bindings, now_ms, flagged=flagged)
+    def image(self, config: WaitingRoomConfig, *, now_ms: int) -> RoomImage:
+        """The room's state after the rows added, at ``now_ms``."""
+        outcomes = dict(self._outcomes)
+        lanes: dict[str, LaneImage] = {}
+        names = {view.name for view in config.lane_views()}
+        for name in names | set(self._counters):
+            lanes[name] = LaneImage(sequence=self._sequences.get(name, 0), progress=dict(self._counters.get(name, {})))
+        admitted: list[tuple[int, str]] = []
+        active: list[tuple[int, str]] = []
+        shadowed: list[tuple[int, str]] = []
+        bindings: dict[str, str] = {}
+        for customer, fan in self._fans.items():
+            if fan.lane:
+                bindings[customer] = fan.lane
+            if fan.state == "waiting":
+                lanes.setdefault(fan.lane, LaneImage()).waiting.append((fan.score, customer))
+            elif fan.state == "shadowed":
+                shadowed.append((fan.score, customer))
+            elif fan.state == "admitted":
+                ends = fan.since_ms + config.claim_grace_ms
+                if ends > now_ms:
+                    admitted.append((ends, customer))
+                else:
+                    outcomes[customer] = "E"
+            elif fan.state == "active":
+                ends = fan.since_ms + config.session_length_ms
+                if ends > now_ms:
+                    active.append((ends, customer))
+                else:
+                    outcomes[customer] = "E"
+        for part in lanes.values():
+            part.waiting.sort()
+        reached = {customer for _, customer in shadowed}
+        flagged = sorted(self._flags - reached)
+        return RoomImage(lanes, admitted, active, shadowed, outcomes, bindings, now_ms, flagged=flagged)
+
+
+def fold(rows: Sequence[LifecycleRow], config: WaitingRoomConfig, *, now_ms: int) -> RoomImage:
+    """The room's state after ``rows`` (in index order) at ``now_ms``."""
+    folder = Folder()
+    folder.add(rows)
+    return folder.image(config, now_ms=now_ms)
 
 
 class RoomImageStore(Protocol):
@@ -301,12 +332,31 @@ class RoomImageStore(Protocol):
 
 
 class Rebuilder:
-    """Puts a lost room back from Postgres (see the module)."""
+    """Puts a lost room back from Postgres (see the module). The room's
+    history is read ``page_size`` rows at a time (keyset pagination by
+    index) and folded as it comes, so a room of any size costs the
+    admitter one page of rows and one small record per fan."""
 
-    def __init__(self, *, generations: RoomGenerations, images: RoomImageStore, store: QueueStore) -> None:
+    def __init__(
+        self,
+        *,
+        generations: RoomGenerations,
+        images: RoomImageStore,
+        store: QueueStore,
+        page_size: int = HISTORY_PAGE,
+    ) -> None:
         self._generations = generations
         self._images = images
         self._store = store
+        self._page_size = page_size
+
+    async def _fold_history(self, event_id: int) -> Folder:
+        folder = Folder()
+        while True:
+            page = await self._generations.history(event_id, after=folder.last_index, limit=self._page_size)
+            folder.add(page)
+            if len(page) < self._page_size:
+                return folder
 
     async def generations(self) -> dict[int, tuple[int, int]]:
         """Every room's generation, and the marker a mirror may write."""
@@ -330,14 +380,14 @@ class Rebuilder:
         if marker > 0:
             # A failover to a copy older than the room's last rebuild.
             await self._images.wipe(event_id, lanes)
-        rows = await self._generations.history(event_id)
+        folder = await self._fold_history(event_id)
         generation = await self._generations.advance(event_id, from_generation=known.generation)
         if generation is None:
             return None
-        image = fold(rows, config, now_ms=now_ms)
+        image = folder.image(config, now_ms=now_ms)
         copy = await self._generations.pre_queue(event_id)
         if copy is not None:
-            image.pre_queue_log.extend(pre_queue_log(copy, rows, event_id))
+            image.pre_queue_log.extend(pre_queue_log(copy, folder.pre_queue_joins, event_id))
             image = dataclasses.replace(image, pre_queue_sealed=copy.sealed)
         refusals = await self._generations.refusals(event_id)
         await self._store.put_config(config, generation=0)
@@ -352,7 +402,7 @@ class Rebuilder:
                 "waiting": image.waiting,
                 "admitted": len(image.admitted),
                 "active": len(image.active),
-                "lifecycle_rows": len(rows),
+                "lifecycle_rows": folder.rows,
                 "flagged": len(image.flagged),
                 "pre_queue_log": len(image.pre_queue_log),
             },

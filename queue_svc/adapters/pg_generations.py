@@ -10,7 +10,9 @@ from queue_svc.adapters.pg_draws import PRE_QUEUE
 from queue_svc.jobs.lifecycle import LifecycleRow
 from queue_svc.rebuild import PreQueueCopy, RoomGeneration
 
-# Reading a whole room's history may take longer than a call's default.
+# A page of a room's history, and a room's whole draw, may take longer than
+# a call's default.
+_PAGE_SECONDS = 60.0
 _HISTORY_SECONDS = 60.0
 
 
@@ -62,14 +64,14 @@ class PgRoomGenerations:
             row = await cur.fetchone()
         return None if row is None else int(row[0])
 
-    async def history(self, event_id: int) -> list[LifecycleRow]:
-        async with db.transaction(self._pool, default_seconds=_HISTORY_SECONDS) as conn:
+    async def history(self, event_id: int, *, after: int, limit: int) -> list[LifecycleRow]:
+        async with db.transaction(self._pool, default_seconds=_PAGE_SECONDS) as conn:
             cur = await conn.execute(
                 """
                 SELECT idx, kind, (extract(epoch FROM at) * 1000)::bigint, customer_id, score, pre_queue, detail
-                  FROM queue_lifecycle WHERE event_id = %s ORDER BY idx
+                  FROM queue_lifecycle WHERE event_id = %s AND idx > %s ORDER BY idx LIMIT %s
                 """,
-                (event_id,),
+                (event_id, after, limit),
             )
             rows = await cur.fetchall()
         return [

@@ -2,21 +2,25 @@
 its data (FLUSHDB on a Redis of the test's own, then the admitter's
 rebuild): an operator's flags and pause, the refusal counters, the staff
 passes' bindings, and the pre-queue's placements the draw had not copied
-yet."""
+yet; and the rebuild reads the room's history a page at a time."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
 
 from boxoffice import db, draw
 from boxoffice.errors import BoxofficeError
+from queue_svc.adapters.pg_generations import PgRoomGenerations
+from queue_svc.adapters.redis_rebuild import RedisRoomImages
 from queue_svc.app import QueueApp
+from queue_svc.jobs.lifecycle import LifecycleRow
 from queue_svc.model import Lane, LaneEntry
+from queue_svc.rebuild import Rebuilder, RoomGenerations
 from tests.queue.harness import MINUTE_MS, keys_of, members, new_event_id, queue_app, room_config
 from tests.support import Stores
 
@@ -154,3 +158,51 @@ async def test_pre_queue_placements_not_copied_to_the_draw_come_back(stores: Sto
         key = bytes(row[0])
         assert pseudonyms == {draw.pseudonym(key, event_id, fan) for fan in [*early, *late, "after"]}
         assert recorded == len(early) + len(late) + 1
+
+
+class _CountedHistory:
+    """The room's real generations (Postgres), counting the pages of
+    history a rebuild reads and the most rows one page held."""
+
+    def __init__(self, inner: PgRoomGenerations) -> None:
+        self._inner = inner
+        self.pages = 0
+        self.largest = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def history(self, event_id: int, *, after: int, limit: int) -> list[LifecycleRow]:
+        page = await self._inner.history(event_id, after=after, limit=limit)
+        self.pages += 1
+        self.largest = max(self.largest, len(page))
+        return page
+
+
+async def test_the_history_is_read_in_pages_and_rebuilds_the_same_room(stores: Stores, embedded_redis_url: str) -> None:
+    async with _queue(stores, embedded_redis_url) as (queue, client):
+        event_id = await _room(queue)
+        fans = [f"paged-{n}" for n in range(9)]
+        for fan in fans:
+            await queue.handler.join(event_id, fan, "")
+        now_ms = int(queue.rt.clock.now() * 1000)
+        await queue.store.flag(event_id, "paged-4", flagged=True, now_ms=now_ms)
+        await queue.handler.leave(event_id, "paged-7")
+        await queue.lifecycle_recorder.pass_once()
+        await client.flushdb()
+        config = await queue.rooms.get(event_id)
+        assert config is not None
+        history = _CountedHistory(PgRoomGenerations(queue.rt.pool()))
+        rebuilder = Rebuilder(
+            generations=cast(RoomGenerations, history),
+            images=RedisRoomImages(queue.batcher),
+            store=queue.store,
+            page_size=2,
+        )
+        assert await rebuilder.rebuild(config, now_ms=int(queue.rt.clock.now() * 1000)) == 2
+        # 11 rows (9 joins, a flag, a leave): 6 pages of at most 2 rows.
+        assert (history.pages, history.largest) == (6, 2)
+        keys = keys_of(event_id)
+        assert await members(client, keys.queue) == [fan for fan in fans if fan != "paged-7"]
+        assert await client.smembers(keys.shadow) == {b"paged-4"}
+        assert await client.hget(keys.outcomes, "paged-7") == b"L"
