@@ -39,7 +39,7 @@ from queue_svc.handler import QueueHandler
 from queue_svc.jobs import Admitter, DrawRecorder, ProgressHub
 from queue_svc.jobs.lifecycle import LifecycleMetrics, LifecycleRecorder, PgLifecycleRepository
 from queue_svc.lanes import LaneDoor
-from queue_svc.metrics import AdmitterMetrics, DrawMetrics, ServerMetrics
+from queue_svc.metrics import AdmitterMetrics, DrawMetrics, RebuildMetrics, ServerMetrics
 from queue_svc.passes import StaffPasses
 from queue_svc.ports import Leadership
 from queue_svc.rebuild import Rebuilder
@@ -97,7 +97,12 @@ class QueueApp:
     @functools.cached_property
     def rebuilder(self) -> Rebuilder:
         """Puts back a room whose Redis data was lost, from Postgres."""
-        return Rebuilder(generations=self.generations, images=RedisRoomImages(self.batcher), store=self.store)
+        return Rebuilder(
+            generations=self.generations,
+            images=RedisRoomImages(self.batcher),
+            store=self.store,
+            metrics=RebuildMetrics.create(self.rt.registry),
+        )
 
     @functools.cached_property
     def rooms(self) -> PgWaitingRoomRepository:

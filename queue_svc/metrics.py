@@ -161,3 +161,39 @@ class DrawMetrics:
                 registry=registry,
             ),
         )
+
+
+# A rebuild reads a room's whole history: seconds to minutes at scale.
+_REBUILD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True)
+class RebuildMetrics:
+    """The admitter's rebuilds of waiting rooms after Redis lost their data
+    (``queue_svc.rebuild``): how many, how long each took, how many fans
+    each put back (waiting, admitted, shopping, and flagged whom admission reached)."""
+
+    rebuilds: Counter
+    seconds: Histogram
+    fans_restored: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> RebuildMetrics:
+        return cls(
+            rebuilds=Counter(
+                "boxoffice_queue_rebuilds",
+                "Waiting rooms rebuilt from Postgres after Redis lost their data.",
+                registry=registry,
+            ),
+            seconds=Histogram(
+                "boxoffice_queue_rebuild_seconds",
+                "Time of one waiting room's rebuild: its history read and folded, Redis written.",
+                buckets=_REBUILD_BUCKETS,
+                registry=registry,
+            ),
+            fans_restored=Counter(
+                "boxoffice_queue_rebuild_fans_restored",
+                "Fans put back by rebuilds: waiting, admitted, shopping, and flagged whom admission reached.",
+                registry=registry,
+            ),
+        )

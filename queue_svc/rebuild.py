@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -52,6 +53,7 @@ from typing import Protocol
 from boxoffice import deadline, draw
 from boxoffice.errors import DeadlineExceeded
 from queue_svc.jobs.lifecycle import LifecycleRow
+from queue_svc.metrics import RebuildMetrics
 from queue_svc.model import PRE_QUEUE_BAND, WaitingRoomConfig
 from queue_svc.ports import QueueStore
 
@@ -344,11 +346,13 @@ class Rebuilder:
         images: RoomImageStore,
         store: QueueStore,
         page_size: int = HISTORY_PAGE,
+        metrics: RebuildMetrics | None = None,
     ) -> None:
         self._generations = generations
         self._images = images
         self._store = store
         self._page_size = page_size
+        self._metrics = metrics
 
     async def _fold_history(self, event_id: int) -> Folder:
         folder = Folder()
@@ -380,6 +384,7 @@ class Rebuilder:
         if marker > 0:
             # A failover to a copy older than the room's last rebuild.
             await self._images.wipe(event_id, lanes)
+        started = time.monotonic()
         folder = await self._fold_history(event_id)
         generation = await self._generations.advance(event_id, from_generation=known.generation)
         if generation is None:
@@ -394,6 +399,12 @@ class Rebuilder:
         if not await self._images.restore(event_id, image):
             return None
         await self._images.mark(event_id, generation, refusals=refusals)
+        # Flagged fans still waiting are among the waiting.
+        restored = image.waiting + len(image.admitted) + len(image.active) + len(image.shadowed)
+        if self._metrics is not None:
+            self._metrics.rebuilds.inc()
+            self._metrics.seconds.observe(time.monotonic() - started)
+            self._metrics.fans_restored.inc(restored)
         _log.warning(
             "waiting room rebuilt after Redis lost its data",
             extra={

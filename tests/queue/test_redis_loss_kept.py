@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
 
 from boxoffice import db, draw
 from boxoffice.errors import BoxofficeError
@@ -19,6 +20,7 @@ from queue_svc.adapters.pg_generations import PgRoomGenerations
 from queue_svc.adapters.redis_rebuild import RedisRoomImages
 from queue_svc.app import QueueApp
 from queue_svc.jobs.lifecycle import LifecycleRow
+from queue_svc.metrics import RebuildMetrics
 from queue_svc.model import Lane, LaneEntry
 from queue_svc.rebuild import Rebuilder, RoomGenerations
 from tests.queue.harness import MINUTE_MS, keys_of, members, new_event_id, queue_app, room_config
@@ -193,13 +195,20 @@ async def test_the_history_is_read_in_pages_and_rebuilds_the_same_room(stores: S
         config = await queue.rooms.get(event_id)
         assert config is not None
         history = _CountedHistory(PgRoomGenerations(queue.rt.pool()))
+        registry = CollectorRegistry()
         rebuilder = Rebuilder(
             generations=cast(RoomGenerations, history),
             images=RedisRoomImages(queue.batcher),
             store=queue.store,
             page_size=2,
+            metrics=RebuildMetrics.create(registry),
         )
+        assert registry.get_sample_value("boxoffice_queue_rebuilds_total") == 0
         assert await rebuilder.rebuild(config, now_ms=int(queue.rt.clock.now() * 1000)) == 2
+        # Counted: one rebuild, its time, the 8 fans waiting put back (one of them flagged).
+        assert registry.get_sample_value("boxoffice_queue_rebuilds_total") == 1
+        assert registry.get_sample_value("boxoffice_queue_rebuild_seconds_count") == 1
+        assert registry.get_sample_value("boxoffice_queue_rebuild_fans_restored_total") == 8
         # 11 rows (9 joins, a flag, a leave): 6 pages of at most 2 rows.
         assert (history.pages, history.largest) == (6, 2)
         keys = keys_of(event_id)
