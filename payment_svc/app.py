@@ -199,10 +199,11 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     webhooks = ProviderWebhooks(
         payments=handler,
         store=store,
-        webhook_events=PgWebhookStore(pool, lock_seconds=config.idempotency_lock_seconds),
+        webhook_events=PgWebhookStore(pool, lease_seconds=config.idempotency_lease_seconds),
         booking=booking,
         reader=reader,
         metrics=metrics,
+        lease_seconds=config.idempotency_lease_seconds,
         tracing=rt.tracing,
     )
     servicer = PaymentServicer(

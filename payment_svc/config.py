@@ -102,11 +102,9 @@ class PaymentConfig:
     # Longest wait for one provider call.
     provider_timeout_seconds: float
     idempotency_retention_seconds: int
-    # An in-flight webhook older than this is taken over.
-    idempotency_lock_seconds: int
-    # A request's idempotency key is leased for this long and renewed by its
-    # holder while the request runs: a dead holder's key is taken over once
-    # the lease lapses.
+    # A request's idempotency key, and a provider webhook's delivery, is
+    # leased for this long and renewed by its holder while the request runs:
+    # a dead holder's claim is taken over once the lease lapses.
     idempotency_lease_seconds: float
     reconcile_interval_seconds: float
     # A payment or refund left unsettled this long is the reconciler's.
@@ -146,7 +144,6 @@ class PaymentConfig:
             ),
             provider_timeout_seconds=env.number("BOXOFFICE_PROVIDER_TIMEOUT_SECONDS", 10.0, minimum=0.01),
             idempotency_retention_seconds=env.integer("BOXOFFICE_IDEMPOTENCY_RETENTION_SECONDS", 86_400, minimum=60),
-            idempotency_lock_seconds=env.integer("BOXOFFICE_IDEMPOTENCY_LOCK_SECONDS", 60, minimum=1),
             idempotency_lease_seconds=env.number(
                 "BOXOFFICE_IDEMPOTENCY_LEASE_SECONDS", 3.0, minimum=0.3, maximum=600.0
             ),

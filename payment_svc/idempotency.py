@@ -24,10 +24,11 @@ customer reusing a key for another of their payments is still refused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
@@ -100,12 +101,9 @@ class Idempotent:
                 raise outcome.error
             return decode(outcome.response)
         token = outcome.token
-        renewal = asyncio.get_running_loop().create_task(self._renew(scope, key, token), context=contextvars.Context())
         try:
-            try:
+            async with leased(lambda: self._store.renew(scope, key, token), every_seconds=self._renew_every):
                 result = await work()
-            finally:
-                renewal.cancel()
         except BoxofficeError as err:
             if err.code in RETRYABLE_CODES:
                 await detached(self._store.release(scope, key, token))
@@ -118,16 +116,30 @@ class Idempotent:
         await detached(self._store.complete(scope, key, token, encode(result)))
         return result
 
-    async def _renew(self, scope: str, key: str, token: str) -> None:
-        """Keep the lease while the work runs; stop once the key is not the
-        holder's any more (taken over: its answer will not be stored)."""
+
+@contextlib.asynccontextmanager
+async def leased(renew: Callable[[], Awaitable[bool]], *, every_seconds: float) -> AsyncIterator[None]:
+    """Hold a leased claim (an idempotency key, a webhook delivery) while
+    the block runs: ``renew`` is called every ``every_seconds`` (a third of
+    the lease) in a task of its own, until the block ends or ``renew`` says
+    the claim is not the holder's any more (taken over: its answer will not
+    be stored). A holder that dies stops renewing, and its claim is taken
+    over once the lease lapses."""
+
+    async def renewing() -> None:
         while True:
-            await asyncio.sleep(self._renew_every)
+            await asyncio.sleep(every_seconds)
             try:
-                if not await self._store.renew(scope, key, token):
+                if not await renew():
                     return
             except Exception:  # Postgres away: try again; the lease may lapse meanwhile
                 continue
+
+    renewal = asyncio.get_running_loop().create_task(renewing(), context=contextvars.Context())
+    try:
+        yield
+    finally:
+        renewal.cancel()
 
 
 async def detached(work: Coroutine[Any, Any, None]) -> None:

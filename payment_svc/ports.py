@@ -139,6 +139,9 @@ class WebhookStore(Protocol):
 
     async def applied(self, event_id: str, token: str) -> None: ...
 
+    async def renew(self, event_id: str, token: str) -> bool:
+        """Extend the owner's lease; False once the claim is not ``token``'s."""
+
     async def release(self, event_id: str, token: str) -> None: ...
 
 

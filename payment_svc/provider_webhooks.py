@@ -2,10 +2,12 @@
 
 A delivery is verified and read by the provider's :class:`~payment_svc.ports.WebhookReader`
 (the sandbox's or Stripe's), which turns it into one of the events below, then
-deduplicated by the provider's event id: it is recorded (with a lock) before
-it is applied and marked applied after; a later delivery of an applied event
-changes nothing, one that arrives while it is being applied is ABORTED (the
-provider retries), and one whose first application failed applies it again.
+deduplicated by the provider's event id: it is recorded (with a lease its
+applier renews, as an idempotency key's holder does) before it is applied
+and marked applied after; a later delivery of an applied event changes
+nothing, one that arrives while it is being applied is ABORTED (the
+provider retries), and one whose first application failed, or whose
+applier died, applies it again (the latter once the lease lapsed).
 An event about the payment's charge or refund whose amount or currency is not
 the payment's is refused before it is recorded: a valid signature does not
 make foreign money the payment's.
@@ -26,6 +28,7 @@ The events (:data:`payment_svc.webhooks.EVENT_TYPES`):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import uuid
@@ -35,7 +38,7 @@ from typing import Any
 from boxoffice.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from boxoffice.tracing import Tracing
 from payment_svc.handler import PaymentHandler
-from payment_svc.idempotency import detached
+from payment_svc.idempotency import detached, leased
 from payment_svc.metrics import ServerMetrics
 from payment_svc.model import Payment, PaymentState, RefundOrder, RefundSource, RefundState
 from payment_svc.ports import (
@@ -80,8 +83,10 @@ class ProviderWebhooks:
         booking: BookingClient,
         reader: WebhookReader,
         metrics: ServerMetrics,
+        lease_seconds: float,
         tracing: Tracing | None = None,
     ) -> None:
+        self._renew_every = lease_seconds / 3
         self._payments = payments
         self._store = store
         self._webhook_events = webhook_events
@@ -116,6 +121,7 @@ class ProviderWebhooks:
                 reason="WEBHOOK_IN_FLIGHT",
                 metadata={"provider_event_id": event.event_id},
             )
+        token = claim.token
         try:
             applied = None
             if payment is not None:
@@ -126,7 +132,9 @@ class ProviderWebhooks:
                     "boxoffice.payment_id": payment.payment_id,
                 }
                 with self._tracing.linked(f"apply {event.type}", payment.traceparent, attributes):
-                    applied = await self._apply_to(payment, event)
+                    renew = functools.partial(self._webhook_events.renew, event.event_id, token)
+                    async with leased(renew, every_seconds=self._renew_every):
+                        applied = await self._apply_to(payment, event)
         except BaseException:
             await detached(self._webhook_events.release(event.event_id, claim.token))
             raise

@@ -2,10 +2,12 @@
 
 A delivery is recorded (RECEIVED, with a lock) before it is applied and
 marked APPLIED after. Its claim is one statement: a new event is inserted
-and owned; a RECEIVED one whose lock is free or stale (its first
-application failed or its owner died) is taken over; else the row says
-whether it is applied or in flight. Another body under the same event id
-is INVALID_ARGUMENT.
+and owned; a RECEIVED one whose lock is free or whose lease lapsed (its
+first application failed, or its owner died and stopped renewing) is taken
+over; else the row says whether it is applied or in flight. The owner
+renews the lease while it applies the event (:meth:`PgWebhookStore.renew`,
+as the idempotency keys' holders do), so the lease can be seconds. Another
+body under the same event id is INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from payment_svc.ports import ClaimState, WebhookClaim, WebhookStore
 
 
 class PgWebhookStore:
-    def __init__(self, pool: Pool, *, lock_seconds: int) -> None:
+    def __init__(self, pool: Pool, *, lease_seconds: float) -> None:
         self._pool = pool
-        self._lock = lock_seconds
+        self._lease = lease_seconds
 
     @db.repeated_when_lost
     async def claim(
@@ -37,7 +39,7 @@ class PgWebhookStore:
                 ON CONFLICT (provider_event_id) DO UPDATE
                    SET lock_token = excluded.lock_token, locked_at = now(), deliveries = w.deliveries + 1
                  WHERE w.state = 'RECEIVED' AND w.body_sha256 = excluded.body_sha256
-                   AND (w.lock_token IS NULL OR w.locked_at < now() - make_interval(secs => %(lock)s))
+                   AND (w.lock_token IS NULL OR w.locked_at < now() - make_interval(secs => %(lease)s))
                 RETURNING 1
                 """,
                 {
@@ -47,7 +49,7 @@ class PgWebhookStore:
                     "sha": body_sha256,
                     "body": body,
                     "token": token,
-                    "lock": self._lock,
+                    "lease": self._lease,
                 },
             )
             if await cur.fetchone() is not None:
@@ -76,6 +78,16 @@ class PgWebhookStore:
                 """,
                 (event_id, token),
             )
+
+    @db.repeated_when_lost
+    async def renew(self, event_id: str, token: str) -> bool:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                "UPDATE webhook_events SET locked_at = now() "
+                "WHERE provider_event_id = %s AND lock_token = %s AND state = 'RECEIVED'",
+                (event_id, token),
+            )
+            return cur.rowcount == 1
 
     @db.repeated_when_lost
     async def release(self, event_id: str, token: str) -> None:
