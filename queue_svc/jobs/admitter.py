@@ -118,13 +118,19 @@ class Admitter:
     async def refresh(self) -> None:
         """Re-read the waiting rooms and re-mirror their configuration to
         Redis (a failed-over or flushed Redis gets it back within one
-        refresh)."""
+        refresh). With a rebuilder, the mirror writes no generation marker:
+        what it read of a room's history may be stale by the time it writes
+        (rows copied, then Redis flushed, meanwhile), and a marker on a lost
+        room would strand its fans; the next admit tick finds a room without
+        one and lets the rebuilder decide from Postgres as it is then."""
         with deadline.scope(max(self._settings.tick_seconds, 1.0) * 5):
             configs = await self._rooms.list_all()
+            mark = 1
             if self._rebuilder is not None:
                 self._generations = await self._rebuilder.generations()
+                mark = 0
             for config in configs:
-                await self._store.put_config(config, generation=self._generations.get(config.event_id, (1, 1))[1])
+                await self._store.put_config(config, generation=mark)
         self._event_ids = [config.event_id for config in configs]
         self._configs = {config.event_id: config for config in configs}
         for stale in set(self._no_shows) - set(self._configs):

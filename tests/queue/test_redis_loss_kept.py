@@ -7,7 +7,7 @@ yet; and the rebuild reads the room's history a page at a time."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import pytest
@@ -19,11 +19,12 @@ from boxoffice.errors import BoxofficeError
 from queue_svc.adapters.pg_generations import PgRoomGenerations
 from queue_svc.adapters.redis_rebuild import RedisRoomImages
 from queue_svc.app import QueueApp
+from queue_svc.jobs.admitter import Admitter
 from queue_svc.jobs.lifecycle import LifecycleRow
-from queue_svc.metrics import RebuildMetrics
-from queue_svc.model import Lane, LaneEntry
+from queue_svc.metrics import AdmitterMetrics, RebuildMetrics
+from queue_svc.model import Lane, LaneEntry, QueueState, WaitingRoomConfig
 from queue_svc.rebuild import Rebuilder, RoomGenerations
-from tests.queue.harness import MINUTE_MS, keys_of, members, new_event_id, queue_app, room_config
+from tests.queue.harness import MINUTE_MS, AlwaysLeader, keys_of, members, new_event_id, queue_app, room_config
 from tests.support import Stores
 
 pytestmark = pytest.mark.slow
@@ -215,3 +216,55 @@ async def test_the_history_is_read_in_pages_and_rebuilds_the_same_room(stores: S
         assert await members(client, keys.queue) == [fan for fan in fans if fan != "paged-7"]
         assert await client.smembers(keys.shadow) == {b"paged-4"}
         assert await client.hget(keys.outcomes, "paged-7") == b"L"
+
+
+class _FlushDuringRefresh:
+    """The admitter's rebuilder, with a hook run right after the refresh has
+    read the rooms' generations and before it mirrors them: what happens
+    there happens between the admitter's read of Postgres and its write to
+    Redis."""
+
+    def __init__(self, inner: Rebuilder, hook: Callable[[], Awaitable[None]]) -> None:
+        self._inner = inner
+        self._hook: Callable[[], Awaitable[None]] | None = hook
+
+    async def generations(self) -> dict[int, tuple[int, int]]:
+        read = await self._inner.generations()
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            await hook()
+        return read
+
+    async def rebuild(self, config: WaitingRoomConfig, *, now_ms: int) -> int | None:
+        return await self._inner.rebuild(config, now_ms=now_ms)
+
+
+async def test_a_flush_while_the_admitter_refreshes_strands_nobody(stores: Stores, embedded_redis_url: str) -> None:
+    """The admitter read the room as one with nothing to rebuild; then its
+    first joins were copied and Redis lost its data; then it mirrored the
+    room. The fans come back with the rebuild of its next tick (a mirror
+    that marked the room as it read it would have left it empty)."""
+    async with _queue(stores, embedded_redis_url) as (queue, client):
+        event_id = await _room(queue)
+        fans = [f"early-{n}" for n in range(3)]
+
+        async def joined_copied_then_lost() -> None:
+            for fan in fans:
+                await queue.handler.join(event_id, fan, "")
+            await queue.lifecycle_recorder.pass_once()
+            await client.flushdb()
+
+        admitter = Admitter(
+            store=queue.store,
+            rooms=queue.rooms,
+            clock=queue.rt.clock,
+            settings=queue.settings,
+            metrics=AdmitterMetrics.create(CollectorRegistry()),
+            leadership=AlwaysLeader(1),
+            rebuilder=_FlushDuringRefresh(queue.rebuilder, joined_copied_then_lost),
+        )
+        await admitter.tick(1)  # refresh (and the loss inside it), then the room's tick
+        for fan in fans:
+            state = (await queue.handler.position(event_id, fan)).state
+            assert state in (QueueState.WAITING, QueueState.ADMITTED), (fan, state)
+        assert await client.get(keys_of(event_id).generation) == b"2"
