@@ -24,10 +24,11 @@ scores (so their original order), the admissions not yet claimed whose
 claim time is not over, the sessions not over, the flagged fans (the
 operator's flags are in the lifecycle too), how each departed fan's visit
 ended, the lanes' bindings, sequences (later joins go behind everyone
-rebuilt) and progress counters; adds the pre-queue's log of placements
-(the draw's entries copied to Postgres, then the pre-queue joins not copied
-to the draw yet, so the draw recorder copies them: :func:`pre_queue_log`)
-and its seal; writes it while the marker is still missing, and writes the
+rebuilt) and progress counters; writes it while the marker is still
+missing, with the pre-queue's log of placements (the draw's entries copied
+to Postgres, a page at a time, then the pre-queue joins not copied to the
+draw yet, so the draw recorder copies them: :meth:`Rebuilder._restore_pre_queue`)
+and its seal; and writes the
 new marker last, with the refusal counters' totals from Postgres added to
 whatever was counted meanwhile (once: with the marker, in one script). Fans who joined in the
 last moment before the loss (not copied yet) read "not in queue" and join
@@ -122,39 +123,26 @@ class RoomGenerations(Protocol):
     async def refusals(self, event_id: int) -> dict[str, int]:
         """The room's refused joins per reason, as copied to Postgres."""
 
-    async def pre_queue(self, event_id: int) -> PreQueueCopy | None:
-        """The room's pre-queue draw as copied to Postgres; None without one."""
+    async def pre_queue(self, event_id: int) -> PreQueueDraw | None:
+        """The room's pre-queue draw in Postgres; None without one."""
+
+    async def pre_queue_entries(
+        self, event_id: int, *, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[str, int]]:
+        """A page of the draw's placements copied to Postgres, (pseudonym,
+        score) in the draw's order: at most ``limit`` after ``after``
+        ((score, pseudonym); None: from the first)."""
 
 
 @dataclass(frozen=True, slots=True)
-class PreQueueCopy:
-    """What Postgres holds of a room's pre-queue draw: the placements copied
-    ((pseudonym, score), in the draw's order), how many log entries the
-    copy covers, whether it is sealed, and the key of the fans' pseudonyms."""
+class PreQueueDraw:
+    """What Postgres holds of a room's pre-queue draw besides its entries:
+    how many log entries its copy covers, whether it is sealed, and the key
+    of the fans' pseudonyms."""
 
-    entries: list[tuple[str, int]]
     recorded: int
     sealed: bool
     pseudonym_key: bytes
-
-
-def pre_queue_log(copy: PreQueueCopy, joins: Mapping[str, int], event_id: int) -> list[str]:
-    """The pre-queue's log of placements ("<pseudonym> <score>") for a
-    rebuilt room: the placements copied, as many entries as the copy covers
-    (an entry logged twice was stored once: the first is repeated in its
-    place, since the recorder never reads below what it covered), then the
-    pre-queue joins of the lifecycle (customer: score) that the copy does
-    not hold, which the draw recorder copies next."""
-    log = [f"{pseudonym} {score}" for pseudonym, score in copy.entries]
-    if log and len(log) < copy.recorded:
-        log.extend(log[0] for _ in range(copy.recorded - len(log)))
-    held = {pseudonym for pseudonym, _ in copy.entries}
-    for customer, score in joins.items():
-        pseudonym = draw.pseudonym(copy.pseudonym_key, event_id, customer)
-        if pseudonym not in held:
-            held.add(pseudonym)
-            log.append(f"{pseudonym} {score}")
-    return log
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,8 +174,7 @@ class RoomImage:
     at_ms: int = 0
     # Fans flagged by an operator whom admission has not reached.
     flagged: list[str] = field(default_factory=list)
-    # The pre-queue's log of placements, and whether it is sealed.
-    pre_queue_log: list[str] = field(default_factory=list)
+    # Whether the pre-queue is sealed (its log is written apart, in pages).
     pre_queue_sealed: bool = False
 
     @property
@@ -328,6 +315,10 @@ class RoomImageStore(Protocol):
         """Write the image while the marker is missing; False when a marker
         appeared meanwhile (another admitter finished first)."""
 
+    async def append_pre_queue(self, event_id: int, entries: Sequence[str]) -> bool:
+        """Append to the pre-queue's log while the marker is missing; False
+        when a marker appeared meanwhile."""
+
     async def mark(self, event_id: int, generation: int, *, refusals: dict[str, int] | None = None) -> None:
         """Write the marker (never lowering one); when this call writes it,
         add ``refusals`` to the room's refusal counters in the same step."""
@@ -353,6 +344,40 @@ class Rebuilder:
         self._store = store
         self._page_size = page_size
         self._metrics = metrics
+
+    async def _restore_pre_queue(self, event_id: int, pre_queue: PreQueueDraw, joins: Mapping[str, int]) -> int:
+        """The pre-queue's log of placements ("<pseudonym> <score>"), written
+        a page at a time: the placements copied to Postgres, as many entries
+        as the copy covers (an entry logged twice was stored once: the first
+        is repeated in its place, since the recorder never reads below what
+        it covered), then the pre-queue joins of the lifecycle (``joins``,
+        customer: score) that the copy does not hold, which the draw
+        recorder copies next. The entries written, or -1 once refused (the
+        marker is back: another admitter finished first)."""
+        key = pre_queue.pseudonym_key
+        pending = {draw.pseudonym(key, event_id, customer): score for customer, score in joins.items()}
+        written = 0
+        first = ""
+        after: tuple[int, str] | None = None
+        while True:
+            page = await self._generations.pre_queue_entries(event_id, after=after, limit=self._page_size)
+            if not page:
+                break
+            for pseudonym, _ in page:
+                pending.pop(pseudonym, None)
+            entries = [f"{pseudonym} {score}" for pseudonym, score in page]
+            first = first or entries[0]
+            if not await self._images.append_pre_queue(event_id, entries):
+                return -1
+            written += len(entries)
+            after = (page[-1][1], page[-1][0])
+            if len(page) < self._page_size:
+                break
+        tail = [first] * (pre_queue.recorded - written) if first else []
+        tail += [f"{pseudonym} {score}" for pseudonym, score in pending.items()]
+        if tail and not await self._images.append_pre_queue(event_id, tail):
+            return -1
+        return written + len(tail)
 
     async def _fold_history(self, event_id: int) -> Folder:
         folder = Folder()
@@ -390,14 +415,18 @@ class Rebuilder:
         if generation is None:
             return None
         image = folder.image(config, now_ms=now_ms)
-        copy = await self._generations.pre_queue(event_id)
-        if copy is not None:
-            image.pre_queue_log.extend(pre_queue_log(copy, folder.pre_queue_joins, event_id))
-            image = dataclasses.replace(image, pre_queue_sealed=copy.sealed)
+        pre_queue = await self._generations.pre_queue(event_id)
+        if pre_queue is not None:
+            image = dataclasses.replace(image, pre_queue_sealed=pre_queue.sealed)
         refusals = await self._generations.refusals(event_id)
         await self._store.put_config(config, generation=0)
         if not await self._images.restore(event_id, image):
             return None
+        logged = 0
+        if pre_queue is not None:
+            logged = await self._restore_pre_queue(event_id, pre_queue, folder.pre_queue_joins)
+            if logged < 0:
+                return None
         await self._images.mark(event_id, generation, refusals=refusals)
         # Flagged fans still waiting are among the waiting.
         restored = image.waiting + len(image.admitted) + len(image.active) + len(image.shadowed)
@@ -415,7 +444,7 @@ class Rebuilder:
                 "active": len(image.active),
                 "lifecycle_rows": folder.rows,
                 "flagged": len(image.flagged),
-                "pre_queue_log": len(image.pre_queue_log),
+                "pre_queue_log": logged,
             },
         )
         return generation

@@ -8,12 +8,11 @@ from boxoffice import db
 from boxoffice.runtime import Pool
 from queue_svc.adapters.pg_draws import PRE_QUEUE
 from queue_svc.jobs.lifecycle import LifecycleRow
-from queue_svc.rebuild import PreQueueCopy, RoomGeneration
+from queue_svc.rebuild import PreQueueDraw, RoomGeneration
 
-# A page of a room's history, and a room's whole draw, may take longer than
-# a call's default.
+# A page of a room's history, or of its draw, may take longer than a call's
+# default.
 _PAGE_SECONDS = 60.0
-_HISTORY_SECONDS = 60.0
 
 
 class PgRoomGenerations:
@@ -85,20 +84,26 @@ class PgRoomGenerations:
             rows = await cur.fetchall()
         return {str(reason): int(refused) for reason, refused in rows}
 
-    async def pre_queue(self, event_id: int) -> PreQueueCopy | None:
-        async with db.transaction(self._pool, default_seconds=_HISTORY_SECONDS) as conn:
+    async def pre_queue(self, event_id: int) -> PreQueueDraw | None:
+        async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
                 "SELECT recorded, sealed_at IS NOT NULL, pseudonym_key FROM queue_draws"
                 " WHERE event_id = %s AND purpose = %s",
                 (event_id, PRE_QUEUE),
             )
-            draw = await cur.fetchone()
-            if draw is None:
-                return None
+            row = await cur.fetchone()
+        return None if row is None else PreQueueDraw(int(row[0]), bool(row[1]), bytes(row[2]))
+
+    async def pre_queue_entries(
+        self, event_id: int, *, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[str, int]]:
+        async with db.transaction(self._pool, default_seconds=_PAGE_SECONDS) as conn:
             cur = await conn.execute(
-                "SELECT pseudonym, score FROM queue_draw_entries WHERE event_id = %s AND purpose = %s"
-                " ORDER BY score, pseudonym",
-                (event_id, PRE_QUEUE),
+                """
+                SELECT pseudonym, score FROM queue_draw_entries
+                 WHERE event_id = %s AND purpose = %s AND (%s::bigint IS NULL OR (score, pseudonym) > (%s, %s))
+                 ORDER BY score, pseudonym LIMIT %s
+                """,
+                (event_id, PRE_QUEUE, None if after is None else after[0], *(after or (None, None)), limit),
             )
-            entries = [(str(pseudonym), int(score)) for pseudonym, score in await cur.fetchall()]
-        return PreQueueCopy(entries, int(draw[0]), bool(draw[1]), bytes(draw[2]))
+            return [(str(pseudonym), int(score)) for pseudonym, score in await cur.fetchall()]

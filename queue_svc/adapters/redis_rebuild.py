@@ -89,11 +89,14 @@ class RedisRoomImages:
                 return False
         if image.pre_queue_sealed:
             writes.append((general.progress, "hset", ["sealed", 1]))
-        writes.append((general.pre_queue_log, "rpush", list(image.pre_queue_log)))
         for key, op, items in writes:
             if items and not await self._chunks(marker, key, op, items):
                 return False
         return True
+
+    async def append_pre_queue(self, event_id: int, entries: Sequence[str]) -> bool:
+        keys = EventKeys.of(event_id)
+        return await self._chunks(keys.generation, keys.pre_queue_log, "rpush", list(entries))
 
     async def mark(self, event_id: int, generation: int, *, refusals: dict[str, int] | None = None) -> None:
         keys = EventKeys.of(event_id)

@@ -49,14 +49,16 @@ async def _room(queue: QueueApp, *, opens_in_ms: int = -1000) -> int:
     return event_id
 
 
-async def _lose_and_rebuild(queue: QueueApp, client: aioredis.Redis, event_id: int) -> None:
+async def _lose_and_rebuild(
+    queue: QueueApp, client: aioredis.Redis, event_id: int, *, rebuilder: Rebuilder | None = None
+) -> None:
     """Copy the lifecycle, lose Redis's data, rebuild the room as the
-    admitter does on its next tick."""
+    admitter does on its next tick (with the app's rebuilder, or ``rebuilder``)."""
     await queue.lifecycle_recorder.pass_once()
     await client.flushdb()
     config = await queue.rooms.get(event_id)
     assert config is not None
-    generation = await queue.rebuilder.rebuild(config, now_ms=int(queue.rt.clock.now() * 1000))
+    generation = await (rebuilder or queue.rebuilder).rebuild(config, now_ms=int(queue.rt.clock.now() * 1000))
     assert generation == 2
 
 
@@ -147,7 +149,11 @@ async def test_pre_queue_placements_not_copied_to_the_draw_come_back(stores: Sto
             await queue.handler.join(event_id, fan, "")
         # The late placements reach the lifecycle's copy, not the draw's.
 
-        await _lose_and_rebuild(queue, client, event_id)
+        # The draw's copy is read in pages of four (here two pages).
+        paged = Rebuilder(
+            generations=queue.generations, images=RedisRoomImages(queue.batcher), store=queue.store, page_size=4
+        )
+        await _lose_and_rebuild(queue, client, event_id, rebuilder=paged)
 
         keys = keys_of(event_id)
         assert await client.llen(keys.pre_queue_log) == len(early) + len(late)
