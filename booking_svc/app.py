@@ -21,6 +21,7 @@ from booking_svc.handler import BookingHandler
 from booking_svc.jobs.gauges import SeatGauges
 from booking_svc.jobs.health import health_publisher
 from booking_svc.jobs.relay import OutboxRelay
+from booking_svc.jobs.stock import StockPublisher
 from booking_svc.jobs.sweeper import Sweeper
 from booking_svc.metrics import BookingMetrics, RelayMetrics, SweeperMetrics
 from booking_svc.ports import SeatGate
@@ -123,6 +124,7 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
     gauges = SeatGauges(
         store, metrics, rt.clock, interval_seconds=config.stats_interval_seconds, sections=config.seat_gauge_sections
     )
+    stock = StockPublisher(store, rt.redis(), rt.clock, interval_seconds=config.stock_interval_seconds)
     # The hold batcher, as a component, waits for its batches in flight on
     # the way out (it takes new calls until the server stops).
     batcher: list[Component] = [] if store.hold_batcher is None else [store.hold_batcher]
@@ -137,6 +139,7 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
             Loop("booking-ended-sessions", sessions.run),
             Loop("booking-seat-gauges", gauges.run),
             health_publisher(rt),
+            Loop("booking-stock", stock.run),
             *batcher,
         ],
     )

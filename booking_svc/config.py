@@ -71,6 +71,10 @@ class BookingConfig:
     # At most this many sections (of events not yet started, the soonest
     # first) have seat gauges.
     seat_gauge_sections: int
+    # How often each event's seats left are published for the admitter
+    # (booking_svc.jobs.stock): a sold-out event stops admitting within
+    # about this long plus an admit tick.
+    stock_interval_seconds: float
     # HoldSeats calls that arrive together go to Postgres as one statement:
     # at most this many per statement (1: each call alone), and at most this
     # many such statements at once; a statement goes out while another is
@@ -103,6 +107,9 @@ class BookingConfig:
                 "BOXOFFICE_BOOKING_STATS_INTERVAL_SECONDS", 5.0, minimum=0.1, maximum=300.0
             ),
             seat_gauge_sections=env.integer("BOXOFFICE_BOOKING_SEAT_GAUGE_SECTIONS", 2000, minimum=0, maximum=100_000),
+            stock_interval_seconds=env.number(
+                "BOXOFFICE_BOOKING_STOCK_INTERVAL_SECONDS", 1.0, minimum=0.1, maximum=60.0
+            ),
             hold_batch_max=env.integer("BOXOFFICE_BOOKING_HOLD_BATCH_MAX", 64, minimum=1, maximum=500),
             hold_batches_in_flight=env.integer("BOXOFFICE_BOOKING_HOLD_BATCHES_IN_FLIGHT", 2, minimum=1, maximum=16),
             hold_batch_overlap_min=env.integer("BOXOFFICE_BOOKING_HOLD_BATCH_OVERLAP_MIN", 0, minimum=0, maximum=500),

@@ -20,6 +20,7 @@ from booking_svc.model import (
     RowSpec,
     SeatMap,
     SectionCounterPage,
+    SectionCounters,
     Selection,
     SweepResult,
 )
@@ -100,6 +101,11 @@ class BookingStore(Protocol):
     async def section_counters(self, *, starting_after: datetime, limit: int) -> SectionCounterPage:
         """The counters of at most ``limit`` sections of events starting
         after ``starting_after``, the soonest events first."""
+        ...
+
+    async def event_counters(self, event_ids: Sequence[int]) -> list[SectionCounters]:
+        """The counters of every section of these events (unknown ids are
+        left out)."""
         ...
 
 

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 PRE_QUEUE_BAND = 2**50
 
 # Polling hints (seconds): close to the head ask often, far back rarely.
+# The hint is a quarter of the ETA, so a fan about to be admitted asks again
+# within a second or two (POLL_NEAR_SECONDS at the least); while the ETA is
+# unknown (no measured rate yet), POLL_MIN_SECONDS and more further back.
+POLL_NEAR_SECONDS = 1.0
 POLL_MIN_SECONDS = 5.0
 POLL_MAX_SECONDS = 15.0
 
@@ -65,9 +69,8 @@ def eta_seconds(ahead: int, rate_per_second: float) -> float | None:
 
 
 def poll_after_seconds(ahead: int, eta: float | None) -> float:
-    """5 s near the head, up to 15 s far back."""
+    """A quarter of the ETA, 1 s to 15 s; without an ETA 5 s near the head,
+    up to 15 s far back."""
     if eta is not None:
-        seconds = eta / 4
-    else:
-        seconds = POLL_MIN_SECONDS + ahead / 1000
-    return min(POLL_MAX_SECONDS, max(POLL_MIN_SECONDS, seconds))
+        return min(POLL_MAX_SECONDS, max(POLL_NEAR_SECONDS, eta / 4))
+    return min(POLL_MAX_SECONDS, max(POLL_MIN_SECONDS, POLL_MIN_SECONDS + ahead / 1000))

@@ -132,6 +132,7 @@ _ADMISSION = {
     qpb.WAITING_ROOM_ADMISSION_PRE_QUEUE: "pre-queue",
     qpb.WAITING_ROOM_ADMISSION_OPEN: "open",
     qpb.WAITING_ROOM_ADMISSION_PAUSED: "paused",
+    qpb.WAITING_ROOM_ADMISSION_SOLD_OUT: "sold out",
 }
 
 # Why the admitter targets its rate, as the stats table says it.

@@ -50,6 +50,10 @@ HTTP_STATUS: Mapping[grpc.StatusCode, int] = {
 # Retry-After for codes that ask the client to come back later, when the
 # error does not say (seconds).
 DEFAULT_RETRY_AFTER_SECONDS = 1
+# RESOURCE_EXHAUSTED reasons that coming back later does not cure (the
+# error catalogue, docs/errors.md: SOLD_OUT is not retried, NOT_ENOUGH_SEATS
+# asks for fewer): answered without Retry-After.
+NOT_RETRIED = frozenset({"SOLD_OUT", "NOT_ENOUGH_SEATS"})
 
 
 class MethodNotAllowed(BoxofficeError):
@@ -89,7 +93,7 @@ def render(err: BoxofficeError) -> tuple[int, bytes, dict[str, str]]:
         }
     }
     headers: dict[str, str] = {}
-    if err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+    if err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE) and err.reason not in NOT_RETRIED:
         headers["retry-after"] = str(retry_after_seconds(err))
     if isinstance(err, MethodNotAllowed):
         headers["allow"] = ", ".join(err.allow)

@@ -25,7 +25,13 @@ from boxoffice.runtime import Runtime
 from boxoffice.server import GrpcServer
 from boxoffice.sessions import EndedSessions
 from queue_svc import model
-from queue_svc.adapters import PgDrawRepository, PgWaitingRoomRepository, RedisBookingHealth, RedisQueueStore
+from queue_svc.adapters import (
+    PgDrawRepository,
+    PgWaitingRoomRepository,
+    RedisBookingHealth,
+    RedisBookingStock,
+    RedisQueueStore,
+)
 from queue_svc.adapters.leader_epochs import PgLeaderEpochs
 from queue_svc.adapters.pg_access_codes import PgAccessCodeRepository
 from queue_svc.adapters.pg_fan_draws import PgFanDrawRepository
@@ -225,6 +231,7 @@ class QueueApp:
             metrics=AdmitterMetrics.create(self.rt.registry),
             leadership=self.leadership,
             health=self.booking_health,
+            stock=self.booking_stock,
             epochs=self.leader_epochs,
             rebuilder=self.rebuilder,
         )
@@ -271,6 +278,11 @@ class QueueApp:
     def booking_health(self) -> RedisBookingHealth:
         """What booking publishes about its holds, for the adaptive rate."""
         return RedisBookingHealth(self.rt.redis(), max_age_ms=int(self.settings.booking_health_max_age_seconds * 1000))
+
+    @functools.cached_property
+    def booking_stock(self) -> RedisBookingStock:
+        """Whether events are sold out, as booking publishes it."""
+        return RedisBookingStock(self.rt.redis(), max_age_ms=int(self.settings.booking_stock_max_age_seconds * 1000))
 
     # -- roles ----------------------------------------------------------------
 

@@ -33,6 +33,9 @@ class QueueSettings:
     booking_slow_p99_ms: float = 1000.0
     booking_error_ratio: float = 0.05
     booking_health_max_age_seconds: float = 15.0
+    # Booking's published seats left (the sold-out verdict) count while
+    # this fresh; older, the room keeps its sold-out flag as it is.
+    booking_stock_max_age_seconds: float = 15.0
     no_show_window_seconds: float = 120.0
     # How often the draw recorder copies pre-queue placements to Postgres
     # (and, at opening, seals the pre-queue and reveals its seed).
@@ -69,6 +72,9 @@ class QueueSettings:
             booking_error_ratio=env.number("BOXOFFICE_QUEUE_BOOKING_ERROR_RATIO", 0.05, minimum=0.001, maximum=1.0),
             booking_health_max_age_seconds=env.number(
                 "BOXOFFICE_QUEUE_BOOKING_HEALTH_MAX_AGE_SECONDS", 15.0, minimum=1.0, maximum=600.0
+            ),
+            booking_stock_max_age_seconds=env.number(
+                "BOXOFFICE_QUEUE_BOOKING_STOCK_MAX_AGE_SECONDS", 15.0, minimum=1.0, maximum=600.0
             ),
             no_show_window_seconds=env.number(
                 "BOXOFFICE_QUEUE_NO_SHOW_WINDOW_SECONDS", 120.0, minimum=1.0, maximum=3600.0

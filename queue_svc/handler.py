@@ -269,7 +269,9 @@ class QueueHandler:
         status = reply.status
         if status is JoinStatus.WAITING or status is JoinStatus.ADMITTED:
             now = self._now_ms()
-            admission = admission_state(now_ms=now, opens_at_ms=reply.opens_at_ms, paused=reply.paused)
+            admission = admission_state(
+                now_ms=now, opens_at_ms=reply.opens_at_ms, paused=reply.paused, sold_out=reply.sold_out
+            )
             if status is JoinStatus.ADMITTED:
                 # Newly joined and admitted: the safety net let them in at once.
                 (self._join_safety_net if reply.newly_joined else self._join_admitted).inc()
@@ -337,7 +339,9 @@ class QueueHandler:
 
     def _lane_position(self, event_id: int, customer_id: str, place: Place, *, with_token: bool) -> Position:
         now = self._now_ms()
-        admission = admission_state(now_ms=now, opens_at_ms=place.opens_at_ms, paused=place.paused)
+        admission = admission_state(
+            now_ms=now, opens_at_ms=place.opens_at_ms, paused=place.paused, sold_out=place.sold_out
+        )
         if place.state is QueueState.WAITING:
             rate = measured_rate(place.rate_at_last_tick, place.last_tick_ms, now)
             return Position.waiting(
@@ -402,7 +406,8 @@ class QueueHandler:
         with deadline.scope(self._settings.stream_call_seconds):
             place = await self._fan(event_id, customer_id, FanOp.CLAIM)
         first = self._position(event_id, customer_id, place, with_token=True)
-        if first.state is not QueueState.WAITING:
+        if first.state is not QueueState.WAITING or first.admission_state is AdmissionState.SOLD_OUT:
+            # Nothing more to watch: the answer now is the last one.
             return PositionWatch(self, event_id, customer_id, first, None, None)
         base = WatchBase(place.score, place.ahead, place.admitted_total, place.pre_queue_joined)
         # The hub reports the fans its watchers follow as present.
@@ -563,6 +568,9 @@ class PositionWatch:
             admission = progress.admission_state
             if ahead != self._ahead or admission is not self._admission:
                 self._ahead, self._admission = ahead, admission
+                if admission is AdmissionState.SOLD_OUT:
+                    # Sold out: this answer is the stream's last.
+                    self._base = None
                 return self._handler.estimate(self._event_id, self._customer_id, base.score, ahead, progress)
 
     def close(self) -> None:

@@ -43,6 +43,8 @@ class AdmissionState(enum.IntEnum):
     PRE_QUEUE = 1
     OPEN = 2
     PAUSED = 3
+    # Every section is sold out: nobody is admitted until seats come back.
+    SOLD_OUT = 4
 
 
 class RateReason(enum.IntEnum):
@@ -225,8 +227,12 @@ def lane_weights(views: tuple[LaneView, ...], *, now_ms: int, waiting: dict[str,
     return parts
 
 
-def admission_state(*, now_ms: int, opens_at_ms: int, paused: bool) -> AdmissionState:
-    """The admitter admits only when not paused and the event is open."""
+def admission_state(*, now_ms: int, opens_at_ms: int, paused: bool, sold_out: bool = False) -> AdmissionState:
+    """The admitter admits only when the event is open, not paused and not
+    sold out. Sold out is said first: it is what a fan needs to know (a
+    paused or not yet open room that is sold out will not admit either)."""
+    if sold_out:
+        return AdmissionState.SOLD_OUT
     if paused:
         return AdmissionState.PAUSED
     if now_ms < opens_at_ms:
@@ -260,6 +266,9 @@ class Progress:
     # The room's generation (queue_svc.rebuild): it grows each time the room
     # is rebuilt after Redis lost its data; 0 while it waits for that.
     generation: int = 0
+    # The admitter found every section of the event sold out (the room's
+    # sold-out flag, see the admit script).
+    sold_out: bool = False
     # Derived once here, read by every watcher of the event.
     admission_state: AdmissionState = field(init=False)
     rate_per_second: float = field(init=False)
@@ -268,7 +277,9 @@ class Progress:
         object.__setattr__(
             self,
             "admission_state",
-            admission_state(now_ms=self.observed_at_ms, opens_at_ms=self.opens_at_ms, paused=self.paused),
+            admission_state(
+                now_ms=self.observed_at_ms, opens_at_ms=self.opens_at_ms, paused=self.paused, sold_out=self.sold_out
+            ),
         )
         object.__setattr__(
             self, "rate_per_second", measured_rate(self.rate_at_last_tick, self.last_tick_ms, self.observed_at_ms)
@@ -330,6 +341,8 @@ class Place:
     pre_queue_joined: int
     # The lane the fan is in ("" the general one).
     lane: str = ""
+    # The event is sold out (the room's flag).
+    sold_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +437,8 @@ class TickResult:
     # The room lost its data (its generation marker is gone or older than
     # Postgres's): nothing was done; the room waits for its rebuild.
     room_lost: bool = False
+    # The room's sold-out flag after the tick (no admission while it is set).
+    sold_out: bool = False
 
 
 # The pre-queue's draw: scores of the pre-queue band are the draw's scores.

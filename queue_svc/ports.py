@@ -59,6 +59,8 @@ class JoinReply:
     last_tick_ms: int = 0
     # The lane the fan's place is in ("" the general one).
     lane: str = ""
+    # The event is sold out (the room's flag).
+    sold_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +153,15 @@ class QueueStore(Protocol):
         lane: str = "",
         slot_share: float = 1.0,
         generation: int = 0,
+        sold_out: bool | None = None,
     ) -> TickResult | None:
         """One admit tick of the event's ``lane`` at the target rate (0: the
         configured one), filling at most ``slot_share`` of the free slots;
         None for an unknown event (or lane not mirrored). A room whose
         generation marker is missing or below ``generation`` (Postgres's)
-        lost its data: nothing is done and the result says ``room_lost``."""
+        lost its data: nothing is done and the result says ``room_lost``.
+        ``sold_out`` (None: not known now) sets the room's sold-out flag
+        first; while the flag is set nobody is admitted."""
 
     async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
         """The waiting fans among ``customer_ids`` are seen now; how many
@@ -236,6 +241,18 @@ class BookingHealthSource(Protocol):
 
     async def read(self, *, now_ms: int) -> BookingHealth | None:
         """The recent health, or None when nothing fresh was published."""
+
+
+class BookingStockSource(Protocol):
+    """Whether events are sold out, as booking publishes it
+    (``adapters.booking_stock``)."""
+
+    async def want(self, event_ids: Sequence[int]) -> None:
+        """Ask booking to publish these events' seats."""
+
+    async def sold_out(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, bool]:
+        """The recent verdict of each event that has one (sold out or not);
+        events without one are left out."""
 
 
 class CodeUse(enum.Enum):

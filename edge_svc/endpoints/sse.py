@@ -5,7 +5,9 @@ whenever the fan's state, place or the room's state changes, a comment line
 as a heartbeat when nothing changed for a while (so that proxies keep the
 connection), and ends with ``event: final`` once the fan is admitted (the
 access token, for a bearer client; a browser then reads its position, which
-sets the HttpOnly token cookie) or leaves the queue some other way. Each
+sets the HttpOnly token cookie), leaves the queue some other way, or the
+event sells out (the fan still WAITING, admission state SOLD_OUT: nobody
+will be admitted; the page offers the waiting list). Each
 event's id says what it showed; a reconnect with ``Last-Event-ID`` gets no
 repeat of what it already has. When the edge drains, every stream ends with
 ``event: reconnect`` and a short retry, and the browser reconnects to
@@ -38,6 +40,8 @@ _log = logging.getLogger("boxoffice.edge.sse")
 
 # How long a stream may take to fetch the token of an admitted fan.
 _CLAIM_SECONDS = 5.0
+# The room's state that ends a waiting fan's stream.
+_SOLD_OUT = queue_pb.ADMISSION_STATE_SOLD_OUT
 
 Claim = Callable[[Ctx, int, str], Awaitable[queue_pb.QueuePosition]]
 
@@ -106,9 +110,8 @@ class PositionStream:
         heartbeat = self._d.config.sse_heartbeat_seconds
         place = positions.place(ctx, event_id, session.customer_id)
         lane = "" if place is None else place.lane
-        watch = (
-            None if first.state in FINAL_STATES else self._d.hub.watch(event_id, heartbeat_seconds=heartbeat, lane=lane)
-        )
+        over = first.state in FINAL_STATES or first.admission_state == _SOLD_OUT
+        watch = None if over else self._d.hub.watch(event_id, heartbeat_seconds=heartbeat, lane=lane)
         last_id = ctx.request.headers.get("last-event-id", "")
         # The stream keeps a request without the parsed headers and cookies
         # it no longer reads (held for the stream's whole life otherwise).
@@ -155,7 +158,7 @@ class PositionStream:
             beats = watch.beats
             while True:
                 if position is not None:
-                    if position.state in FINAL_STATES:
+                    if position.state in FINAL_STATES or position.admission_state == _SOLD_OUT:
                         yield self._format(ctx, session, "final", position)
                         return
                     shown = event_id_of_position(position)
@@ -192,6 +195,10 @@ class PositionStream:
                         template = PositionJson(place, self._templates)
                         continue
                     shown = f"{WAITING}.{found.ahead}.{view.admission_state}"
+                    if view.admission_state == _SOLD_OUT:
+                        # Nobody will be admitted: the stream's last event.
+                        yield f"id: {shown}\nevent: final\ndata: {template.render(found, view.admission_state)}\n\n"
+                        return
                     if shown != last_id:
                         last_id = shown
                         sent = True

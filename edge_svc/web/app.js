@@ -306,6 +306,7 @@ const ROOM = {
   ADMISSION_STATE_PRE_QUEUE: ['room.preQueue', ''],
   ADMISSION_STATE_OPEN: ['room.open', 'open'],
   ADMISSION_STATE_PAUSED: ['room.paused', 'paused'],
+  ADMISSION_STATE_SOLD_OUT: ['room.soldOut', 'soldout'],
 };
 
 function enterWaiting(position) {
@@ -367,7 +368,9 @@ function renderWaiting() {
   const done = max === 0 ? 0 : Math.round(((max - ahead) / max) * 100);
   $('progress').value = done;
   $('progress').textContent = `${done}%`;
+  const roomSoldOut = p.admissionState === 'ADMISSION_STATE_SOLD_OUT';
   const [key, cls] = soldOut() ? ['room.soldOut', 'soldout'] : ROOM[p.admissionState] || ['room.open', 'open'];
+  $('sold-out').hidden = !roomSoldOut;
   $('live').textContent = state.link ? t(`link.${state.link}`) : '';
   const room = $('room-state');
   room.textContent = t(key);

@@ -9,7 +9,11 @@ import { api, seconds } from './api.js';
 
 const WAITING = 'QUEUE_STATE_WAITING';
 const ADMITTED = 'QUEUE_STATE_ADMITTED';
+const SOLD_OUT = 'ADMISSION_STATE_SOLD_OUT';
 const PRE_QUEUE_BAND = 2 ** 50;
+// How often a sold-out room's public (CDN-cached) progress is read again,
+// to learn that seats came back and the sale opened again.
+const SOLD_OUT_RECHECK_MS = 30000;
 
 export class Waiting {
   constructor(eventId, { onPosition, onAdmitted, onEnded, onLink }) {
@@ -106,7 +110,7 @@ export class Waiting {
 
   position(position) {
     if (!position) return;
-    if (position.state === WAITING) {
+    if (position.state === WAITING && position.admissionState !== SOLD_OUT) {
       this.onPosition(position);
     } else {
       this.settle(position);
@@ -123,6 +127,8 @@ export class Waiting {
       if (position.state === ADMITTED) {
         this.stop();
         this.onAdmitted(position);
+      } else if (position.state === WAITING && position.admissionState === SOLD_OUT) {
+        this.soldOut(position);
       } else if (position.state === WAITING) {
         this.onPosition(position);
         if (!this.source) this.subscribe();
@@ -136,6 +142,29 @@ export class Waiting {
     } finally {
       this.settling = false;
     }
+  }
+
+  // Sold out: nobody is admitted, the stream has ended. The fan keeps their
+  // place; the public progress says when the sale opens again (seats came
+  // back and nobody waits for them on the waiting list).
+  soldOut(position) {
+    this.closeSource();
+    this.polling = false;
+    this.onPosition(position);
+    this.later(SOLD_OUT_RECHECK_MS, () => this.recheck());
+  }
+
+  async recheck() {
+    try {
+      const { progress } = await api.progress(this.eventId, this.lane);
+      if (progress && progress.admissionState !== SOLD_OUT) {
+        this.subscribe();
+        return;
+      }
+    } catch {
+      // Try again at the same pace.
+    }
+    this.later(SOLD_OUT_RECHECK_MS, () => this.recheck());
   }
 
   // Polling while the stream is down: the fan's place once from their
@@ -185,7 +214,7 @@ export class Waiting {
       base.admittedTotal = admittedTotal;
       base.preQueue = preQueue;
     }
-    if (admittedTotal > 0 && Number(progress.admittedThroughScore || 0) >= base.score) {
+    if (progress.admissionState === SOLD_OUT || (admittedTotal > 0 && Number(progress.admittedThroughScore || 0) >= base.score)) {
       this.settle();
       return;
     }

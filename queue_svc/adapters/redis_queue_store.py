@@ -284,7 +284,8 @@ class RedisQueueStore:
             ahead=int(reply[2]),
             newly_joined=bool(reply[3]),
             opens_at_ms=int(reply[4]),
-            paused=bool(reply[5]),
+            paused=bool(int(reply[5]) & 1),
+            sold_out=bool(int(reply[5]) & 2),
             admitted_total=int(reply[6]),
             rate_at_last_tick=_float(reply[7]),
             last_tick_ms=int(reply[8]),
@@ -320,7 +321,8 @@ class RedisQueueStore:
             claimed_now=bool(reply[4]) and op is FanOp.CLAIM,
             changed=bool(reply[4]),
             opens_at_ms=int(reply[5]),
-            paused=bool(reply[6]),
+            paused=bool(int(reply[6]) & 1),
+            sold_out=bool(int(reply[6]) & 2),
             token_ttl_ms=int(reply[7]),
             rate_at_last_tick=_float(reply[8]),
             last_tick_ms=int(reply[9]),
@@ -339,6 +341,7 @@ class RedisQueueStore:
         lane: str = "",
         slot_share: float = 1.0,
         generation: int = 0,
+        sold_out: bool | None = None,
     ) -> TickResult | None:
         args: list[Arg] = [
             now_ms,
@@ -349,6 +352,7 @@ class RedisQueueStore:
             int(reason),
             min(max(slot_share, 0.0), 1.0),
             generation,
+            "" if sold_out is None else int(sold_out),
         ]
         keys = self.keys(event_id, lane)
         reply = await self._batcher.call(self._admit, (*keys.common, keys.lifecycle, keys.generation), args)
@@ -370,6 +374,8 @@ class RedisQueueStore:
             dropped=int(reply[8]),
             no_shows_total=int(reply[9]),
             claimed_total=int(reply[10]),
+            # (A stale epoch's answer is shorter: it changed nothing.)
+            sold_out=len(reply) > 11 and bool(int(reply[11])),
         )
 
     async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
@@ -416,7 +422,8 @@ class RedisQueueStore:
             rate_at_last_tick=_float(reply[7]),
             last_tick_ms=_int(reply[8]),
             opens_at_ms=_int(reply[9]),
-            paused=bool(reply[10]),
+            paused=bool(_int(reply[10]) & 1),
+            sold_out=bool(_int(reply[10]) & 2),
             observed_at_ms=now_ms,
             target_rate_per_second=_float(reply[11]),
             rate_reason=_reason(reply[12]),

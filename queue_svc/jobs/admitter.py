@@ -7,6 +7,14 @@ Each tick runs at a target rate the admitter adapts (``queue_svc.rate``)
 to the event's recent no-shows (from the counters each tick returns) and to
 booking's published health (read once per tick for all events).
 
+Booking also publishes each event's seats left (``booking_svc.jobs.stock``,
+for the events the admitter names at each refresh; read once per tick for
+all events, one HMGET): an event with every seat
+sold, none available or held, is sold out. Its admit script sets the room's
+sold-out flag and admits nobody while it is set; the progress stream says
+ADMISSION_STATE_SOLD_OUT to every watcher. When seats come back (a
+cancellation) the flag is cleared and admission goes on.
+
 The epoch fence does not live in Redis alone. The admit script refuses an
 epoch lower than the highest it has stored, but Redis replicates
 asynchronously: a failover can lose the newest leader's copy, and a deposed
@@ -34,7 +42,7 @@ from boxoffice.errors import BoxofficeError
 from queue_svc.config import QueueSettings
 from queue_svc.metrics import AdmitterMetrics
 from queue_svc.model import RateReason, TickResult, WaitingRoomConfig, lane_weights
-from queue_svc.ports import BookingHealthSource, Leadership, QueueStore, WaitingRoomRepository
+from queue_svc.ports import BookingHealthSource, BookingStockSource, Leadership, QueueStore, WaitingRoomRepository
 from queue_svc.rate import BookingHealth, NoShowWindow, RatePolicy, target_rate
 
 _log = logging.getLogger("queue_svc.jobs.admitter")
@@ -72,6 +80,7 @@ class Admitter:
         metrics: AdmitterMetrics,
         leadership: Leadership,
         health: BookingHealthSource | None = None,
+        stock: BookingStockSource | None = None,
         epochs: LeaderEpochs | None = None,
         rebuilder: RoomRebuilder | None = None,
     ) -> None:
@@ -84,6 +93,12 @@ class Admitter:
         self._epochs = epochs
         self._deposed_at: int | None = None
         self._health = health
+        # Whether events are sold out (None: never known; rooms then keep
+        # their flag as it is).
+        self._stock = stock
+        # Per event: the room's sold-out flag after its last tick (logged
+        # when it changes).
+        self._sold_out: dict[int, bool] = {}
         self._policy = RatePolicy(slow_p99_ms=settings.booking_slow_p99_ms, error_ratio=settings.booking_error_ratio)
         self._configs: dict[int, WaitingRoomConfig] = {}
         self._no_shows: dict[int, NoShowWindow] = {}
@@ -133,6 +148,8 @@ class Admitter:
                 await self._store.put_config(config, generation=mark)
         self._event_ids = [config.event_id for config in configs]
         self._configs = {config.event_id: config for config in configs}
+        if self._stock is not None:
+            await self._stock.want(self._event_ids)
         for stale in set(self._no_shows) - set(self._configs):
             del self._no_shows[stale]
         self._refreshed_at = time.monotonic()
@@ -170,10 +187,14 @@ class Admitter:
             except BoxofficeError as err:
                 _log.warning("cannot refresh the waiting rooms", extra={"reason": err.reason})
         health = await self._read_health() if self._event_ids else None
+        sold_out = await self._read_stock() if self._event_ids else {}
         # All events at once: their scripts share pipelines, and on a Redis
         # Cluster a shard that does not answer holds back only its own events.
         ticked = await asyncio.gather(
-            *(self.tick_event(event_id, epoch, health=health) for event_id in self._event_ids)
+            *(
+                self.tick_event(event_id, epoch, health=health, sold_out=sold_out.get(event_id))
+                for event_id in self._event_ids
+            )
         )
         return [result for result in ticked if result is not None]
 
@@ -199,6 +220,12 @@ class Admitter:
         with deadline.scope(max(self._settings.tick_seconds, 1.0)):
             return await self._health.read(now_ms=int(self._clock.now() * 1000))
 
+    async def _read_stock(self) -> dict[int, bool]:
+        if self._stock is None:
+            return {}
+        with deadline.scope(max(self._settings.tick_seconds, 1.0)):
+            return await self._stock.sold_out(self._event_ids, now_ms=int(self._clock.now() * 1000))
+
     def target(self, event_id: int) -> tuple[float, RateReason]:
         """The rate the next tick of the event runs at, and why."""
         return self._targets.get(event_id, (0.0, RateReason.BASE))
@@ -217,7 +244,7 @@ class Admitter:
         self._targets[event_id] = target_rate(config, no_show_ratio=ratio, health=health, policy=self._policy)
 
     async def _admit(
-        self, event_id: int, *, now_ms: int, epoch: int, rate: float, reason: RateReason
+        self, event_id: int, *, now_ms: int, epoch: int, rate: float, reason: RateReason, sold_out: bool | None = None
     ) -> TickResult | None:
         """One tick of the event: one admit script, or with lanes one per
         lane, each at its part of the rate and of the free slots (the
@@ -228,7 +255,13 @@ class Admitter:
         generation = self._generations.get(event_id, (0, 0))[0]
         if config is None or not config.lanes:
             return await self._store.admit(
-                event_id, now_ms=now_ms, epoch=epoch, target_rate=rate, reason=reason, generation=generation
+                event_id,
+                now_ms=now_ms,
+                epoch=epoch,
+                target_rate=rate,
+                reason=reason,
+                generation=generation,
+                sold_out=sold_out,
             )
         views = config.lane_views()
         base = rate if rate > 0 else float(config.admission_rate_per_second)
@@ -246,6 +279,7 @@ class Admitter:
                 lane=lane,
                 slot_share=share,
                 generation=generation,
+                sold_out=sold_out,
             )
 
         for view in views:
@@ -269,13 +303,17 @@ class Admitter:
             waiting[lane] = result.queue_length
         return _lanes_total(event_id, results, latest)
 
-    async def tick_event(self, event_id: int, epoch: int, *, health: BookingHealth | None = None) -> TickResult | None:
+    async def tick_event(
+        self, event_id: int, epoch: int, *, health: BookingHealth | None = None, sold_out: bool | None = None
+    ) -> TickResult | None:
         began = time.perf_counter()
         rate, reason = self.target(event_id)
         now_ms = int(self._clock.now() * 1000)
         try:
             with deadline.scope(max(self._settings.tick_seconds, 1.0)):
-                result = await self._admit(event_id, now_ms=now_ms, epoch=epoch, rate=rate, reason=reason)
+                result = await self._admit(
+                    event_id, now_ms=now_ms, epoch=epoch, rate=rate, reason=reason, sold_out=sold_out
+                )
         except BoxofficeError as err:
             if event_id not in self._failing:
                 _log.warning("admit tick failed", extra={"event_id": event_id, "reason": err.reason})
@@ -297,6 +335,12 @@ class Admitter:
                 extra={"event_id": event_id, "epoch": epoch, "highest_epoch": result.highest_epoch},
             )
             return result
+        if self._sold_out.get(event_id, False) != result.sold_out:
+            self._sold_out[event_id] = result.sold_out
+            _log.info(
+                "event sold out: admission stops" if result.sold_out else "event not sold out: admission goes on",
+                extra={"event_id": event_id},
+            )
         label = str(event_id)
         self._metrics.queue_length.labels(label).set(result.queue_length)
         self._metrics.active_shoppers.labels(label).set(result.active_shoppers)
@@ -349,4 +393,5 @@ def _lanes_total(event_id: int, results: dict[str, TickResult], latest: TickResu
         dropped=sum(r.dropped for r in each),
         no_shows_total=sum(r.no_shows_total for r in each),
         claimed_total=sum(r.claimed_total for r in each),
+        sold_out=latest.sold_out,
     )

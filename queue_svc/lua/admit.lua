@@ -31,10 +31,14 @@
 --       configured one), 6 the target's reason (a proto enum number),
 --       7 the part of the free slots this script may fill (0 to 1; 1 when
 --       absent): a room with lanes gives each lane its part in turn,
---       8 the room's generation in Postgres (the marker must be at least it)
+--       8 the room's generation in Postgres (the marker must be at least it),
+--       9 whether booking says the event is sold out ('1' yes, '0' no, ''
+--       not known now: the room's flag stays as it is); the flag is the
+--       config's field 'soldout', and while it is '1' nobody is admitted
+--       (the tick still ends what is due)
 -- Reply: {code, admitted, expired, active, queue_length, admitted_through,
 --         admitted_total, highest_epoch, dropped, no_shows_total,
---         claimed_total}
+--         claimed_total, sold_out (the flag after this tick, 1/0)}
 --   code 0 done, -1 unknown event, -5 stale epoch, -8 the room lost its
 --   data (its generation marker is gone or older than Postgres's): nobody
 --   is admitted until it is rebuilt, so the cap holds across the loss
@@ -45,7 +49,7 @@ local seen = tonumber(redis.call('HGET', KEYS[6], 'epoch') or '0')
 if epoch < seen then
   return {-5, 0, 0, 0, 0, 0, 0, seen, 0, 0, 0}
 end
-local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'rate', 'max', 'claim', 'grace')
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'rate', 'max', 'claim', 'grace', 'soldout')
 if not cfg[1] then
   return {-1, 0, 0, 0, 0, 0, 0, seen, 0, 0, 0}
 end
@@ -56,6 +60,12 @@ end
 if epoch > seen then
   redis.call('HSET', KEYS[6], 'epoch', epoch)
   seen = epoch
+end
+local sold_out = cfg[7] or '0'
+local told = ARGV[9] or ''
+if (told == '1' or told == '0') and told ~= sold_out then
+  redis.call('HSET', KEYS[1], 'soldout', told)
+  sold_out = told
 end
 
 local CHUNK = 1000
@@ -114,8 +124,8 @@ if rate <= 0 then
 end
 
 local admitted = 0
-if cfg[2] == '1' or now < tonumber(cfg[1]) then
-  carry = 0 -- nothing is banked while closed or paused
+if cfg[2] == '1' or sold_out == '1' or now < tonumber(cfg[1]) then
+  carry = 0 -- nothing is banked while closed, paused or sold out
 else
   -- The allowance grows at the rate and holds at most one second's worth
   -- (the carry may be below zero: what the safety net took ahead of time).
@@ -186,4 +196,4 @@ end
 redis.call('HSET', KEYS[6], 'last', math.max(last, now), 'carry', carry, 'rate', average, 'through', through,
            'target', rate, 'why', ARGV[6])
 return {0, admitted, expired, active + admitted, redis.call('ZCARD', KEYS[2]), through, total, seen, dropped,
-        no_shows_total, tonumber(prog[6] or '0')}
+        no_shows_total, tonumber(prog[6] or '0'), tonumber(sold_out)}

@@ -20,14 +20,15 @@
 --       generation marker (see queue_svc.rebuild)
 -- ARGV: 1 customer, 2 now (ms), 3 op, 4 why the session ends (op end;
 --       '' = not said), 5 the lane these keys are of ('' general)
--- Reply: {state, score, ahead, expires_at, changed, opens_at, paused,
+-- Reply: {state, score, ahead, expires_at, changed, opens_at,
+--         paused (1 paused, +2 when sold out: the admit script's flag),
 --         token_ttl, rate (string), last_tick, admitted_total, pre_joined}
 --   state 1 waiting, 2 admitted, 3 expired, 4 left, 5 completed,
 --   6 not in queue, 7 dropped (not seen for the presence grace); -1
 --   unknown event, -8 the room lost its data and is not rebuilt yet
 --   (nothing changed: the fan's place comes back with the rebuild). changed is 1 when op did its change. {-7, lane} when
 --   the room has lanes and the fan is bound to another (nothing changed).
-local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'session', 'ttl', 'lanes')
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'paused', 'session', 'ttl', 'lanes', 'soldout')
 if not cfg[1] then
   return {-1}
 end
@@ -46,7 +47,8 @@ local op = ARGV[3]
 local prog = redis.call('HMGET', KEYS[6], 'rate', 'last', 'admitted', 'pre')
 
 local function reply(state, score, ahead, expires, changed)
-  return {state, score, ahead, expires, changed, tonumber(cfg[1]), tonumber(cfg[2]), tonumber(cfg[4]),
+  return {state, score, ahead, expires, changed, tonumber(cfg[1]),
+          tonumber(cfg[2]) + (cfg[6] == '1' and 2 or 0), tonumber(cfg[4]),
           prog[1] or '0', tonumber(prog[2] or '0'), tonumber(prog[3] or '0'), tonumber(prog[4] or '0')}
 end
 

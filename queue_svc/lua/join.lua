@@ -42,7 +42,8 @@
 --       (0 = no limit), 7 window (ms), 8 pre-queue band, 9 pseudonym
 --       ('' = none: the placement is not logged), 10 the lane these keys
 --       are of ('' general)
--- Reply: {code, score, ahead, newly_joined, opens_at, paused, admitted_total,
+-- Reply: {code, score, ahead, newly_joined, opens_at, paused (1 paused, +2
+--         when sold out: the admit script's flag), admitted_total,
 --         rate (string), last_tick}; {-7, lane} when the room has lanes and
 --         the fan is bound to another lane (nothing changed: lane.lua decides)
 --   code 1 waiting, 2 admitted; -1 unknown event, -2 not open yet,
@@ -50,7 +51,8 @@
 --   score is needed (nothing changed but the join's count in the limits),
 --   -8 the room lost its data and is not rebuilt yet (nothing changed: a
 --   join now would take a place ahead of the fans the rebuild puts back)
-local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate', 'lanes')
+local cfg = redis.call('HMGET', KEYS[1], 'opens', 'pre', 'paused', 'safety', 'max', 'claim', 'rate', 'lanes',
+                      'soldout')
 if not cfg[1] then
   return {-1}
 end
@@ -72,6 +74,9 @@ end
 local now = tonumber(ARGV[2])
 local opens = tonumber(cfg[1])
 local paused = tonumber(cfg[3])
+if cfg[9] == '1' then
+  paused = paused + 2
+end
 local prog = redis.call('HMGET', KEYS[6], 'admitted', 'rate', 'last', 'sealed')
 local admitted_total = tonumber(prog[1] or '0')
 local rate = prog[2] or '0'
@@ -141,7 +146,7 @@ end
 
 -- Admitted at once (the safety net), when everything above allows it.
 local function admit_at_once()
-  if cfg[4] ~= '1' or paused == 1 or now < opens then
+  if cfg[4] ~= '1' or paused ~= 0 or now < opens then
     return false
   end
   if redis.call('SISMEMBER', KEYS[8], customer) == 1 then

@@ -1,7 +1,8 @@
 """The waiting room in a real browser: the place, ETA, progress and the
 room's state, live over Server-Sent Events; a reload and a second tab keep
 the one place; an edge restarted mid-wait and the page recovers by itself,
-then lets the fan in when admission resumes."""
+then lets the fan in when admission resumes; the last seat sold and the
+page says sold out."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 
 from playwright.async_api import Browser, Page, expect
 
-from tests.browser.harness import Mesh, new_fan
+from tests.browser.harness import Mesh, admitted_client, new_fan
 from tests.browser.pages import check_axe, shoot, switch_language, view
 from tests.e2e.harness import eventually
+from tests.edge.fans import buy
 from tests.edge.harness import sign_in
 
 
@@ -126,3 +128,29 @@ async def test_without_a_stream_the_page_polls_the_progress_and_gets_in(browser:
     await view(page, "shop", timeout_ms=40_000)
     assert fan.foreign() == []
     await fan.context.close()
+
+
+async def test_the_page_says_sold_out_when_the_last_seat_sells(browser: Browser, mesh: Mesh) -> None:
+    event_id = await mesh.event(seats=2, max_active=1)
+    buyer = await admitted_client(mesh, "last-buyer", event_id)
+    fan = await new_fan(browser, mesh.url)
+    page = fan.page
+    try:
+        # The one slot is the buyer's: the fan waits, the stream live.
+        await join_in_browser(page, mesh.url, event_id, "dana")
+        await expect(page.locator("#live")).to_contain_text("Live")
+        await expect(page.locator("#sold-out")).to_be_hidden()
+        await buy(buyer, event_id, 2)
+        await expect(page.locator("#sold-out")).to_be_visible(timeout=30_000)
+        await expect(page.locator("#room-state")).to_have_text("Sold out")
+        for lang, says in (("vi", "Đã bán hết"), ("pt-BR", "Esgotado"), ("en", "Sold out")):
+            await switch_language(page, lang)
+            await expect(page.locator("#room-state")).to_have_text(says)
+            await check_axe(page, f"waiting, sold out ({lang})")
+        # The fan keeps their place; the stream ended with the news.
+        assert (await position(page, event_id))["admissionState"] == "ADMISSION_STATE_SOLD_OUT"
+        assert await page.evaluate("document.body.dataset.view") == "waiting"
+        assert fan.foreign() == []
+    finally:
+        await buyer.aclose()
+        await fan.context.close()

@@ -96,3 +96,15 @@ async def hold(client: httpx.AsyncClient, event_id: int, quantity: int = 1, **kw
     assert reply.status_code == 200, reply.text
     found: dict[str, Any] = reply.json()["hold"]
     return found
+
+
+async def buy(client: httpx.AsyncClient, event_id: int, quantity: int) -> str:
+    """Hold, pay and confirm; the booking's id (its hold id)."""
+    held = await hold(client, event_id, quantity)
+    started = await client.post(f"/v1/holds/{held['holdId']}/payment", json={"paymentMethod": "pm_card_ok"})
+    assert started.status_code == 200, started.text
+    payment_id = started.json()["payment"]["paymentId"]
+    confirm = await client.post(f"/v1/payments/{payment_id}:confirm", headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert confirm.status_code == 200, confirm.text
+    assert confirm.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", confirm.text
+    return str(held["holdId"])

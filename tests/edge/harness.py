@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+from google.protobuf.duration_pb2 import Duration
 
 from boxoffice import access
 from edge_svc import app as edge_app
@@ -64,9 +65,11 @@ class EdgeStack:
         opens_in_seconds: float = -1.0,
         price_minor: int = 4500,
         paused: bool = False,
+        hold_ttl_seconds: int = 0,
     ) -> int:
         """A new event with a seated section A (row K) and, optionally, a
-        standing FLOOR, and its open waiting room; its id."""
+        standing FLOOR, and its open waiting room; its id. ``hold_ttl_seconds``:
+        how long a hold lasts (0: the default)."""
         event_id = int(uuid.uuid4().int % 10**12) + 10**6
         now = datetime.now(UTC)
         sections = [
@@ -95,6 +98,7 @@ class EdgeStack:
                 kind=bpb.EVENT_KIND_CONCERT,
                 starts_at=ts(now + timedelta(days=30)),
                 sections=sections,
+                hold_ttl=Duration(seconds=hold_ttl_seconds) if hold_ttl_seconds else None,
             )
         )
         await booking.LoadInventory(

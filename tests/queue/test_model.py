@@ -66,7 +66,10 @@ def test_rate_decays_when_ticks_stop() -> None:
 def test_eta_and_poll_hints() -> None:
     assert eta_seconds(99, 0.0) is None
     assert eta_seconds(99, 50.0) == 2.0
-    assert poll_after_seconds(0, 1.0) == 5.0
+    # The hint follows the ETA: a fan about to be admitted asks again soon.
+    assert poll_after_seconds(0, 1.0) == 1.0
+    assert poll_after_seconds(10, 8.0) == 2.0
+    assert poll_after_seconds(0, None) == 5.0
     assert poll_after_seconds(100_000, 2_000.0) == 15.0
     assert poll_after_seconds(100_000, None) == 15.0
     assert poll_after_seconds(3_000, None) == 8.0
@@ -77,3 +80,7 @@ def test_admission_state() -> None:
     assert admission_state(now_ms=5, opens_at_ms=10, paused=False) is AdmissionState.PRE_QUEUE
     assert admission_state(now_ms=10, opens_at_ms=10, paused=False) is AdmissionState.OPEN
     assert admission_state(now_ms=50, opens_at_ms=10, paused=True) is AdmissionState.PAUSED
+    # Sold out is said before anything else: nobody will be admitted.
+    assert admission_state(now_ms=50, opens_at_ms=10, paused=False, sold_out=True) is AdmissionState.SOLD_OUT
+    assert admission_state(now_ms=50, opens_at_ms=10, paused=True, sold_out=True) is AdmissionState.SOLD_OUT
+    assert admission_state(now_ms=5, opens_at_ms=10, paused=False, sold_out=True) is AdmissionState.SOLD_OUT

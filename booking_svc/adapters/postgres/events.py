@@ -302,6 +302,23 @@ class PgEvents(PgBase):
             sections.append(SectionSeatMap(section, tuple(rows.get(section.section_id, ())), bitmap, available))
         return SeatMap(event_id=event_id, sections=tuple(sections), snapshot_time=now)
 
+    async def event_counters(self, event_ids: Sequence[int]) -> list[SectionCounters]:
+        # The events' sections by primary key, then only their stripes.
+        rows = await self._statement(
+            """
+            SELECT sc.event_id, sc.section_id, sc.capacity, sc.overbook_limit,
+                   COALESCE(sum(st.sold), 0)::integer, COALESCE(sum(st.held), 0)::integer
+              FROM sections sc
+              LEFT JOIN section_stripes st ON st.event_id = sc.event_id AND st.section_id = sc.section_id
+             WHERE sc.event_id = ANY (%s)
+             GROUP BY sc.event_id, sc.section_id, sc.capacity, sc.overbook_limit
+             ORDER BY sc.event_id, sc.section_id
+            """,
+            (list(event_ids),),
+            repeatable=True,
+        )
+        return [SectionCounters(*r) for r in rows]
+
     async def section_counters(self, *, starting_after: datetime, limit: int) -> SectionCounterPage:
         # The sections are picked first (the soonest events'), then only
         # their stripes are summed: the cost follows the limit, not the

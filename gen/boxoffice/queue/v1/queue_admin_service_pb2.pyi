@@ -101,6 +101,10 @@ class _WaitingRoomAdmissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_
     """The admitter admits fans at the configured rate."""
     WAITING_ROOM_ADMISSION_PAUSED: _WaitingRoomAdmission.ValueType  # 3
     """Admission is paused by an operator."""
+    WAITING_ROOM_ADMISSION_SOLD_OUT: _WaitingRoomAdmission.ValueType  # 4
+    """Every section of the event is sold out: nobody is admitted until seats
+    come back.
+    """
 
 class WaitingRoomAdmission(_WaitingRoomAdmission, metaclass=_WaitingRoomAdmissionEnumTypeWrapper):
     """WaitingRoomAdmission tells whether an event's admitter is letting fans in."""
@@ -113,6 +117,10 @@ WAITING_ROOM_ADMISSION_OPEN: WaitingRoomAdmission.ValueType  # 2
 """The admitter admits fans at the configured rate."""
 WAITING_ROOM_ADMISSION_PAUSED: WaitingRoomAdmission.ValueType  # 3
 """Admission is paused by an operator."""
+WAITING_ROOM_ADMISSION_SOLD_OUT: WaitingRoomAdmission.ValueType  # 4
+"""Every section of the event is sold out: nobody is admitted until seats
+come back.
+"""
 Global___WaitingRoomAdmission: _TypeAlias = WaitingRoomAdmission  # noqa: Y015
 
 class _CustomerState:

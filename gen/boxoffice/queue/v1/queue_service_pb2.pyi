@@ -127,6 +127,12 @@ class _AdmissionStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Admiss
     """The admitter admits fans at the configured rate."""
     ADMISSION_STATE_PAUSED: _AdmissionState.ValueType  # 3
     """Admission is paused by an operator."""
+    ADMISSION_STATE_SOLD_OUT: _AdmissionState.ValueType  # 4
+    """Every section of the event is sold out (no seat available or held):
+    the admitter admits nobody, whatever the configuration says, until
+    seats come back. A waiting fan keeps their place; the watch streams end
+    with this state, and fans may join the event's waiting list instead.
+    """
 
 class AdmissionState(_AdmissionState, metaclass=_AdmissionStateEnumTypeWrapper):
     """AdmissionState tells whether an event's admitter is letting fans in."""
@@ -139,6 +145,12 @@ ADMISSION_STATE_OPEN: AdmissionState.ValueType  # 2
 """The admitter admits fans at the configured rate."""
 ADMISSION_STATE_PAUSED: AdmissionState.ValueType  # 3
 """Admission is paused by an operator."""
+ADMISSION_STATE_SOLD_OUT: AdmissionState.ValueType  # 4
+"""Every section of the event is sold out (no seat available or held):
+the admitter admits nobody, whatever the configuration says, until
+seats come back. A waiting fan keeps their place; the watch streams end
+with this state, and fans may join the event's waiting list instead.
+"""
 Global___AdmissionState: _TypeAlias = AdmissionState  # noqa: Y015
 
 class _SessionEndReason:
@@ -305,7 +317,7 @@ class QueuePosition(_message.Message):
     access_token: _builtins.str
     """The signed access token; set only when state is ADMITTED."""
     admission_state: Global___AdmissionState.ValueType
-    """Whether admission is running, paused or not yet open."""
+    """Whether admission is running, paused, not yet open or sold out."""
     lane: _builtins.str
     """The lane the customer is in; empty for the general lane. Scores and
     admitted_through_score are per lane.
@@ -318,7 +330,10 @@ class QueuePosition(_message.Message):
 
     @_builtins.property
     def poll_after(self) -> _duration_pb2.Duration:
-        """When the client should ask again (5 to 15 seconds, longer further back)."""
+        """When the client should ask again: a quarter of the ETA, from 1 second
+        (a fan about to be admitted) to 15 seconds (far back); 5 seconds and
+        longer further back while the ETA is unknown.
+        """
 
     @_builtins.property
     def access_token_expires_at(self) -> _timestamp_pb2.Timestamp:
@@ -614,7 +629,7 @@ class AdmissionProgress(_message.Message):
     admission_rate_per_second: _builtins.float
     """Measured admissions per second over the recent window."""
     admission_state: Global___AdmissionState.ValueType
-    """Whether admission is running, paused or not yet open."""
+    """Whether admission is running, paused, not yet open or sold out."""
     pre_queue_joined: _builtins.int
     """Fans who joined before opening, with a random pre-queue score. A client
     that read a waiting fan's place (JoinQueue, GetQueuePosition) estimates

@@ -158,8 +158,9 @@ class QueueServiceServicer:
 
     def WatchQueuePosition(self, request, context):
         """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
-        ends after the customer is admitted (the last message carries the token)
-        or reaches another terminal state. A message is sent when the number
+        ends after the customer is admitted (the last message carries the token),
+        reaches another terminal state, or the event sells out (the last message
+        is still WAITING, with admission_state ADMISSION_STATE_SOLD_OUT). A message is sent when the number
         ahead or the admission state changes. A dropped stream loses nothing: the
         client watches again or polls. When the server shuts down the stream ends
         with UNAVAILABLE (reason DRAINING): watch again, another replica answers.

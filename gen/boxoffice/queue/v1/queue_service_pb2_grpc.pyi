@@ -62,8 +62,9 @@ class QueueServiceStub:
     """
     WatchQueuePosition: _grpc.UnaryStreamMultiCallable[_queue_service_pb2.WatchQueuePositionRequest, _queue_service_pb2.WatchQueuePositionResponse]
     """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
-    ends after the customer is admitted (the last message carries the token)
-    or reaches another terminal state. A message is sent when the number
+    ends after the customer is admitted (the last message carries the token),
+    reaches another terminal state, or the event sells out (the last message
+    is still WAITING, with admission_state ADMISSION_STATE_SOLD_OUT). A message is sent when the number
     ahead or the admission state changes. A dropped stream loses nothing: the
     client watches again or polls. When the server shuts down the stream ends
     with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
@@ -195,8 +196,9 @@ class QueueServiceAsyncStub(QueueServiceStub):
     """
     WatchQueuePosition: _aio.UnaryStreamMultiCallable[_queue_service_pb2.WatchQueuePositionRequest, _queue_service_pb2.WatchQueuePositionResponse]  # type: ignore[assignment]
     """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
-    ends after the customer is admitted (the last message carries the token)
-    or reaches another terminal state. A message is sent when the number
+    ends after the customer is admitted (the last message carries the token),
+    reaches another terminal state, or the event sells out (the last message
+    is still WAITING, with admission_state ADMISSION_STATE_SOLD_OUT). A message is sent when the number
     ahead or the admission state changes. A dropped stream loses nothing: the
     client watches again or polls. When the server shuts down the stream ends
     with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
@@ -343,8 +345,9 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_queue_service_pb2.WatchQueuePositionResponse], _abc.AsyncIterator[_queue_service_pb2.WatchQueuePositionResponse]]:
         """WatchQueuePosition streams the same updates as GetQueuePosition. The stream
-        ends after the customer is admitted (the last message carries the token)
-        or reaches another terminal state. A message is sent when the number
+        ends after the customer is admitted (the last message carries the token),
+        reaches another terminal state, or the event sells out (the last message
+        is still WAITING, with admission_state ADMISSION_STATE_SOLD_OUT). A message is sent when the number
         ahead or the admission state changes. A dropped stream loses nothing: the
         client watches again or polls. When the server shuts down the stream ends
         with UNAVAILABLE (reason DRAINING): watch again, another replica answers.
