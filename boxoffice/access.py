@@ -27,8 +27,9 @@ SWEEPER = "sweeper"
 RELAY = "relay"
 ISSUER = "issuer"
 MAILER = "mailer"
+CHECKIN = "checkin"
 OPERATOR = "operator"
-ROLES = (EDGE, QUEUE, BOOKING, PAYMENT, ADMITTER, SWEEPER, RELAY, ISSUER, MAILER, OPERATOR)
+ROLES = (EDGE, QUEUE, BOOKING, PAYMENT, ADMITTER, SWEEPER, RELAY, ISSUER, MAILER, CHECKIN, OPERATOR)
 
 # Callers with no certificate of this mesh, for the probes' health checks.
 ANYONE = "*"
@@ -39,6 +40,8 @@ _PAYMENT = "/boxoffice.payment.v1.PaymentService/"
 _QUEUE_ADMIN = "/boxoffice.queue.v1.QueueAdminService/"
 _BOOKING_ADMIN = "/boxoffice.booking.v1.BookingAdminService/"
 _MAIL_ADMIN = "/boxoffice.mail.v1.MailAdminService/"
+_CHECKIN = "/boxoffice.checkin.v1.CheckInService/"
+_CHECKIN_ADMIN = "/boxoffice.checkin.v1.CheckInAdminService/"
 
 
 def _table() -> Mapping[str, frozenset[str]]:
@@ -90,6 +93,20 @@ def _table() -> Mapping[str, frozenset[str]]:
         # The provider's webhook arrives through the edge; the sandbox
         # provider inside payment delivers its own.
         f"{_PAYMENT}HandleProviderWebhook": {EDGE, PAYMENT},
+        # The door (served by the checkin role). Gate devices call through the
+        # edge with a device key, which the service checks: the mesh
+        # identity says only that the edge passes the call on. Scans, the
+        # check-in list and uploads are the devices' alone: an operator's
+        # identity is no gate device (an operator at a gate uses a device
+        # key through the edge, as the staff do), so they are the edge's
+        # only. A ticket's rotation secret is its holder's, through the edge.
+        # The public keys are public: the edge serves them, and operators'
+        # tools read them.
+        f"{_CHECKIN}Scan": {EDGE},
+        f"{_CHECKIN}ExportCheckInList": {EDGE},
+        f"{_CHECKIN}UploadScans": {EDGE},
+        f"{_CHECKIN}GetTicketRotation": {EDGE},
+        f"{_CHECKIN}GetCheckInKeys": {EDGE, OPERATOR},
         # The admin services: operators only, every change audited.
         f"{_QUEUE_ADMIN}CreateWaitingRoom": {OPERATOR},
         f"{_QUEUE_ADMIN}UpdateWaitingRoom": {OPERATOR},
@@ -108,6 +125,9 @@ def _table() -> Mapping[str, frozenset[str]]:
         # The ticket e-mails' deliveries and their resend (served by payment's process).
         f"{_MAIL_ADMIN}ResendTickets": {OPERATOR},
         f"{_MAIL_ADMIN}ListDeliveries": {OPERATOR},
+        f"{_CHECKIN_ADMIN}CreateGateDevice": {OPERATOR},
+        f"{_CHECKIN_ADMIN}RevokeGateDevice": {OPERATOR},
+        f"{_CHECKIN_ADMIN}ListGateDevices": {OPERATOR},
         # Probes carry no certificate; reflection is for the mesh's own tools.
         "/grpc.health.v1.Health/Check": {ANYONE},
         "/grpc.health.v1.Health/Watch": {ANYONE},

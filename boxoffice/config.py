@@ -193,13 +193,13 @@ _TLS_FILES = ("BOXOFFICE_TLS_CA_FILE", "BOXOFFICE_TLS_CERT_FILE", "BOXOFFICE_TLS
 
 # Each role's Postgres pool (min, max) when BOXOFFICE_DB_POOL_MIN / _MAX
 # are not set: one replica of every role holds at most the sum of the maxima
-# plus the admitter's leader session (30 of a default Postgres's 100; 11
-# while idle), and a second replica of each server role (44) still leaves
-# half of it free. The key
+# plus the admitter's leader session (32 of a default Postgres's 100; 12
+# while idle), and with a second replica of each server role (50) the mesh
+# still fits in half of it. The key
 # is ``<component>-<role>``; a process that runs every role (``boxoffice up``)
 # or none named here takes DEFAULT_POOL_BUDGET.
 POOL_BUDGETS: Mapping[str, tuple[int, int]] = {
-    "queue-server": (1, 4),
+    "queue-server": (1, 3),
     "queue-admitter": (1, 3),
     "booking-server": (2, 8),
     "booking-sweeper": (1, 2),
@@ -207,6 +207,9 @@ POOL_BUDGETS: Mapping[str, tuple[int, int]] = {
     "payment-server": (2, 6),
     "payment-issuer": (1, 4),
     "mail-mailer": (1, 2),
+    # The door: one short statement a scan (devices and events' settings
+    # are kept for seconds), so one connection serves a venue's gates.
+    "checkin-server": (1, 1),
 }
 DEFAULT_POOL_BUDGET = (2, 20)
 

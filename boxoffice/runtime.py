@@ -163,11 +163,15 @@ class Runtime:
         last)."""
         return [self.tracing, *self._infrastructure] if self.tracing.enabled else list(self._infrastructure)
 
-    def grpc_server(self, name: str, services: Sequence[Registration]) -> GrpcServer:
+    def grpc_server(self, name: str, services: Sequence[Registration], *, min_message_bytes: int = 0) -> GrpcServer:
         """A server for component ``name`` on its port (``grpc_ports`` when
-        set for it, else the process's configured port)."""
+        set for it, else the process's configured port); it takes requests
+        of at least ``min_message_bytes`` whatever BOXOFFICE_MAX_MESSAGE_BYTES
+        says (a service whose contract allows large requests)."""
         port = self.grpc_ports.get(name)
         config = self.server if port is None else dataclasses.replace(self.server, grpc_port=port)
+        if config.max_message_bytes < min_message_bytes:
+            config = dataclasses.replace(config, max_message_bytes=min_message_bytes)
         files = self.identity(name)
         try:
             credentials = None if files is None else server_credentials(files)

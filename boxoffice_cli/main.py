@@ -28,13 +28,12 @@ from boxoffice.tracing import TracingConfig
 from boxoffice_cli import workers
 from boxoffice_cli.pipes import STDOUT_CLOSED, QuietStdout
 from boxoffice_cli.ports import Listener, ensure_free
-from checkin_svc import app as checkin_app
 from mail_svc import app as mail_app
 
 _log = logging.getLogger("boxoffice.cli")
 
 # Ports of `boxoffice up`: one gRPC server per service in one process.
-UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053, "edge": 8080}
+UP_PORTS = {"queue": 50051, "booking": 50052, "payment": 50053, "checkin": 50055, "edge": 8080}
 # The plaintext health-only port of a single-role process, for kubelet.
 HEALTH_PORT = 50050
 # Components that serve HTTP, not gRPC (their port comes from their own settings).
@@ -46,12 +45,13 @@ UP_NAMESPACE = "boxoffice"
 def service_modules() -> list[ServiceModule]:
     """The services of the mesh, in start order (the one list of them)."""
     from booking_svc import app as booking_app
+    from checkin_svc import app as checkin_app
     from edge_svc import app as edge_app
     from mail_svc import app as mail_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
 
-    return [queue_app, booking_app, payment_app, edge_app, mail_app]
+    return [queue_app, booking_app, payment_app, checkin_app, edge_app, mail_app]
 
 
 def _stores_of(module: ServiceModule) -> tuple[str, ...]:
@@ -129,15 +129,11 @@ def up_pki(data_dir: str, trust_domain: str) -> dict[str, CertFiles]:
     return local_pki(default_data_dir(data_dir) / "tls", identities)
 
 
-async def _migrate(url: str, modules: Sequence[ServiceModule], *, whole_schema: bool = False) -> list[str]:
-    """Apply the modules' migrations; with ``whole_schema`` (``up`` and
-    ``migrate``) also the schemas of parts that run no process of their own
-    yet but that the report and operators read (the check-ins')."""
+async def _migrate(url: str, modules: Sequence[ServiceModule]) -> list[str]:
+    """Apply the modules' migrations."""
     migrations: list[db.Migration] = []
     for module in modules:
         migrations.extend(module.migrations())
-    if whole_schema:
-        migrations.extend(checkin_app.migrations())
     return await db.migrate(url, migrations)
 
 
@@ -146,7 +142,10 @@ def _up_env(env: Env, on_embedded_stores: bool) -> Env:
     ports this process serves them on, and the edge's development sign-in
     is on when the stores are embedded (unless switched off)."""
     ports = _up_ports(env)
-    wired = {f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in ("queue", "booking", "payment")}
+    wired = {
+        f"BOXOFFICE_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}"
+        for name in ("queue", "booking", "payment", "checkin")
+    }
     # The mailer keeps .eml files when no relay is set (only here).
     wired[mail_app.UP_ENV] = "true"
     if on_embedded_stores and env.raw(secrets.EDGE_DEV_SIGNIN) is None:
@@ -195,7 +194,7 @@ async def _up(env: Env, modules: Sequence[ServiceModule], stores: _Stores, store
         tls_dir = pki[access.OPERATOR].ca.parent
     ports = _up_ports(env)
     # Each migration applied is in the log (db.migrate); the banner stays short.
-    await _migrate(store.direct_url or stores.database_url, modules, whole_schema=True)
+    await _migrate(store.direct_url or stores.database_url, modules)
     components: list[Component] = []
     service_components: list[Component] = []
     for name, port in ports.items():
@@ -447,7 +446,7 @@ def _command(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> i
         if args.command == "up":
             loops.run(_up(env, modules, stores, store), loop)
         elif args.command == "migrate":
-            applied = asyncio.run(_migrate(store.direct_url or stores.database_url, modules, whole_schema=True))
+            applied = asyncio.run(_migrate(store.direct_url or stores.database_url, modules))
             print("\n".join(applied) if applied else "schema is up to date")
         else:
             module, role = table[args.command]

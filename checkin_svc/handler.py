@@ -27,7 +27,7 @@ from checkin_svc.model import Admission, Direction, DoorList, Scan, ScanOutcome,
 from checkin_svc.ports import CheckInStore, ReEntry, StaticCodes
 
 # Gate and device ids are names a venue gives (``north-1``).
-_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+NAME = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 # An offline device uploads what it scanned since it lost the network.
 MAX_UPLOAD = 10_000
 
@@ -187,7 +187,7 @@ def _check(scan: Scan) -> None:
     for field, value in (("gate_id", scan.gate_id), ("device_id", scan.device_id)):
         if not value:
             raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", metadata={"field": field})
-        if not _NAME.match(value):
+        if not NAME.match(value):
             raise InvalidArgument(
                 f"{field} must be 1 to 64 letters, digits or . _ : -", reason="INVALID_FIELD", metadata={"field": field}
             )

@@ -118,3 +118,14 @@ class DoorList:
 
     entries: tuple[DoorEntry, ...]
     cursor: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTicket:
+    """A ticket with its holder and its stored code (a signed code, or a
+    ``TKT-`` code of before signed codes)."""
+
+    ticket: TicketAtDoor
+    customer_id: str
+    code: str
+    issued_at: datetime

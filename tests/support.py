@@ -29,7 +29,7 @@ from boxoffice.wire import StreamBudget
 TRUST_DOMAIN = "boxoffice.local"
 NAMESPACE = "boxoffice-test"
 # The components whose servers `make_runtime` gives their own role's identity.
-_COMPONENTS = ("queue", "booking", "payment", "edge")
+_COMPONENTS = ("queue", "booking", "payment", "checkin", "edge")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from boxoffice import db
 from boxoffice.runtime import Pool
 from checkin_svc import devices
 from checkin_svc.devices import GateDevice
-from checkin_svc.model import Admission, CheckIn, DoorEntry, DoorList, Scan, TicketAtDoor
+from checkin_svc.model import Admission, CheckIn, DoorEntry, DoorList, HeldTicket, Scan, TicketAtDoor
 from checkin_svc.ports import CheckInStore
 
 _ADMIT = """
@@ -192,6 +192,23 @@ async def _first(conn: AsyncConnection[TupleRow], ticket_id: str) -> CheckIn | N
     return None if row is None else CheckIn(row[0], row[1], row[2])
 
 
+async def held_ticket(pool: Pool, ticket_id: str) -> HeldTicket | None:
+    """A ticket with its holder and stored code, as the issuer wrote it."""
+    async with db.transaction(pool) as conn:
+        cur = await conn.execute(
+            """
+            SELECT ticket_id::text, event_id, section_id, seat_label, customer_id, code, issued_at
+              FROM tickets WHERE ticket_id = %s::uuid
+            """,
+            (ticket_id,),
+        )
+        row = await cur.fetchone()
+    if row is None:
+        return None
+    ticket = TicketAtDoor(str(row[0]), int(row[1]), str(row[2]), str(row[3]))
+    return HeldTicket(ticket, str(row[4]), str(row[5]), row[6])
+
+
 def _compliance(store: PgCheckInStore) -> CheckInStore:
     return store
 
@@ -239,6 +256,14 @@ class PgGateDeviceStore:
                  WHERE device_id = %s::uuid RETURNING {_DEVICE_COLUMNS}
                 """,
                 (device_id,),
+            )
+            row = await cur.fetchone()
+        return None if row is None else _device(row)
+
+    async def get(self, device_id: str) -> GateDevice | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"SELECT {_DEVICE_COLUMNS} FROM gate_devices WHERE device_id = %s::uuid", (device_id,)
             )
             row = await cur.fetchone()
         return None if row is None else _device(row)

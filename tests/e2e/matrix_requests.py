@@ -18,8 +18,10 @@ from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
 from boxoffice.tokens import TokenSigner
+from checkin_svc.gate import DEVICE_KEY_METADATA_KEY
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bapb
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.checkin.v1 import checkin_service_pb2 as cpb
 from gen.boxoffice.mail.v1 import mail_admin_service_pb2 as mpb
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
@@ -46,6 +48,8 @@ _PAYMENT = "/boxoffice.payment.v1.PaymentService/"
 _QUEUE_ADMIN = "/boxoffice.queue.v1.QueueAdminService/"
 _BOOKING_ADMIN = "/boxoffice.booking.v1.BookingAdminService/"
 _MAIL_ADMIN = "/boxoffice.mail.v1.MailAdminService/"
+_CHECKIN = "/boxoffice.checkin.v1.CheckInService/"
+_CHECKIN_ADMIN = "/boxoffice.checkin.v1.CheckInAdminService/"
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Stubs:
     booking: Any  # BookingService, as the operator
     booking_as_edge: Any
     payment_as_edge: Any
+    checkin_admin: Any  # CheckInAdminService, as the operator
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,9 @@ class World:
     webhook_signature: str
     paid_payment_id: str
     paid_hold_id: str
+    # A gate device of the event (its key), and one that RevokeGateDevice revokes.
+    device_key: str
+    revocable_device_id: str
 
 
 async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider) -> World:
@@ -118,6 +126,10 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
         ppb.ConfirmPaymentRequest(payment_id=paid, idempotency_key=f"matrix-{paid}"), metadata=fan
     )
     assert confirmed.payment.state == ppb.PAYMENT_STATE_SUCCEEDED, confirmed
+    device = await stubs.checkin_admin.CreateGateDevice(cpb.CreateGateDeviceRequest(event_id=event_id, name="Matrix"))
+    revocable = await stubs.checkin_admin.CreateGateDevice(
+        cpb.CreateGateDeviceRequest(event_id=event_id, name="Matrix, to revoke")
+    )
     return World(
         event_id=event_id,
         new_event_id=int(uuid.uuid4().int % 10**12) + 10**6,
@@ -128,6 +140,8 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
         webhook_signature=sandbox.sign(body),
         paid_payment_id=paid,
         paid_hold_id=paid_hold.hold_id,
+        device_key=device.key,
+        revocable_device_id=revocable.device.device_id,
     )
 
 
@@ -139,6 +153,12 @@ class Call:
     request: Message
     fan: str = FAN
     writes: bool = False
+    # More metadata the edge sends with it (a gate device's key).
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+def _device(w: World) -> tuple[tuple[str, str], ...]:
+    return ((DEVICE_KEY_METADATA_KEY, w.device_key),)
 
 
 def _hours(n: int) -> duration_pb2.Duration:
@@ -324,4 +344,28 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
     # its tickets delivery (and its audit row).
     f"{_MAIL_ADMIN}ResendTickets": lambda w: Call(mpb.ResendTicketsRequest(booking_id=w.paid_hold_id), writes=True),
     f"{_MAIL_ADMIN}ListDeliveries": lambda w: Call(mpb.ListDeliveriesRequest(booking_id=w.paid_hold_id)),
+    # The door: gate devices through the edge (no ticket is issued here, so
+    # a scan judges a code nobody holds), a fan's rotation, gate devices.
+    f"{_CHECKIN}Scan": lambda w: Call(
+        cpb.ScanRequest(event_id=w.event_id, code="TKT-0123456789ABCDEF", gate_id="matrix"), metadata=_device(w)
+    ),
+    f"{_CHECKIN}ExportCheckInList": lambda w: Call(
+        cpb.ExportCheckInListRequest(event_id=w.event_id), metadata=_device(w)
+    ),
+    f"{_CHECKIN}UploadScans": lambda w: Call(
+        cpb.UploadScansRequest(
+            event_id=w.event_id,
+            scans=[cpb.OfflineScan(code="TKT-0123456789ABCDEF", gate_id="matrix", scanned_at=ts(datetime.now(UTC)))],
+        ),
+        metadata=_device(w),
+    ),
+    f"{_CHECKIN}GetCheckInKeys": lambda w: Call(cpb.GetCheckInKeysRequest(event_id=w.event_id)),
+    f"{_CHECKIN}GetTicketRotation": lambda w: Call(cpb.GetTicketRotationRequest(ticket_id=str(uuid.uuid4()))),
+    f"{_CHECKIN_ADMIN}CreateGateDevice": lambda w: Call(
+        cpb.CreateGateDeviceRequest(event_id=w.event_id, name="Matrix gate"), writes=True
+    ),
+    f"{_CHECKIN_ADMIN}RevokeGateDevice": lambda w: Call(
+        cpb.RevokeGateDeviceRequest(device_id=w.revocable_device_id), writes=True
+    ),
+    f"{_CHECKIN_ADMIN}ListGateDevices": lambda w: Call(cpb.ListGateDevicesRequest(event_id=w.event_id)),
 }

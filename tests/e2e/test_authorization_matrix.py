@@ -37,7 +37,9 @@ from boxoffice.embedded import EmbeddedRedis
 from boxoffice.errors import from_rpc_error
 from boxoffice.lifecycle import Component
 from boxoffice.runtime import Runtime
+from checkin_svc import app as checkin_app
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as cpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from payment_svc import app as payment_app
@@ -63,6 +65,7 @@ CALLERS = (
     access.QUEUE,
     access.BOOKING,
     access.PAYMENT,
+    access.CHECKIN,
     access.OPERATOR,
 )
 # Which server serves a contract package.
@@ -72,6 +75,7 @@ _SERVERS = {
     "boxoffice.booking.v1": "booking",
     "boxoffice.payment.v1": "payment",
     "boxoffice.mail.v1": "payment",
+    "boxoffice.checkin.v1": "checkin",
 }
 
 
@@ -102,26 +106,29 @@ def _private_redis(stores: Stores) -> Iterator[str]:
 
 @pytest.fixture
 async def mesh(stores: Stores) -> AsyncIterator[Mesh]:
-    """The three servers (no background jobs), each serving as its own role."""
+    """The four servers (no background jobs), each serving as its own role."""
     with _private_redis(stores) as redis_url:
         own = dataclasses.replace(stores, redis_url=redis_url)
         booking_port = _free_port()
         rt = make_runtime(own, environ={**PAYMENT_ENV, "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}"})
-        rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+        rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0, "checkin": 0})
         queue = QueueApp(rt)
         booking = booking_app.build_server(rt)
         payment = payment_app.compose_server(rt)
+        checkin = checkin_app.compose_server(rt)
         components: list[Component] = [
             *queue.components("server"),
             *booking.components,
             payment.server,
             payment.clients,
+            *checkin.components,
         ]
         async with running([*rt.infrastructure(), *components]):
             addresses = {
                 "queue": queue.server.address,
                 "booking": booking.grpc.address,
                 "payment": payment.server.address,
+                "checkin": checkin.server.address,
             }
             assert payment.sandbox is not None
             yield Mesh(rt, addresses, redis_url, payment.sandbox)
@@ -180,7 +187,7 @@ def _rpcs(services: list[str]) -> list[Rpc]:
 async def _call(channel: grpc.aio.Channel, rpc: Rpc, sent: Call) -> grpc.aio.AioRpcError | None:
     """Calls ``rpc`` with ``sent``'s request (a stream: its first message),
     the edge asserting ``sent``'s fan; the error it fails with, or None."""
-    metadata = as_fan(sent.fan)
+    metadata = (*as_fan(sent.fan), *sent.metadata)
     request = sent.request
     try:
         if rpc.client_streaming or rpc.server_streaming:
@@ -274,6 +281,7 @@ async def _world_makers(stores: Stores, mesh: Mesh) -> AsyncIterator[Stubs]:
             booking=bpb_grpc.BookingServiceStub(await channel("booking", access.OPERATOR)),
             booking_as_edge=bpb_grpc.BookingServiceStub(await channel("booking", access.EDGE)),
             payment_as_edge=ppb_grpc.PaymentServiceStub(await channel("payment", access.EDGE)),
+            checkin_admin=cpb_grpc.CheckInAdminServiceStub(await channel("checkin", access.OPERATOR)),
         )
 
 
@@ -366,6 +374,19 @@ def _undecodable(rpc: Rpc) -> list[bytes]:
     return payloads
 
 
+def _over_the_limit(server: str) -> bytes:
+    """A request twice the size a server takes (the default limit; the
+    check-in server's, which takes large offline uploads)."""
+    size = 2 * (checkin_app.MAX_REQUEST_BYTES if server == "checkin" else 1 << 20)
+    length = bytearray()
+    n = size
+    while n >= 0x80:
+        length.append((n & 0x7F) | 0x80)
+        n >>= 7
+    length.append(n)
+    return b"\x0a" + bytes(length) + b"x" * size
+
+
 async def _raw(channel: grpc.aio.Channel, rpc: Rpc, payload: bytes) -> grpc.aio.AioRpcError | None:
     """``payload`` sent as the request bytes of ``rpc``, as a fan's edge would."""
     metadata = ((caller.CUSTOMER_METADATA_KEY, "fan-fuzz"),)
@@ -405,7 +426,7 @@ async def test_bad_input_to_every_rpc_answers_invalid_argument_without_a_traceba
                 err = await _raw(channels[key], rpc, payload)
                 assert err is not None and err.code() == grpc.StatusCode.INVALID_ARGUMENT, (rpc.full_method, err)
                 assert from_rpc_error(err).reason == "MALFORMED_REQUEST", (rpc.full_method, err)
-            err = await _raw(channels[key], rpc, b"\x0a\x80\x80\x80\x01" + b"x" * (2 << 20))
+            err = await _raw(channels[key], rpc, _over_the_limit(rpc.server))
             assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (rpc.full_method, err)
     finally:
         for channel in channels.values():

@@ -21,7 +21,7 @@ from tests.e2e.harness import eventually, free_port
 
 @pytest.mark.slow
 async def test_up_serves_the_edge_and_wires_its_own_ports(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in ("QUEUE", "BOOKING", "PAYMENT", "EDGE", "METRICS")}
+    ports = {name: free_port() for name in ("QUEUE", "BOOKING", "PAYMENT", "CHECKIN", "EDGE", "METRICS")}
     env = {
         key: value
         for key, value in os.environ.items()
@@ -51,6 +51,7 @@ async def test_up_serves_the_edge_and_wires_its_own_ports(tmp_path: Path) -> Non
         # A short banner: what was migrated is in the log, not here.
         assert not any("migration" in line for line in banner), banner
         assert f"  booking    grpcs://127.0.0.1:{ports['BOOKING']}" in banner
+        assert f"  checkin    grpcs://127.0.0.1:{ports['CHECKIN']}" in banner
 
         async with httpx.AsyncClient(base_url=edge, timeout=30) as fan:
 
@@ -95,7 +96,7 @@ async def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path, 
     `up` starts) stops it at once: no store started, no server, one line. A
     listener that allows sharing (as every server of the mesh once did) is
     no exception."""
-    ports = {name: free_port() for name in ("QUEUE", "BOOKING", "PAYMENT", "EDGE", "METRICS")}
+    ports = {name: free_port() for name in ("QUEUE", "BOOKING", "PAYMENT", "CHECKIN", "EDGE", "METRICS")}
     env = {
         key: value
         for key, value in os.environ.items()

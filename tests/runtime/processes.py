@@ -28,6 +28,7 @@ COMMANDS = {
     "relay": "booking",
     "payment-svc": "payment",
     "issuer": "payment",
+    "checkin": "checkin",
 }
 # Secrets that are not the development ones (a process off the embedded
 # stores refuses those).

@@ -8,6 +8,7 @@ import pytest
 from boxoffice import access
 from boxoffice.caller import NOBODY, Caller, acting_as, current
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2, booking_service_pb2
+from gen.boxoffice.checkin.v1 import checkin_service_pb2
 from gen.boxoffice.mail.v1 import mail_admin_service_pb2
 from gen.boxoffice.payment.v1 import payment_service_pb2
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2, queue_service_pb2
@@ -22,6 +23,7 @@ def contract_methods() -> set[str]:
         booking_admin_service_pb2,
         payment_service_pb2,
         mail_admin_service_pb2,
+        checkin_service_pb2,
     ):
         for service in module.DESCRIPTOR.services_by_name.values():
             methods |= {f"/{service.full_name}/{m.name}" for m in service.methods}
@@ -54,6 +56,17 @@ def test_only_payment_confirms_a_hold_and_only_operators_refund() -> None:
     assert [r for r in access.ROLES if access.allowed(confirm, r)] == [access.PAYMENT]
     assert [r for r in access.ROLES if access.allowed(refund, r)] == [access.OPERATOR]
     assert not access.allowed(confirm, None)
+
+
+def test_the_door_answers_gate_devices_and_fans_through_the_edge_only() -> None:
+    door = "/boxoffice.checkin.v1.CheckInService/"
+    for method in ("Scan", "ExportCheckInList", "UploadScans", "GetTicketRotation"):
+        # The device's key (or the fan) is checked by the service; the mesh
+        # identity that passes them on is the edge's, never an operator's.
+        assert [r for r in access.ROLES if access.allowed(door + method, r)] == [access.EDGE], method
+    assert [r for r in access.ROLES if access.allowed(door + "GetCheckInKeys", r)] == [access.EDGE, access.OPERATOR]
+    # The checkin role serves; it calls nothing of the mesh.
+    assert not [m for m, roles in access.POLICY.items() if access.CHECKIN in roles and "Reflection" not in m]
 
 
 def test_health_answers_a_probe_without_a_certificate() -> None:
@@ -94,9 +107,15 @@ def test_the_admin_services_answer_operators_only() -> None:
     admin = [
         m
         for m in contract_methods()
-        if m.startswith(("/boxoffice.queue.v1.QueueAdminService/", "/boxoffice.booking.v1.BookingAdminService/"))
+        if m.startswith(
+            (
+                "/boxoffice.queue.v1.QueueAdminService/",
+                "/boxoffice.booking.v1.BookingAdminService/",
+                "/boxoffice.checkin.v1.CheckInAdminService/",
+            )
+        )
     ]
-    assert len(admin) == 14
+    assert len(admin) == 17
     for method in admin:
         assert [r for r in access.ROLES if access.allowed(method, r)] == [access.OPERATOR], method
         assert not access.allowed(method, None), method

@@ -189,9 +189,9 @@ async def test_the_audit_table_is_append_only(stores: Stores) -> None:
 
 
 async def test_services_sharing_a_database_each_apply_the_audit_migrations(stores: Stores) -> None:
-    # The suite's database has them under "queue-audit", "booking-audit" and
-    # "payment-audit" (PaymentService's process serves the mail's resends);
-    # a third service applying them again changes nothing.
+    # The suite's database has them under "queue-audit", "booking-audit",
+    # "checkin-audit" and "payment-audit" (PaymentService's process serves the mail's resends);
+    # another service applying them again changes nothing.
     applied = await db.migrate(stores.database_url, audit.migrations("another"))
     assert applied == ["another-audit/0001_admin_audit.sql"]
     assert await db.migrate(stores.database_url, audit.migrations("another")) == []
@@ -202,6 +202,7 @@ async def test_services_sharing_a_database_each_apply_the_audit_migrations(store
         assert [r[0] for r in await cur.fetchall()] == [
             "another-audit",
             "booking-audit",
+            "checkin-audit",
             "payment-audit",
             "queue-audit",
         ]
