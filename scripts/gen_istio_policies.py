@@ -36,6 +36,7 @@ WORKLOADS: Mapping[str, tuple[str, ...]] = {
     "booking-svc": ("boxoffice.booking.",),
     # PaymentService's process also serves the mailer's admin contract.
     "payment-svc": ("boxoffice.payment.", "boxoffice.mail."),
+    "checkin": ("boxoffice.checkin.",),
     "admitter": (),
     "sweeper": (),
     "relay": (),

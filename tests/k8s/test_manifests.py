@@ -37,7 +37,10 @@ from tests.k8s.support import (
     yaml_files,
 )
 
-SERVERS = ("queue-svc", "booking-svc", "payment-svc")
+SERVERS = ("queue-svc", "booking-svc", "payment-svc", "checkin")
+# Servers no process of the mesh dials yet (the edge's routes to the door
+# come with the gate page), so no ConfigMap names their address.
+UNDIALLED = {"checkin"}
 WORKERS = ("admitter", "sweeper", "relay", "issuer", "mailer")
 EDGE = "edge"
 GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
@@ -251,6 +254,8 @@ def test_secrets_come_from_one_secret_and_carry_what_each_process_needs() -> Non
             "BOXOFFICE_WEBHOOK_SECRETS",
             "BOXOFFICE_CHECKIN_KEYS",
         },
+        # The door verifies codes (and has no use for Redis).
+        "checkin": {"DATABASE_URL", "BOXOFFICE_CHECKIN_KEYS"},
         # The issuer signs ticket codes.
         "issuer": {"DATABASE_URL", "REDIS_URL", "BOXOFFICE_CHECKIN_KEYS"},
         # The relay's password is a file of its own Secret (boxoffice-smtp).
@@ -362,7 +367,7 @@ def test_every_address_is_a_headless_service_the_clients_balance_over() -> None:
         assert headless["spec"]["clusterIP"] == "None"
         assert port == headless["spec"]["ports"][0]["port"], variable
         dialled.add(server)
-    assert dialled == set(SERVERS)
+    assert dialled == set(SERVERS) - UNDIALLED
     # The clients check the server's certificate against the name they dial.
     certificates = {c["metadata"]["name"]: c for c in of_kind("Certificate")}
     for server in SERVERS:

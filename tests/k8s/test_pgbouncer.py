@@ -143,7 +143,7 @@ def test_every_user_of_postgres_has_the_direct_url_for_its_session_locks() -> No
             "name": "boxoffice-secrets",
             "key": "DATABASE_DIRECT_URL",
         }, name
-    assert users == 9  # the three servers, five workers and the migration
+    assert users == 10  # the four servers, five workers and the migration
 
 
 def test_the_kustomizations_run_pgbouncer() -> None:

@@ -48,6 +48,7 @@ WORKLOAD = {
     access.RELAY: "relay",
     access.ISSUER: "issuer",
     access.MAILER: "mailer",
+    access.CHECKIN: "checkin",
     access.OPERATOR: "operator",
 }
 ROLE = {workload: role for role, workload in WORKLOAD.items()}
@@ -61,6 +62,7 @@ DEPLOYED = (
     access.RELAY,
     access.ISSUER,
     access.MAILER,
+    access.CHECKIN,
 )
 # The contract packages each server serves.
 # (PaymentService's process also serves the mailer's admin contract.)
@@ -68,6 +70,7 @@ SERVES: dict[str, tuple[str, ...]] = {
     "queue-svc": ("boxoffice.queue.",),
     "booking-svc": ("boxoffice.booking.",),
     "payment-svc": ("boxoffice.payment.", "boxoffice.mail."),
+    "checkin": ("boxoffice.checkin.",),
 }
 ISTIO_POLICIES = K8S / "components/istio/authorization-policies.yaml"
 
@@ -225,7 +228,7 @@ def _flows(kind: str, role: str) -> set[tuple[str, str, int]]:
 
 
 def test_the_edge_reaches_the_services_redis_and_dns_only() -> None:
-    services = {("TCP", role, GRPC_PORT) for role in (access.QUEUE, access.BOOKING, access.PAYMENT)}
+    services = {("TCP", role, GRPC_PORT) for role in (access.QUEUE, access.BOOKING, access.PAYMENT, access.CHECKIN)}
     dns = {("UDP", "DNS", 53), ("TCP", "DNS", 53)}
     assert _flows("Egress", access.EDGE) == services | {("TCP", "Redis", 6379)} | dns
 
