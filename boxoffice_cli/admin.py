@@ -1,5 +1,5 @@
 """``boxoffice admin``: the operators' command over QueueAdminService,
-BookingAdminService and PaymentService's refunds.
+BookingAdminService, CheckInAdminService and PaymentService's refunds.
 
     boxoffice admin event create EVENT.yaml
     boxoffice admin inventory load EVENT_ID SEATS.csv
@@ -9,6 +9,7 @@ BookingAdminService and PaymentService's refunds.
     boxoffice admin revoke EVENT_ID CUSTOMER_ID [--shadow | --unshadow]
     boxoffice admin refund PAYMENT_ID --reason TEXT [--request-id ID]
     boxoffice admin tickets resend|deliveries BOOKING_ID
+    boxoffice admin gate-device create EVENT_ID --name NAME | revoke DEVICE_ID | list EVENT_ID
 
 Files are checked whole before anything is sent: every problem is printed
 as ``FILE:LINE: message`` and nothing is created. Exit codes: 0 done, 2 a
@@ -37,11 +38,12 @@ import grpc
 from boxoffice.errors import from_rpc_error
 from boxoffice.money import format_money
 from boxoffice.tls import CertFiles, ClientChannel
-from boxoffice_cli import admin_lanes, admin_mail, admin_room
+from boxoffice_cli import admin_gates, admin_lanes, admin_mail, admin_room
 from boxoffice_cli.admin_files import EVENT_FILE_HELP, BadFile, parse_event_file, parse_inventory_file
 from boxoffice_cli.admin_room import enum_name, positive, room_line, settings_line
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as cpb_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qpb
@@ -52,6 +54,7 @@ OK, FAILED, USAGE = 0, 1, 2
 DEFAULT_QUEUE_ADDR = "127.0.0.1:50051"
 DEFAULT_BOOKING_ADDR = "127.0.0.1:50052"
 DEFAULT_PAYMENT_ADDR = "127.0.0.1:50053"
+DEFAULT_CHECKIN_ADDR = "127.0.0.1:50055"
 # Seat rows per LoadInventory call (the service takes up to 10,000).
 DEFAULT_CHUNK_ROWS = 500
 CALL_SECONDS = 30.0
@@ -105,6 +108,7 @@ class _Clients:
     queue: ClientChannel
     booking: ClientChannel
     payment: ClientChannel
+    checkin: ClientChannel
     timeout: float
 
     def queue_admin(self) -> Any:
@@ -119,6 +123,9 @@ class _Clients:
     def mail_admin(self) -> Any:
         # MailAdminService is served by PaymentService's process.
         return self.payment.stub(admin_mail.MAIL_ADMIN_STUB)
+
+    def checkin_admin(self) -> Any:
+        return self.checkin.stub(cpb_grpc.CheckInAdminServiceStub)
 
 
 async def _event_create(clients: _Clients, path: str, out: TextIO) -> None:
@@ -248,7 +255,8 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxoffice admin",
         description="Administer events and waiting rooms through QueueAdminService and BookingAdminService, "
-        "refunds through PaymentService, and the ticket e-mails through MailAdminService.",
+        "gate devices through CheckInAdminService, refunds through PaymentService, and the ticket e-mails "
+        "through MailAdminService.",
         epilog=(
             "With --ca-file, --cert-file and --key-file (or BOXOFFICE_TLS_CA_FILE, BOXOFFICE_TLS_CERT_FILE, "
             "BOXOFFICE_TLS_KEY_FILE) the services are dialled over mutual TLS with that (operator) certificate; "
@@ -272,6 +280,11 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=env("BOXOFFICE_ADMIN_PAYMENT_ADDR", DEFAULT_PAYMENT_ADDR),
         help="PaymentService's host:port, which also serves the ticket e-mails' MailAdminService "
         "(BOXOFFICE_ADMIN_PAYMENT_ADDR, default %(default)s)",
+    )
+    parser.add_argument(
+        "--checkin-addr",
+        default=env("BOXOFFICE_ADMIN_CHECKIN_ADDR", DEFAULT_CHECKIN_ADDR),
+        help="CheckInService's host:port (BOXOFFICE_ADMIN_CHECKIN_ADDR, default %(default)s)",
     )
     parser.add_argument("--ca-file", default=env("BOXOFFICE_TLS_CA_FILE"), help="the mesh's CA (PEM)")
     parser.add_argument("--cert-file", default=env("BOXOFFICE_TLS_CERT_FILE"), help="the operator's certificate")
@@ -305,6 +318,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     admin_lanes.add_commands(commands)
     admin_room.add_commands(commands)
     admin_mail.add_commands(commands)
+    admin_gates.add_commands(commands)
 
     refund = commands.add_parser(
         "refund",
@@ -331,8 +345,9 @@ async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, e
         ClientChannel(args.queue_addr, files) as queue,
         ClientChannel(args.booking_addr, files) as booking,
         ClientChannel(args.payment_addr, files) as payment,
+        ClientChannel(args.checkin_addr, files) as checkin,
     ):
-        clients = _Clients(queue, booking, payment, args.timeout)
+        clients = _Clients(queue, booking, payment, checkin, args.timeout)
         if args.command == "event":
             await _event_create(clients, args.file, out)
         elif args.command == "inventory":
@@ -343,6 +358,8 @@ async def _run(args: argparse.Namespace, files: CertFiles | None, out: TextIO, e
             await admin_lanes.run(clients.queue_admin(), _call, args, clients.timeout, out)
         elif args.command == "tickets":
             await admin_mail.run(clients.mail_admin(), _call, args, clients.timeout, out)
+        elif args.command == "gate-device":
+            await admin_gates.run(clients.checkin_admin(), _call, _table, args, clients.timeout, out)
         elif args.command == "refund":
             request_id = args.request_id or f"admin-{uuid.uuid4().hex[:16]}"
             await _refund(clients, args.payment_id, args.reason, request_id, out)
