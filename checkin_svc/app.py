@@ -95,14 +95,14 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> CheckInSe
     verifier = ticketcodes.TicketCodeVerifier(public_keys, rt.clock)
     signer = ticketcodes.TicketCodeSigner(keys.get, rt.clock)
     metrics = CheckInMetrics.create(rt.registry)
-    settings = PgEventSettings(pool)
+    settings = PgEventSettings(pool, rt.clock)
     reentry = overrides.reentry or ReEntryOf(settings)
     store = PgCheckInStore(pool)
     handler = CheckInHandler(
         store, verifier, rt.clock, overrides.static_codes or StaticCodesOf(settings), metrics, reentry
     )
     devices = PgGateDeviceStore(pool)
-    device_keys = DeviceKeys(devices)
+    device_keys = DeviceKeys(devices, rt.clock)
     servicer = CheckInServicer(
         handler=handler,
         devices=device_keys,

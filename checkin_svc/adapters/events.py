@@ -9,12 +9,11 @@ the defaults: rotating codes only, no re-entry.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from boxoffice import db
+from boxoffice.clock import Clock
 from boxoffice.runtime import Pool
 from checkin_svc.ports import ReEntry, StaticCodes
 
@@ -43,18 +42,16 @@ def settings_of(kind: str, static_codes: bool | None, reentry: bool) -> DoorSett
 class PgEventSettings:
     """Each event's door settings from the events table, cached."""
 
-    def __init__(
-        self, pool: Pool, *, ttl_seconds: float = SETTINGS_TTL_SECONDS, now: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, pool: Pool, clock: Clock, *, ttl_seconds: float = SETTINGS_TTL_SECONDS) -> None:
         self._pool = pool
         self._ttl = ttl_seconds
-        self._now = now
+        self._clock = clock
         self._kept: OrderedDict[int, tuple[float, DoorSettings]] = OrderedDict()
 
     async def of(self, event_id: int) -> DoorSettings:
         kept = self._kept.get(event_id)
-        now = self._now()
-        if kept is not None and now - kept[0] < self._ttl:
+        now = self._clock.now()
+        if kept is not None and 0 <= now - kept[0] < self._ttl:
             return kept[1]
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
