@@ -6,7 +6,9 @@ so junk and forgeries cost the database nothing; so is a rotating code's
 step (older than the previous one: ``EXPIRED_CODE``). A rotating code's mac
 is then checked under its ticket's secret. A static code (a signed code
 without rotation, or a ``TKT-`` code of before signed codes, which is looked
-up) admits only at an event that accepts static codes. Then one statement
+up) admits only at an event that accepts static codes; elsewhere it is
+``EXPIRED_CODE``, as the contract says (a printed or screenshot code that
+only its rotating form replaces). Then one statement
 admits the ticket once (:class:`~checkin_svc.ports.CheckInStore`).
 """
 
@@ -65,7 +67,7 @@ class CheckInHandler:
             return await self._scan_rotating(rotating, scan)
         if _LEGACY_CODE.match(code):
             if not await self._static.allowed(scan.event_id):
-                return ScanOutcome(ScanResult.INVALID)
+                return ScanOutcome(ScanResult.EXPIRED_CODE)
             return await self._admit(code, scan, by_code=True)
         claims = self._claims(code)
         if claims is None:
@@ -73,7 +75,7 @@ class CheckInHandler:
         if claims.event_id != scan.event_id:
             return ScanOutcome(ScanResult.WRONG_EVENT)
         if not await self._static.allowed(scan.event_id):
-            return ScanOutcome(ScanResult.INVALID)
+            return ScanOutcome(ScanResult.EXPIRED_CODE)
         return await self._admit(claims.ticket_id, scan, by_code=False)
 
     async def _scan_rotating(self, parts: ticketcodes.RotatingParts, scan: Scan) -> ScanOutcome:

@@ -157,7 +157,7 @@ async def test_the_events_settings_decide_static_codes_and_a_rotating_code_expir
         )
         return int(answer.result)
 
-    assert await scan(concert, code) == pb.SCAN_RESULT_INVALID  # a screenshot of the static code
+    assert await scan(concert, code) == pb.SCAN_RESULT_EXPIRED_CODE  # a screenshot of the static code
     assert await scan(concert, other_code) == pb.SCAN_RESULT_WRONG_EVENT
     assert await scan(flight, flight_code) == pb.SCAN_RESULT_ADMITTED
     assert await scan(printed, printed_code) == pb.SCAN_RESULT_ADMITTED

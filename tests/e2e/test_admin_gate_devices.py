@@ -36,9 +36,10 @@ async def test_gate_devices_are_made_listed_and_revoked_by_the_command(stores: S
         assert first == f"gate device {device_id} of event {event}: 'North gate'"
         key = second.removeprefix("key (shown once, never stored): ")
         assert key.startswith("bxd_") and len(key) == 47
-        # The key opens the event's door (a code nobody holds: UNKNOWN, not refused).
+        # The key opens the event's door: a verdict, not a refusal (a static
+        # code at an event of rotating codes only).
         scan = pb.ScanRequest(event_id=event, code="TKT-0123456789ABCDEF", gate_id="north")
-        assert (await svc.door.Scan(scan, metadata=with_key(key))).result == pb.SCAN_RESULT_INVALID
+        assert (await svc.door.Scan(scan, metadata=with_key(key))).result == pb.SCAN_RESULT_EXPIRED_CODE
         assert (await admin("gate-device", "create", str(event), "--name", "South gate")).code == 0
 
         listed = await admin("gate-device", "list", str(event))
