@@ -10,6 +10,7 @@ from datetime import datetime
 
 from google.protobuf import duration_pb2
 
+from booking_svc.cancellation import CancellationQuote
 from booking_svc.listing import listing_fields, parse_listing
 from booking_svc.model import (
     DEFAULT_HOLD_TTL_SECONDS,
@@ -295,3 +296,19 @@ def seat_map_pb(seat_map: SeatMap) -> pb.GetSeatMapResponse:
         ],
         snapshot_time=ts(seat_map.snapshot_time),
     )
+
+
+def quote_pb(hold: Hold, quote: CancellationQuote) -> pb.GetCancellationQuoteResponse:
+    message = pb.GetCancellationQuoteResponse(
+        allowed=quote.allowed,
+        refund=pb.Money(currency_code=hold.amount.currency, amount_minor=quote.refund_minor),
+        reason=quote.reason,
+        price=_money_pb(hold.amount),
+        refund_percent=quote.percent,
+        state=_HOLD_STATES[hold.state_at(quote.at).value],
+        quote_time=ts(quote.at),
+        event_id=hold.event_id,
+    )
+    if quote.until is not None:
+        message.until.CopyFrom(ts(quote.until))
+    return message

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Counter
 
+from booking_svc.cancellation import CancellationQuote, quote
 from booking_svc.catalogue import CatalogueRequest, open_page_token, page_token
 from booking_svc.config import BookingConfig
 from booking_svc.metrics import BookingMetrics
@@ -282,8 +283,28 @@ class BookingHandler:
         finally:
             self._metrics.confirms.labels(result).inc()
 
+    async def cancellation_quote(self, *, booking_id: uuid.UUID) -> tuple[Hold, CancellationQuote]:
+        """What cancelling the booking would do now under its event's
+        policy. Through the edge, only the asserted fan's own booking:
+        another's is NOT_FOUND, as one that does not exist."""
+        hold = await self._store.get_hold(booking_id)
+        if hold is not None and caller.current().is_edge and hold.customer_id != asserted_customer():
+            hold = None
+        if hold is None:
+            raise NotFound(
+                f"booking {booking_id} does not exist", reason="HOLD_NOT_FOUND", metadata={"hold_id": str(booking_id)}
+            )
+        event = await self._store.get_event(hold.event_id)
+        return hold, quote(hold, event.refund_policy, self.now())
+
     async def cancel_booking(
-        self, *, hold_id: uuid.UUID, customer_id: str | None, reason: str, refunded_at_provider: bool = False
+        self,
+        *,
+        hold_id: uuid.UUID,
+        customer_id: str | None,
+        reason: str,
+        refunded_at_provider: bool = False,
+        quoted_refund: Money | None = None,
     ) -> tuple[Hold, int]:
         """Cancel a confirmed booking. The edge cancels its asserted fan's
         own (``customer_id``, when given, must name that fan); an operator
@@ -306,6 +327,7 @@ class BookingHandler:
             now=self.now(),
             refund_required=caller.current().role == access.PAYMENT and not refunded_at_provider,
             refunded_at_provider=refunded_at_provider,
+            quoted_refund=quoted_refund,
         )
         if self._config.seat_gate:
             await self._gate.clear(hold.event_id, [s.seat_id for s in hold.seats])

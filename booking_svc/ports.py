@@ -87,12 +87,17 @@ class BookingStore(Protocol):
         now: datetime,
         refund_required: bool = False,
         refunded_at_provider: bool = False,
+        quoted_refund: Money | None = None,
     ) -> tuple[Hold, int]:
         """Cancel a confirmed booking: its seats go back, a BookingCancelled
         event carries the refund the event's policy grants. With
         ``refund_required`` a policy that grants nothing refuses the cancel
         (FAILED_PRECONDITION, REFUND_NOT_ALLOWED) and changes nothing. With
-        ``refunded_at_provider`` the refund is zero (it was made at the provider)."""
+        ``refunded_at_provider`` the refund is zero (it was made at the provider).
+        With ``quoted_refund`` the grant is at most the quote, and a policy
+        that now grants less refuses the cancel and changes nothing (see
+        :func:`booking_svc.cancellation.granted_for_quote`). A booking
+        cancelled already is returned as it is, with the refund it got."""
 
     async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult: ...
 

@@ -23,6 +23,7 @@ from booking_svc.converters import (
     parse_money,
     parse_seconds,
     parse_selection,
+    quote_pb,
     seat_map_pb,
 )
 from booking_svc.handler import BookingHandler
@@ -131,13 +132,22 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
         hold_id = parse_hold_id("hold_id", request.hold_id)
         customer_id = validate.text("customer_id", request.customer_id, max_length=128) if request.customer_id else None
         reason = validate.text("reason", request.reason, max_length=500, min_length=0)
+        quoted = parse_money("quoted_refund", request.quoted_refund) if request.HasField("quoted_refund") else None
         hold, refund = await self._handler.cancel_booking(
             hold_id=hold_id,
             customer_id=customer_id,
             reason=reason,
             refunded_at_provider=request.refunded_at_provider,
+            quoted_refund=quoted,
         )
         return pb.CancelBookingResponse(
             hold=hold_pb(hold, self._handler.now()),
             refund_amount=pb.Money(currency_code=hold.amount.currency, amount_minor=refund),
         )
+
+    async def GetCancellationQuote(
+        self, request: pb.GetCancellationQuoteRequest, context: Context
+    ) -> pb.GetCancellationQuoteResponse:
+        booking_id = parse_hold_id("booking_id", request.booking_id)
+        hold, quote = await self._handler.cancellation_quote(booking_id=booking_id)
+        return quote_pb(hold, quote)

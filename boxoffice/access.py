@@ -84,12 +84,16 @@ def _table() -> Mapping[str, frozenset[str]]:
         # cancels the booking whose payment it refunds (the cancellation
         # policy decides the refund).
         f"{_BOOKING}CancelBooking": {EDGE, OPERATOR, PAYMENT},
+        # What cancelling would refund: the fan's own booking, an operator's any.
+        f"{_BOOKING}GetCancellationQuote": {EDGE, OPERATOR},
         # Payments: the fan's own, through the edge; refunds by operators.
         f"{_PAYMENT}StartPayment": {EDGE},
         f"{_PAYMENT}ConfirmPayment": {EDGE},
         f"{_PAYMENT}GetPayment": {EDGE, OPERATOR},
         f"{_PAYMENT}ListTickets": {EDGE},
         f"{_PAYMENT}RefundPayment": {OPERATOR},
+        # A fan cancels their own paid booking for the refund they were quoted.
+        f"{_PAYMENT}CancelBooking": {EDGE},
         # The provider's webhook arrives through the edge; the sandbox
         # provider inside payment delivers its own.
         f"{_PAYMENT}HandleProviderWebhook": {EDGE, PAYMENT},

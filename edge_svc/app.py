@@ -21,6 +21,7 @@ from boxoffice.runtime import Runtime
 from edge_svc.cache import PublicCache
 from edge_svc.challenge import ExternalCheck, HumanCheck, NoCheck, ProofOfWork, RedisProofUsed
 from edge_svc.config import EdgeConfig
+from edge_svc.endpoints.bookings import Bookings
 from edge_svc.endpoints.catalogue import Catalogue
 from edge_svc.endpoints.checkout import Checkout
 from edge_svc.endpoints.common import Callers, EdgeDeps, mount
@@ -165,6 +166,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         Queue(deps, callers),
         Draws(deps, callers),
         Checkout(deps, callers),
+        Bookings(deps, callers),
         Operations(deps),
         Pages(dev_sign_in=config.dev_sign_in),
     )

@@ -338,6 +338,31 @@ ROUTES: tuple[Route, ...] = (
         ("event_id", "access_token"),
     ),
     Route(
+        "GetCancellationQuote",
+        "GET",
+        "/v1/bookings/{booking_id}/cancellation",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_BOOKING}GetCancellationQuote",
+        "What cancelling one of the fan's bookings would refund now under its event's policy, and until when; "
+        "or why it may not be cancelled.",
+        ("booking_id",),
+    ),
+    Route(
+        "CancelBooking",
+        "POST",
+        "/v1/bookings/{booking_id}:cancel",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_PAYMENT}CancelBooking",
+        "Cancel one of the fan's paid bookings for the refund of the quote they accepted (echoed in the body): "
+        "the refund goes back through the provider, the tickets are voided and the seats return to sale; "
+        "the Idempotency-Key header is the key.",
+        ("booking_id", "idempotency_key"),
+    ),
+    Route(
         "HandleProviderWebhook",
         "POST",
         "/v1/webhooks/payment-provider",

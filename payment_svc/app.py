@@ -36,6 +36,7 @@ from payment_svc.adapters.tickets import PgTicketStore
 from payment_svc.adapters.webhook_events import PgWebhookStore
 from payment_svc.adapters.webhook_sink import GrpcWebhookSink
 from payment_svc.config import STRIPE, PaymentConfig
+from payment_svc.fan_cancel import FanCancellation
 from payment_svc.handler import PaymentHandler, PaymentHooks
 from payment_svc.idempotency import Idempotent
 from payment_svc.inflight import ChargesInFlight
@@ -210,6 +211,7 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         handler=handler,
         webhooks=webhooks,
         idempotent=Idempotent(idempotency, lease_seconds=config.idempotency_lease_seconds),
+        cancellation=FanCancellation(payments=handler, store=store, booking=booking),
     )
     # The mailer's admin contract is served here (the contract says why).
     mail_admin = mail_app.compose_admin(rt)

@@ -47,6 +47,10 @@ class PaymentStore(Protocol):
 
     async def live_for_hold(self, hold_id: str) -> Payment | None: ...
 
+    async def paid_for_hold(self, hold_id: str) -> Payment | None:
+        """The payment that bought the hold (confirmed it), refunded since or
+        not; None when no payment did."""
+
     async def transition(
         self,
         payment_id: str,
@@ -245,7 +249,13 @@ class BookingClient(Protocol):
         """Turn the hold into a booking; FAILED_PRECONDITION when it is gone."""
 
     async def cancel_booking(
-        self, hold_id: str, customer_id: str, reason: str, *, refunded_at_provider: bool = False
+        self,
+        hold_id: str,
+        customer_id: str,
+        reason: str,
+        *,
+        refunded_at_provider: bool = False,
+        quoted_refund: tuple[int, str] | None = None,
     ) -> CancelledBooking:
         """Cancel the confirmed booking to refund it (seats returned, tickets
         voided from the BookingCancelled event); the same answer for one
@@ -253,7 +263,10 @@ class BookingClient(Protocol):
         nothing, when the event's policy grants no refund now.
         ``refunded_at_provider``: the money went back at the provider (a
         refund made there, a dispute): cancelled whatever the policy, and
-        granting nothing more."""
+        granting nothing more. ``quoted_refund`` (amount in minor units,
+        currency): the refund the customer was quoted; the cancel grants at
+        most it, and FAILED_PRECONDITION REFUND_WINDOW_CLOSED, changing
+        nothing, when the policy now grants less."""
 
 
 # -- the payment provider

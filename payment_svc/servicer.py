@@ -18,8 +18,9 @@ from boxoffice.server import Registration
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
 from payment_svc.converters import CURRENCY, access_token, parse_uuid, payment_to_proto, ticket_to_proto
+from payment_svc.fan_cancel import Cancelled, FanCancellation
 from payment_svc.handler import PaymentHandler
-from payment_svc.idempotency import Idempotent, fingerprint
+from payment_svc.idempotency import Idempotent, fingerprint, key_scope
 from payment_svc.model import PaymentState, RefundOrder, RefundSource
 from payment_svc.provider_webhooks import ProviderWebhooks
 
@@ -29,10 +30,18 @@ M = TypeVar("M", bound=Message)
 
 
 class PaymentServicer(pb_grpc.PaymentServiceServicer):
-    def __init__(self, *, handler: PaymentHandler, webhooks: ProviderWebhooks, idempotent: Idempotent) -> None:
+    def __init__(
+        self,
+        *,
+        handler: PaymentHandler,
+        webhooks: ProviderWebhooks,
+        idempotent: Idempotent,
+        cancellation: FanCancellation,
+    ) -> None:
         self._handler = handler
         self._webhooks = webhooks
         self._idempotent = idempotent
+        self._cancellation = cancellation
 
     def registration(self) -> Registration:
         return Registration(SERVICE_NAME, lambda server: pb_grpc.add_PaymentServiceServicer_to_server(self, server))
@@ -163,3 +172,42 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
             token, event_id=event_id, hold_id=hold_id, page_size=page_size, page_token=page_token
         )
         return pb.ListTicketsResponse(tickets=[ticket_to_proto(t) for t in tickets], next_page_token=next_token)
+
+    async def CancelBooking(
+        self, request: pb.CancelBookingRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CancelBookingResponse:
+        booking_id = parse_uuid("booking_id", request.booking_id)
+        key = validate.text("idempotency_key", request.idempotency_key, max_length=255)
+        if not request.HasField("quoted_refund"):
+            raise validate.required("quoted_refund", "quoted_refund is required: the refund of the quote accepted")
+        currency = validate.text(
+            "quoted_refund.currency_code", request.quoted_refund.currency_code, max_length=3, pattern=CURRENCY
+        )
+        quoted = validate.int_range(
+            "quoted_refund.amount_minor", request.quoted_refund.amount_minor, minimum=1, maximum=2**62
+        )
+        # Only the fan's own paid booking (nothing is stored otherwise).
+        payment = await self._cancellation.paid_booking(booking_id)
+
+        def answer(done: Cancelled) -> pb.CancelBookingResponse:
+            return pb.CancelBookingResponse(
+                booking_id=booking_id,
+                refund=pb.Money(currency_code=done.payment.currency, amount_minor=done.refund_minor),
+                payment=payment_to_proto(done.payment),
+            )
+
+        async def work() -> pb.CancelBookingResponse:
+            return answer(await self._cancellation.cancel(payment, quoted, currency))
+
+        async def settled() -> pb.CancelBookingResponse | None:
+            done = await self._cancellation.settled(booking_id)
+            return None if done is None else answer(done)
+
+        return await self._replayable(
+            key_scope("CancelBooking", payment.payment_id, payment.customer_id),
+            key,
+            fingerprint(booking_id, currency, str(quoted)),
+            work,
+            pb.CancelBookingResponse,
+            settled,
+        )

@@ -86,11 +86,19 @@ class GrpcBookingClient:
         return _hold_view(reply.hold)
 
     async def cancel_booking(
-        self, hold_id: str, customer_id: str, reason: str, *, refunded_at_provider: bool = False
+        self,
+        hold_id: str,
+        customer_id: str,
+        reason: str,
+        *,
+        refunded_at_provider: bool = False,
+        quoted_refund: tuple[int, str] | None = None,
     ) -> CancelledBooking:
         request = pb.CancelBookingRequest(
             hold_id=hold_id, customer_id=customer_id, reason=reason, refunded_at_provider=refunded_at_provider
         )
+        if quoted_refund is not None:
+            request.quoted_refund.CopyFrom(pb.Money(amount_minor=quoted_refund[0], currency_code=quoted_refund[1]))
         reply = await self._call("CancelBooking", request)
         return CancelledBooking(_hold_view(reply.hold), reply.refund_amount.amount_minor)
 

@@ -176,6 +176,25 @@ class PgPaymentStore:
         return None if row is None else _payment(row)
 
     @db.repeated_when_lost
+    async def paid_for_hold(self, hold_id: str) -> Payment | None:
+        # The live payment that succeeded; else one refunded in full since it
+        # succeeded (a payment refunded because it could not buy the hold
+        # carries the failure that made it so).
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                SELECT {_PAYMENT_COLUMNS} FROM payments
+                 WHERE hold_id = %s AND failure_reason = ''
+                   AND state IN ('SUCCEEDED', 'PARTIALLY_REFUNDED', 'REFUNDED')
+                 ORDER BY state = 'REFUNDED', updated_at DESC
+                 LIMIT 1
+                """,
+                (hold_id,),
+            )
+            row = await cur.fetchone()
+        return None if row is None else _payment(row)
+
+    @db.repeated_when_lost
     async def live_for_hold(self, hold_id: str) -> Payment | None:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(

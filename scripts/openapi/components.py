@@ -140,7 +140,8 @@ def components_parameters() -> Json:
         ),
         "IdempotencyKey": header(
             "Idempotency-Key",
-            "The confirmation's idempotency key: a replay returns the first answer.",
+            "The request's idempotency key (a confirmation's, a cancellation's), scoped to the fan: a replay returns "
+            "the first answer.",
             {"type": "string", "minLength": 1, "maxLength": 255},
             required=True,
         ),

@@ -84,6 +84,9 @@ class World:
     # A gate device of the event (its key), and one that RevokeGateDevice revokes.
     device_key: str
     revocable_device_id: str
+    # A paid booking for the fan's own cancel (PaymentService.CancelBooking),
+    # and its price (refunded in full: the event's policy refunds 100%).
+    cancel_hold: bpb.Hold
 
 
 async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider) -> World:
@@ -130,6 +133,11 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
     revocable = await stubs.checkin_admin.CreateGateDevice(
         cpb.CreateGateDeviceRequest(event_id=event_id, name="Matrix, to revoke")
     )
+    cancel_hold = await hold()
+    cancel_paid = await start(cancel_hold.hold_id)
+    await stubs.payment_as_edge.ConfirmPayment(
+        ppb.ConfirmPaymentRequest(payment_id=cancel_paid, idempotency_key=f"matrix-{cancel_paid}"), metadata=fan
+    )
     return World(
         event_id=event_id,
         new_event_id=int(uuid.uuid4().int % 10**12) + 10**6,
@@ -142,6 +150,7 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
         paid_hold_id=paid_hold.hold_id,
         device_key=device.key,
         revocable_device_id=revocable.device.device_id,
+        cancel_hold=cancel_hold,
     )
 
 
@@ -317,6 +326,7 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
     f"{_BOOKING}CancelBooking": lambda w: Call(
         bpb.CancelBookingRequest(hold_id=w.paid_hold_id, customer_id=FAN, reason="matrix"), writes=True
     ),
+    f"{_BOOKING}GetCancellationQuote": lambda w: Call(bpb.GetCancellationQuoteRequest(booking_id=w.paid_hold_id)),
     # Payments.
     f"{_PAYMENT}StartPayment": lambda w: Call(
         ppb.StartPaymentRequest(access_token=w.token, hold_id=_hold_id("start")(w), payment_method="pm_card_ok"),
@@ -339,6 +349,16 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
         writes=True,
     ),
     f"{_PAYMENT}GetPayment": lambda w: Call(ppb.GetPaymentRequest(payment_id=w.paid_payment_id)),
+    f"{_PAYMENT}CancelBooking": lambda w: Call(
+        ppb.CancelBookingRequest(
+            booking_id=w.cancel_hold.hold_id,
+            idempotency_key=f"matrix-cancel-{w.cancel_hold.hold_id}",
+            quoted_refund=ppb.Money(
+                currency_code=w.cancel_hold.amount.currency_code, amount_minor=w.cancel_hold.amount.amount_minor
+            ),
+        ),
+        writes=True,
+    ),
     f"{_PAYMENT}ListTickets": lambda w: Call(ppb.ListTicketsRequest(access_token=w.token, event_id=w.event_id)),
     # The ticket e-mails: the paid booking has none yet, so a resend opens
     # its tickets delivery (and its audit row).

@@ -66,10 +66,14 @@ class EdgeStack:
         price_minor: int = 4500,
         paused: bool = False,
         hold_ttl_seconds: int = 0,
+        refund_percent: int | None = None,
+        refundable_until: datetime | None = None,
     ) -> int:
         """A new event with a seated section A (row K) and, optionally, a
         standing FLOOR, and its open waiting room; its id. ``hold_ttl_seconds``:
-        how long a hold lasts (0: the default)."""
+        how long a hold lasts (0: the default). ``refund_percent``: what a
+        cancellation refunds until ``refundable_until`` (default: in 29 days);
+        None: no refunds."""
         event_id = int(uuid.uuid4().int % 10**12) + 10**6
         now = datetime.now(UTC)
         sections = [
@@ -99,6 +103,11 @@ class EdgeStack:
                 starts_at=ts(now + timedelta(days=30)),
                 sections=sections,
                 hold_ttl=Duration(seconds=hold_ttl_seconds) if hold_ttl_seconds else None,
+                refund_policy=None
+                if refund_percent is None
+                else bpb.RefundPolicy(
+                    refundable_until=ts(refundable_until or now + timedelta(days=29)), refund_percent=refund_percent
+                ),
             )
         )
         await booking.LoadInventory(

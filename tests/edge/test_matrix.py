@@ -63,12 +63,15 @@ class World:
     holds: dict[str, str]
     payment_id: str
     signature_header: str
+    # canceller: a paid booking of their own to cancel (refunded in full).
+    canceller: Fan
+    booking_id: str
 
 
 @pytest.fixture(scope="module")
 async def world(stores: Stores) -> AsyncIterator[World]:
     async with edge_stack(stores, prefix="edge-matrix") as stack:
-        event_id = await stack.event(seats=8, max_active=10)
+        event_id = await stack.event(seats=8, max_active=10, refund_percent=100)
         await _with_a_fan_draw(stack, event_id)
 
         async def fan(prefix: str, *, admitted: bool, joined: bool = False) -> tuple[Fan, httpx.AsyncClient]:
@@ -86,7 +89,8 @@ async def world(stores: Stores) -> AsyncIterator[World]:
         leaver, _ = await fan("leaver", admitted=False, joined=True)
         plain, _ = await fan("fan", admitted=False)
         intruder, _ = await fan("intruder", admitted=True)
-        async with owner_client, payer_client:
+        canceller, canceller_client = await fan("canceller", admitted=True)
+        async with owner_client, payer_client, canceller_client:
             holds = {use: (await hold(owner_client, event_id))["holdId"] for use in ("get", "release", "start")}
             paid = (await hold(payer_client, event_id))["holdId"]
             started = await payer_client.post(f"/v1/holds/{paid}/payment", json={"paymentMethod": "pm_card_ok"})
@@ -96,6 +100,15 @@ async def world(stores: Stores) -> AsyncIterator[World]:
                 f"/v1/payments/{payment_id}:confirm", headers={"Idempotency-Key": "matrix-key"}
             )
             assert confirmed.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", confirmed.text
+            booking_id = (await hold(canceller_client, event_id))["holdId"]
+            started = await canceller_client.post(
+                f"/v1/holds/{booking_id}/payment", json={"paymentMethod": "pm_card_ok"}
+            )
+            paid_for = await canceller_client.post(
+                f"/v1/payments/{started.json()['payment']['paymentId']}:confirm",
+                headers={"Idempotency-Key": "matrix-key"},
+            )
+            assert paid_for.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", paid_for.text
         yield World(
             stack,
             event_id,
@@ -107,6 +120,8 @@ async def world(stores: Stores) -> AsyncIterator[World]:
             holds,
             payment_id,
             stack.edge.config.webhook_signature_header,
+            canceller,
+            booking_id,
         )
 
 
@@ -193,6 +208,15 @@ async def _owners_holds(w: World) -> object:
     return sorted((h.hold_id, h.state) for h in reply.holds)
 
 
+def _booking(w: World) -> Mapping[str, str]:
+    return {"booking_id": w.booking_id}
+
+
+async def _still_booked(w: World, canceller: httpx.AsyncClient) -> None:
+    reply = await canceller.get(f"/v1/bookings/{w.booking_id}/cancellation")
+    assert reply.json()["state"] == "HOLD_STATE_CONFIRMED" and reply.json()["allowed"] is True, reply.text
+
+
 async def _still_queued(w: World, leaver: httpx.AsyncClient) -> None:
     reply = await leaver.get(f"/v1/events/{w.event_id}/queue/position")
     assert reply.json()["position"]["state"] in ("QUEUE_STATE_WAITING", "QUEUE_STATE_ADMITTED"), reply.text
@@ -232,6 +256,15 @@ MATRIX: dict[str, Case] = {
     ),
     "GetPayment": Case(params=_payment, owner="payer", owned=True),
     "ListTickets": Case(params=_event, owner="payer"),
+    "GetCancellationQuote": Case(params=_booking, owner="canceller", owned=True),
+    "CancelBooking": Case(
+        params=_booking,
+        body=lambda w: {"quotedRefund": {"currencyCode": "EUR", "amountMinor": "4500"}},
+        headers={"Idempotency-Key": "matrix-cancel"},
+        owner="canceller",
+        owned=True,
+        unchanged=_still_booked,
+    ),
     "HandleProviderWebhook": Case(body=_webhook_body),
     "GetIndexPage": Case(),
     "GetEventPage": Case(params=_event),

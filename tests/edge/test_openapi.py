@@ -385,7 +385,7 @@ def test_mutations_and_streams_take_their_headers(document: Json) -> None:
         found = headers(route)
         if route.path.startswith("/v1/"):
             assert {"X-Server-Timeout", "X-Request-Id", "traceparent"} <= set(found), route.name
-        assert ("Idempotency-Key" in found) == (route.name == "ConfirmPayment"), route.name
+        assert ("Idempotency-Key" in found) == (route.name in ("ConfirmPayment", "CancelBooking")), route.name
         assert ("Last-Event-ID" in found) == route.sse, route.name
     confirm = headers(next(r for r in ROUTES if r.name == "ConfirmPayment"))["Idempotency-Key"]
     assert confirm["required"] and confirm["schema"] == {"type": "string", "minLength": 1, "maxLength": 255}

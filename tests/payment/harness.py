@@ -167,7 +167,13 @@ class FakeBooking:
         return hold.view
 
     async def cancel_booking(
-        self, hold_id: str, customer_id: str, reason: str, *, refunded_at_provider: bool = False
+        self,
+        hold_id: str,
+        customer_id: str,
+        reason: str,
+        *,
+        refunded_at_provider: bool = False,
+        quoted_refund: tuple[int, str] | None = None,
     ) -> CancelledBooking:
         """Cancel as booking does, with a policy of ``refund_percent`` (100
         unless a test sets it): the BookingCancelled outbox row, once; for
@@ -176,6 +182,8 @@ class FakeBooking:
         hold = self.holds[hold_id]
         v = hold.view
         refund = 0 if refunded_at_provider else v.amount_minor * self.refund_percent // 100
+        if quoted_refund is not None:
+            refund = min(refund, quoted_refund[0])
         if v.state == HoldState.CANCELLED:
             return CancelledBooking(v, refund)
         if v.state != HoldState.CONFIRMED:

@@ -16,6 +16,7 @@ from psycopg.rows import TupleRow
 
 from booking_svc.adapters.postgres import outcomes
 from booking_svc.adapters.postgres.base import PgBase, retry_deadlock_once, retry_tx_once
+from booking_svc.cancellation import granted_for_quote
 from booking_svc.model import Hold, HoldState, Money, RefundPolicy
 from boxoffice import deadline
 from boxoffice.db import transaction
@@ -165,6 +166,7 @@ class PgHoldChanges(PgBase):
         now: datetime,
         refund_required: bool = False,
         refunded_at_provider: bool = False,
+        quoted_refund: Money | None = None,
     ) -> tuple[Hold, int]:
         async def work() -> tuple[Hold, int]:
             async with transaction(self._pool) as conn:
@@ -184,6 +186,9 @@ class PgHoldChanges(PgBase):
                 policy_row = await cur.fetchone()
                 policy = RefundPolicy(None, 0) if policy_row is None else RefundPolicy(policy_row[0], policy_row[1])
                 refund = 0 if refunded_at_provider else policy.refund_for(hold.amount.amount_minor, now)
+                if quoted_refund is not None and not refunded_at_provider:
+                    # Checked under the booking's lock, at the cancel's own now.
+                    refund = granted_for_quote(hold, policy, now, quoted_refund)
                 if refund_required and refund <= 0:
                     raise FailedPrecondition(
                         "the event's refund policy grants nothing for cancelling this booking now",
@@ -212,6 +217,12 @@ class PgHoldChanges(PgBase):
                         "refund_amount_minor": refund,
                         "currency": hold.amount.currency,
                         "reason": reason,
+                        # What went back to sale (for whoever offers returned
+                        # seats first, such as a waiting list): the section,
+                        # how many places and, for seats, which.
+                        "section_id": hold.section_id,
+                        "quantity": hold.quantity,
+                        "returned_seat_ids": sorted(returned),
                     },
                 )
                 await self._move_counters(conn, hold, returned, held=0, sold=-1)

@@ -1570,6 +1570,7 @@ class CancelBookingRequest(_message.Message):
     CUSTOMER_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     REFUNDED_AT_PROVIDER_FIELD_NUMBER: _builtins.int
+    QUOTED_REFUND_FIELD_NUMBER: _builtins.int
     hold_id: _builtins.str
     """The booking (a confirmed hold)."""
     customer_id: _builtins.str
@@ -1585,6 +1586,17 @@ class CancelBookingRequest(_message.Message):
     refund policy says and the response grants nothing more (refund_amount
     zero). From any other caller: INVALID_ARGUMENT.
     """
+    @_builtins.property
+    def quoted_refund(self) -> Global___Money:
+        """The refund the customer was quoted (GetCancellationQuote's refund), when
+        the cancel must not grant more: the cancel grants at most this, and
+        when the policy now grants less it changes nothing and answers
+        FAILED_PRECONDITION REFUND_WINDOW_CLOSED (the refund window closed since
+        the quote), or INVALID_ARGUMENT INVALID_FIELD when the amount is more
+        than the policy ever granted this booking or in another currency.
+        Unset: whatever the policy grants now.
+        """
+
     def __init__(
         self,
         *,
@@ -1592,10 +1604,11 @@ class CancelBookingRequest(_message.Message):
         customer_id: _builtins.str = ...,
         reason: _builtins.str = ...,
         refunded_at_provider: _builtins.bool = ...,
+        quoted_refund: Global___Money | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["quoted_refund", b"quoted_refund"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "hold_id", b"hold_id", "reason", b"reason", "refunded_at_provider", b"refunded_at_provider"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["customer_id", b"customer_id", "hold_id", b"hold_id", "quoted_refund", b"quoted_refund", "reason", b"reason", "refunded_at_provider", b"refunded_at_provider"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1630,3 +1643,94 @@ class CancelBookingResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelBookingResponse: _TypeAlias = CancelBookingResponse  # noqa: Y015
+
+@_typing.final
+class GetCancellationQuoteRequest(_message.Message):
+    """GetCancellationQuoteRequest asks what cancelling a booking would do now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKING_ID_FIELD_NUMBER: _builtins.int
+    booking_id: _builtins.str
+    """The booking: the id of a hold (a UUID)."""
+    def __init__(
+        self,
+        *,
+        booking_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["booking_id", b"booking_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCancellationQuoteRequest: _TypeAlias = GetCancellationQuoteRequest  # noqa: Y015
+
+@_typing.final
+class GetCancellationQuoteResponse(_message.Message):
+    """GetCancellationQuoteResponse is what cancelling the booking now would do."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOWED_FIELD_NUMBER: _builtins.int
+    REFUND_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    PRICE_FIELD_NUMBER: _builtins.int
+    REFUND_PERCENT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    QUOTE_TIME_FIELD_NUMBER: _builtins.int
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    allowed: _builtins.bool
+    """Whether the booking may be cancelled now (for a refund)."""
+    reason: _builtins.str
+    """When not allowed, why: the name of a published ErrorReason
+    (REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED, BOOKING_NOT_CONFIRMED); empty
+    when allowed.
+    """
+    refund_percent: _builtins.int
+    """The event's refund percent, 0 to 100."""
+    state: Global___HoldState.ValueType
+    """The booking's state (CONFIRMED, or CANCELLED once cancelled)."""
+    event_id: _builtins.int
+    """The booking's event."""
+    @_builtins.property
+    def refund(self) -> Global___Money:
+        """What cancelling now refunds (the policy's percent of the price, rounded
+        down); zero when not allowed.
+        """
+
+    @_builtins.property
+    def until(self) -> _timestamp_pb2.Timestamp:
+        """Until when (inclusive) the refund holds: the end of the event's refund
+        window; unset when the policy has none.
+        """
+
+    @_builtins.property
+    def price(self) -> Global___Money:
+        """What the booking cost."""
+
+    @_builtins.property
+    def quote_time(self) -> _timestamp_pb2.Timestamp:
+        """When the quote was made (the service's clock)."""
+
+    def __init__(
+        self,
+        *,
+        allowed: _builtins.bool = ...,
+        refund: Global___Money | None = ...,
+        until: _timestamp_pb2.Timestamp | None = ...,
+        reason: _builtins.str = ...,
+        price: Global___Money | None = ...,
+        refund_percent: _builtins.int = ...,
+        state: Global___HoldState.ValueType = ...,
+        quote_time: _timestamp_pb2.Timestamp | None = ...,
+        event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["price", b"price", "quote_time", b"quote_time", "refund", b"refund", "until", b"until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "event_id", b"event_id", "price", b"price", "quote_time", b"quote_time", "reason", b"reason", "refund", b"refund", "refund_percent", b"refund_percent", "state", b"state", "until", b"until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCancellationQuoteResponse: _TypeAlias = GetCancellationQuoteResponse  # noqa: Y015

@@ -97,6 +97,11 @@ class BookingServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.CancelBookingRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.CancelBookingResponse.FromString,
                 _registered_method=True)
+        self.GetCancellationQuote = channel.unary_unary(
+                '/boxoffice.booking.v1.BookingService/GetCancellationQuote',
+                request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.FromString,
+                _registered_method=True)
 
 
 class BookingServiceServicer:
@@ -239,7 +244,25 @@ class BookingServiceServicer:
         """CancelBooking cancels a confirmed booking: its seats return to sale and a
         refund is requested per the event's refund policy (a BookingCancelled
         outbox row). Cancelling a cancelled booking returns it again. Through
-        the edge, only the asserted fan's own booking.
+        the edge, only the asserted fan's own booking. With quoted_refund (the
+        refund a GetCancellationQuote answered), the cancel grants at most that
+        and refuses, changing nothing, when the policy now grants less:
+        FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
+        closed since the quote.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCancellationQuote(self, request, context):
+        """GetCancellationQuote says what cancelling a confirmed booking would do
+        now under its event's refund policy: allowed with the refund and the
+        time until which it holds, or not allowed with the reason (a published
+        ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
+        policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
+        confirmed one). Through the edge, only the asserted fan's own booking:
+        another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
+        an operator's, any. A booking's id is its hold's id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -307,6 +330,11 @@ def add_BookingServiceServicer_to_server(servicer, server):
                     servicer.CancelBooking,
                     request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.CancelBookingRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.CancelBookingResponse.SerializeToString,
+            ),
+            'GetCancellationQuote': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCancellationQuote,
+                    request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -636,6 +664,33 @@ class BookingService:
             '/boxoffice.booking.v1.BookingService/CancelBooking',
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.CancelBookingRequest.SerializeToString,
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.CancelBookingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCancellationQuote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.booking.v1.BookingService/GetCancellationQuote',
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.SerializeToString,
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,7 +134,21 @@ class BookingServiceStub:
     """CancelBooking cancels a confirmed booking: its seats return to sale and a
     refund is requested per the event's refund policy (a BookingCancelled
     outbox row). Cancelling a cancelled booking returns it again. Through
-    the edge, only the asserted fan's own booking.
+    the edge, only the asserted fan's own booking. With quoted_refund (the
+    refund a GetCancellationQuote answered), the cancel grants at most that
+    and refuses, changing nothing, when the policy now grants less:
+    FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
+    closed since the quote.
+    """
+    GetCancellationQuote: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetCancellationQuoteRequest, _booking_service_pb2.GetCancellationQuoteResponse]
+    """GetCancellationQuote says what cancelling a confirmed booking would do
+    now under its event's refund policy: allowed with the refund and the
+    time until which it holds, or not allowed with the reason (a published
+    ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
+    policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
+    confirmed one). Through the edge, only the asserted fan's own booking:
+    another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
+    an operator's, any. A booking's id is its hold's id.
     """
 
 @_typing.type_check_only
@@ -237,7 +251,21 @@ class BookingServiceAsyncStub(BookingServiceStub):
     """CancelBooking cancels a confirmed booking: its seats return to sale and a
     refund is requested per the event's refund policy (a BookingCancelled
     outbox row). Cancelling a cancelled booking returns it again. Through
-    the edge, only the asserted fan's own booking.
+    the edge, only the asserted fan's own booking. With quoted_refund (the
+    refund a GetCancellationQuote answered), the cancel grants at most that
+    and refuses, changing nothing, when the policy now grants less:
+    FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
+    closed since the quote.
+    """
+    GetCancellationQuote: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetCancellationQuoteRequest, _booking_service_pb2.GetCancellationQuoteResponse]  # type: ignore[assignment]
+    """GetCancellationQuote says what cancelling a confirmed booking would do
+    now under its event's refund policy: allowed with the refund and the
+    time until which it holds, or not allowed with the reason (a published
+    ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
+    policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
+    confirmed one). Through the edge, only the asserted fan's own booking:
+    another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
+    an operator's, any. A booking's id is its hold's id.
     """
 
 class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -407,7 +435,27 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         """CancelBooking cancels a confirmed booking: its seats return to sale and a
         refund is requested per the event's refund policy (a BookingCancelled
         outbox row). Cancelling a cancelled booking returns it again. Through
-        the edge, only the asserted fan's own booking.
+        the edge, only the asserted fan's own booking. With quoted_refund (the
+        refund a GetCancellationQuote answered), the cancel grants at most that
+        and refuses, changing nothing, when the policy now grants less:
+        FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
+        closed since the quote.
+        """
+
+    @_abc_1.abstractmethod
+    def GetCancellationQuote(
+        self,
+        request: _booking_service_pb2.GetCancellationQuoteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_booking_service_pb2.GetCancellationQuoteResponse, _abc.Awaitable[_booking_service_pb2.GetCancellationQuoteResponse]]:
+        """GetCancellationQuote says what cancelling a confirmed booking would do
+        now under its event's refund policy: allowed with the refund and the
+        time until which it holds, or not allowed with the reason (a published
+        ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
+        policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
+        confirmed one). Through the edge, only the asserted fan's own booking:
+        another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
+        an operator's, any. A booking's id is its hold's id.
         """
 
 def add_BookingServiceServicer_to_server(servicer: BookingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

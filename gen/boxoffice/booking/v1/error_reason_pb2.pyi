@@ -225,7 +225,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """CancelBooking called by PaymentService to refund a confirmed booking
     when the event's refund policy grants nothing for cancelling it now: a
     refund never cancels a booking for nothing, so the booking stays
-    confirmed (FAILED_PRECONDITION). Metadata: `hold_id`.
+    confirmed (FAILED_PRECONDITION). Metadata: `hold_id`. Also
+    GetCancellationQuote's reason when the policy grants nothing.
     """
     ERROR_REASON_TICKET_LIMIT_REACHED: _ErrorReason.ValueType  # 124
     """HoldSeats: the customer's tickets in this event, bought (confirmed
@@ -244,6 +245,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ListEvents with a page token that this listing did not hand out: forged,
     signed with a key the service no longer knows, or handed out for other
     filters (INVALID_ARGUMENT). Metadata: `field` ("page_token").
+    """
+    ERROR_REASON_REFUND_WINDOW_CLOSED: _ErrorReason.ValueType  # 126
+    """CancelBooking with a quoted_refund when the event's refund window has
+    closed since the quote, so the policy now grants less than the customer
+    was quoted: nothing is cancelled or refunded (FAILED_PRECONDITION); a new
+    quote says what cancelling grants now. Also GetCancellationQuote's
+    reason when the window has closed. Metadata: `hold_id`, `until` (the
+    window's end, RFC 3339).
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -463,7 +472,8 @@ ERROR_REASON_REFUND_NOT_ALLOWED: ErrorReason.ValueType  # 123
 """CancelBooking called by PaymentService to refund a confirmed booking
 when the event's refund policy grants nothing for cancelling it now: a
 refund never cancels a booking for nothing, so the booking stays
-confirmed (FAILED_PRECONDITION). Metadata: `hold_id`.
+confirmed (FAILED_PRECONDITION). Metadata: `hold_id`. Also
+GetCancellationQuote's reason when the policy grants nothing.
 """
 ERROR_REASON_TICKET_LIMIT_REACHED: ErrorReason.ValueType  # 124
 """HoldSeats: the customer's tickets in this event, bought (confirmed
@@ -482,5 +492,13 @@ ERROR_REASON_PAGE_TOKEN_INVALID: ErrorReason.ValueType  # 125
 """ListEvents with a page token that this listing did not hand out: forged,
 signed with a key the service no longer knows, or handed out for other
 filters (INVALID_ARGUMENT). Metadata: `field` ("page_token").
+"""
+ERROR_REASON_REFUND_WINDOW_CLOSED: ErrorReason.ValueType  # 126
+"""CancelBooking with a quoted_refund when the event's refund window has
+closed since the quote, so the policy now grants less than the customer
+was quoted: nothing is cancelled or refunded (FAILED_PRECONDITION); a new
+quote says what cancelling grants now. Also GetCancellationQuote's
+reason when the window has closed. Metadata: `hold_id`, `until` (the
+window's end, RFC 3339).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -225,7 +225,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     ERROR_REASON_HOLD_NOT_FOUND: _ErrorReason.ValueType  # 124
     """StartPayment, passed on from BookingService.GetHold or ExtendHold: the hold
-    does not exist (NOT_FOUND). Metadata: `hold_id`.
+    does not exist (NOT_FOUND). Also CancelBooking of a booking that does not
+    exist, is not paid, or is another fan's (answered alike). Metadata:
+    `hold_id`.
     """
     ERROR_REASON_NOT_HOLD_OWNER: _ErrorReason.ValueType  # 125
     """StartPayment, passed on from BookingService.GetHold: the hold belongs to
@@ -252,6 +254,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     refund policy grants nothing for its cancellation now (passed on from
     BookingService.CancelBooking): the booking stays confirmed and nothing
     is refunded (FAILED_PRECONDITION). Metadata: `payment_id`, `hold_id`.
+    Also CancelBooking when the policy grants nothing (metadata `hold_id`).
+    """
+    ERROR_REASON_REFUND_WINDOW_CLOSED: _ErrorReason.ValueType  # 130
+    """CancelBooking when the event's refund window closed after the quote the
+    fan accepted, so the policy now grants less than quoted (passed on from
+    BookingService.CancelBooking): nothing is cancelled or refunded
+    (FAILED_PRECONDITION); a new quote says what cancelling grants now.
+    Metadata: `hold_id`, `until` (the window's end, RFC 3339).
+    """
+    ERROR_REASON_BOOKING_NOT_CONFIRMED: _ErrorReason.ValueType  # 131
+    """CancelBooking of a booking that is not a confirmed one (still held,
+    expired, released), passed on from BookingService.CancelBooking
+    (FAILED_PRECONDITION). Metadata: `hold_id`, `state`.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -471,7 +486,9 @@ booking already has a valid ticket, and retries the booking later
 """
 ERROR_REASON_HOLD_NOT_FOUND: ErrorReason.ValueType  # 124
 """StartPayment, passed on from BookingService.GetHold or ExtendHold: the hold
-does not exist (NOT_FOUND). Metadata: `hold_id`.
+does not exist (NOT_FOUND). Also CancelBooking of a booking that does not
+exist, is not paid, or is another fan's (answered alike). Metadata:
+`hold_id`.
 """
 ERROR_REASON_NOT_HOLD_OWNER: ErrorReason.ValueType  # 125
 """StartPayment, passed on from BookingService.GetHold: the hold belongs to
@@ -498,5 +515,18 @@ ERROR_REASON_REFUND_NOT_ALLOWED: ErrorReason.ValueType  # 129
 refund policy grants nothing for its cancellation now (passed on from
 BookingService.CancelBooking): the booking stays confirmed and nothing
 is refunded (FAILED_PRECONDITION). Metadata: `payment_id`, `hold_id`.
+Also CancelBooking when the policy grants nothing (metadata `hold_id`).
+"""
+ERROR_REASON_REFUND_WINDOW_CLOSED: ErrorReason.ValueType  # 130
+"""CancelBooking when the event's refund window closed after the quote the
+fan accepted, so the policy now grants less than quoted (passed on from
+BookingService.CancelBooking): nothing is cancelled or refunded
+(FAILED_PRECONDITION); a new quote says what cancelling grants now.
+Metadata: `hold_id`, `until` (the window's end, RFC 3339).
+"""
+ERROR_REASON_BOOKING_NOT_CONFIRMED: ErrorReason.ValueType  # 131
+"""CancelBooking of a booking that is not a confirmed one (still held,
+expired, released), passed on from BookingService.CancelBooking
+(FAILED_PRECONDITION). Metadata: `hold_id`, `state`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -597,3 +597,72 @@ class ListTicketsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTicketsResponse: _TypeAlias = ListTicketsResponse  # noqa: Y015
+
+@_typing.final
+class CancelBookingRequest(_message.Message):
+    """CancelBookingRequest cancels a paid booking for a refund."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKING_ID_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    QUOTED_REFUND_FIELD_NUMBER: _builtins.int
+    booking_id: _builtins.str
+    """The booking: the id of a hold the fan paid for (a UUID)."""
+    idempotency_key: _builtins.str
+    """Client-chosen key, 1 to 255 characters; a replay returns the first answer."""
+    @_builtins.property
+    def quoted_refund(self) -> Global___Money:
+        """The refund of the quote the fan accepted (GetCancellationQuote's
+        refund): positive, in the booking's currency. The cancel refunds at most
+        this.
+        """
+
+    def __init__(
+        self,
+        *,
+        booking_id: _builtins.str = ...,
+        idempotency_key: _builtins.str = ...,
+        quoted_refund: Global___Money | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["quoted_refund", b"quoted_refund"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["booking_id", b"booking_id", "idempotency_key", b"idempotency_key", "quoted_refund", b"quoted_refund"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelBookingRequest: _TypeAlias = CancelBookingRequest  # noqa: Y015
+
+@_typing.final
+class CancelBookingResponse(_message.Message):
+    """CancelBookingResponse is the cancelled booking's payment and refund."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKING_ID_FIELD_NUMBER: _builtins.int
+    REFUND_FIELD_NUMBER: _builtins.int
+    PAYMENT_FIELD_NUMBER: _builtins.int
+    booking_id: _builtins.str
+    """The booking (the hold's id)."""
+    @_builtins.property
+    def refund(self) -> Global___Money:
+        """What the cancellation refunds (at most the quoted refund)."""
+
+    @_builtins.property
+    def payment(self) -> Global___Payment:
+        """The booking's payment after the refund (REFUNDED or PARTIALLY_REFUNDED)."""
+
+    def __init__(
+        self,
+        *,
+        booking_id: _builtins.str = ...,
+        refund: Global___Money | None = ...,
+        payment: Global___Payment | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payment", b"payment", "refund", b"refund"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["booking_id", b"booking_id", "payment", b"payment", "refund", b"refund"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelBookingResponse: _TypeAlias = CancelBookingResponse  # noqa: Y015

@@ -67,6 +67,11 @@ class PaymentServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsResponse.FromString,
                 _registered_method=True)
+        self.CancelBooking = channel.unary_unary(
+                '/boxoffice.payment.v1.PaymentService/CancelBooking',
+                request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingResponse.FromString,
+                _registered_method=True)
 
 
 class PaymentServiceServicer:
@@ -143,6 +148,30 @@ class PaymentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelBooking(self, request, context):
+        """CancelBooking cancels the asserted fan's own paid booking under its
+        event's refund policy and refunds what the policy grants through the
+        provider: the booking is cancelled through BookingService (its seats
+        return to sale and its tickets are voided from the BookingCancelled
+        event), then the refund is made, at most once per booking whoever asks
+        and however often. The request carries the refund of the quote the fan
+        accepted (BookingService.GetCancellationQuote): the cancel never refunds
+        more, and when the refund window closed since the quote it answers
+        FAILED_PRECONDITION REFUND_WINDOW_CLOSED and changes nothing; a policy
+        that grants nothing answers FAILED_PRECONDITION REFUND_NOT_ALLOWED.
+        Cancelling a cancelled booking answers its cancellation again.
+        Idempotent by key, scoped to the fan: a replay returns the first answer,
+        the same key with other parameters is INVALID_ARGUMENT
+        IDEMPOTENCY_KEY_REUSED, and a duplicate while the first is in flight is
+        ABORTED IDEMPOTENCY_KEY_IN_FLIGHT. Another fan's booking answers
+        NOT_FOUND HOLD_NOT_FOUND, as one that does not exist, and stores
+        nothing. Over HTTP the idempotency key is the Idempotency-Key header,
+        never the body.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PaymentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +204,11 @@ def add_PaymentServiceServicer_to_server(servicer, server):
                     servicer.ListTickets,
                     request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsResponse.SerializeToString,
+            ),
+            'CancelBooking': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBooking,
+                    request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -342,6 +376,33 @@ class PaymentService:
             '/boxoffice.payment.v1.PaymentService/ListTickets',
             gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsRequest.SerializeToString,
             gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ListTicketsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBooking(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.payment.v1.PaymentService/CancelBooking',
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingRequest.SerializeToString,
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingResponse.FromString,
             options,
             channel_credentials,
             insecure,

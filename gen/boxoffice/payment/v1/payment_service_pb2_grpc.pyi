@@ -79,6 +79,26 @@ class PaymentServiceStub:
     Over HTTP the access token comes from the access-token cookie or the
     Boxoffice-Access-Token header, never the query.
     """
+    CancelBooking: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.CancelBookingRequest, _payment_service_pb2.CancelBookingResponse]
+    """CancelBooking cancels the asserted fan's own paid booking under its
+    event's refund policy and refunds what the policy grants through the
+    provider: the booking is cancelled through BookingService (its seats
+    return to sale and its tickets are voided from the BookingCancelled
+    event), then the refund is made, at most once per booking whoever asks
+    and however often. The request carries the refund of the quote the fan
+    accepted (BookingService.GetCancellationQuote): the cancel never refunds
+    more, and when the refund window closed since the quote it answers
+    FAILED_PRECONDITION REFUND_WINDOW_CLOSED and changes nothing; a policy
+    that grants nothing answers FAILED_PRECONDITION REFUND_NOT_ALLOWED.
+    Cancelling a cancelled booking answers its cancellation again.
+    Idempotent by key, scoped to the fan: a replay returns the first answer,
+    the same key with other parameters is INVALID_ARGUMENT
+    IDEMPOTENCY_KEY_REUSED, and a duplicate while the first is in flight is
+    ABORTED IDEMPOTENCY_KEY_IN_FLIGHT. Another fan's booking answers
+    NOT_FOUND HOLD_NOT_FOUND, as one that does not exist, and stores
+    nothing. Over HTTP the idempotency key is the Idempotency-Key header,
+    never the body.
+    """
 
 @_typing.type_check_only
 class PaymentServiceAsyncStub(PaymentServiceStub):
@@ -130,6 +150,26 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     the asserted fan's tickets are listed (tickets outlive the session).
     Over HTTP the access token comes from the access-token cookie or the
     Boxoffice-Access-Token header, never the query.
+    """
+    CancelBooking: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.CancelBookingRequest, _payment_service_pb2.CancelBookingResponse]  # type: ignore[assignment]
+    """CancelBooking cancels the asserted fan's own paid booking under its
+    event's refund policy and refunds what the policy grants through the
+    provider: the booking is cancelled through BookingService (its seats
+    return to sale and its tickets are voided from the BookingCancelled
+    event), then the refund is made, at most once per booking whoever asks
+    and however often. The request carries the refund of the quote the fan
+    accepted (BookingService.GetCancellationQuote): the cancel never refunds
+    more, and when the refund window closed since the quote it answers
+    FAILED_PRECONDITION REFUND_WINDOW_CLOSED and changes nothing; a policy
+    that grants nothing answers FAILED_PRECONDITION REFUND_NOT_ALLOWED.
+    Cancelling a cancelled booking answers its cancellation again.
+    Idempotent by key, scoped to the fan: a replay returns the first answer,
+    the same key with other parameters is INVALID_ARGUMENT
+    IDEMPOTENCY_KEY_REUSED, and a duplicate while the first is in flight is
+    ABORTED IDEMPOTENCY_KEY_IN_FLIGHT. Another fan's booking answers
+    NOT_FOUND HOLD_NOT_FOUND, as one that does not exist, and stores
+    nothing. Over HTTP the idempotency key is the Idempotency-Key header,
+    never the body.
     """
 
 class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -215,6 +255,32 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         the asserted fan's tickets are listed (tickets outlive the session).
         Over HTTP the access token comes from the access-token cookie or the
         Boxoffice-Access-Token header, never the query.
+        """
+
+    @_abc_1.abstractmethod
+    def CancelBooking(
+        self,
+        request: _payment_service_pb2.CancelBookingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_payment_service_pb2.CancelBookingResponse, _abc.Awaitable[_payment_service_pb2.CancelBookingResponse]]:
+        """CancelBooking cancels the asserted fan's own paid booking under its
+        event's refund policy and refunds what the policy grants through the
+        provider: the booking is cancelled through BookingService (its seats
+        return to sale and its tickets are voided from the BookingCancelled
+        event), then the refund is made, at most once per booking whoever asks
+        and however often. The request carries the refund of the quote the fan
+        accepted (BookingService.GetCancellationQuote): the cancel never refunds
+        more, and when the refund window closed since the quote it answers
+        FAILED_PRECONDITION REFUND_WINDOW_CLOSED and changes nothing; a policy
+        that grants nothing answers FAILED_PRECONDITION REFUND_NOT_ALLOWED.
+        Cancelling a cancelled booking answers its cancellation again.
+        Idempotent by key, scoped to the fan: a replay returns the first answer,
+        the same key with other parameters is INVALID_ARGUMENT
+        IDEMPOTENCY_KEY_REUSED, and a duplicate while the first is in flight is
+        ABORTED IDEMPOTENCY_KEY_IN_FLIGHT. Another fan's booking answers
+        NOT_FOUND HOLD_NOT_FOUND, as one that does not exist, and stores
+        nothing. Over HTTP the idempotency key is the Idempotency-Key header,
+        never the body.
         """
 
 def add_PaymentServiceServicer_to_server(servicer: PaymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
