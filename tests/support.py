@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from boxoffice import access
+from boxoffice.clock import Clock
 from boxoffice.config import Env, ServerConfig
 from boxoffice.db import Migration
 from boxoffice.lifecycle import Component
@@ -143,7 +144,7 @@ def make_runtime(
     *,
     role: str | None = None,
     environ: dict[str, str] | None = None,
-    clock: ManualClock | None = None,
+    clock: Clock | None = None,
 ) -> Runtime:
     """A Runtime on loopback port 0 against the test stores, with mTLS:
     as ``role`` for everything it serves and dials, or (None) as

@@ -414,6 +414,10 @@ async def test_cancel_returns_seats_and_asks_for_the_policy_refund(stores: Store
             "refund_amount_minor": 16000,
             "currency": "EUR",
             "reason": "ill",
+            # What went back to sale, for whoever offers returned seats first.
+            "section_id": "A",
+            "quantity": 2,
+            "returned_seat_ids": sorted(seats[:2]),
         }
         rows = await query(booking, "SELECT sold, held FROM section_totals WHERE event_id = %s", (event.event_id,))
         assert tuple(rows[0]) == (0, 0)

@@ -18,6 +18,7 @@ from typing import TypeVar
 from google.protobuf import timestamp_pb2
 
 from boxoffice import access
+from boxoffice.clock import Clock
 from boxoffice.lifecycle import Component
 from boxoffice.tls import CertFiles
 from boxoffice.tracing import Tracing
@@ -88,7 +89,12 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, second
 
 @contextlib.asynccontextmanager
 async def whole_mesh(
-    stores: Stores, stream_prefix: str, *, tracing: Tracing | None = None, webhooks: str = "auto"
+    stores: Stores,
+    stream_prefix: str,
+    *,
+    tracing: Tracing | None = None,
+    webhooks: str = "auto",
+    booking_clock: Clock | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Every role of queue, booking and payment running (fast timings, a
     ticket stream of its own named after ``stream_prefix``); the servers'
@@ -96,35 +102,39 @@ async def whole_mesh(
     provider (a test's in-memory exporter), else none. ``webhooks``: the
     sandbox's webhook mode; "manual" when only the test's own calls may
     settle a payment (an automatic webhook confirms the hold in a trace of
-    its own when it comes before the test's ConfirmPayment)."""
+    its own when it comes before the test's ConfirmPayment). ``booking_clock``: the clock of
+    booking's roles (holds, refund windows), for a test that moves time for
+    booking alone."""
     from booking_svc import app as booking_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
 
     assert all_migrations()  # the session's database has every service's schema
     booking_port = free_port()
-    rt = make_runtime(
-        stores,
-        environ={
-            "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
-            "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
-            "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
-            "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
-            "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
-            "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
-            "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
-            "BOXOFFICE_SANDBOX_WEBHOOK_MODE": webhooks,
-            "BOXOFFICE_TICKET_STREAM": f"{stream_prefix}-{uuid.uuid4().hex[:12]}",
-            "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
-            "BOXOFFICE_DB_POOL_MAX": "20",
-        },
-    )
-    if tracing is not None:
-        rt.tracing = tracing
-    rt.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+    environ = {
+        "BOXOFFICE_BOOKING_ADDR": f"127.0.0.1:{booking_port}",
+        "BOXOFFICE_QUEUE_TICK_SECONDS": "0.05",
+        "BOXOFFICE_LEADER_RETRY_SECONDS": "0.2",
+        "BOXOFFICE_LEADER_RENEW_DEADLINE_SECONDS": "1",
+        "BOXOFFICE_LEADER_LEASE_SECONDS": "2",
+        "BOXOFFICE_SANDBOX_DELAY_SECONDS": "0.01",
+        "BOXOFFICE_SANDBOX_WEBHOOK_DELAY_SECONDS": "0.2",
+        "BOXOFFICE_SANDBOX_WEBHOOK_MODE": webhooks,
+        "BOXOFFICE_TICKET_STREAM": f"{stream_prefix}-{uuid.uuid4().hex[:12]}",
+        "BOXOFFICE_CONSUMER_BLOCK_MS": "100",
+        "BOXOFFICE_DB_POOL_MAX": "20",
+    }
+    rt = make_runtime(stores, environ=environ)
+    # Booking on a runtime of its own when it keeps its own time.
+    booking_rt = rt if booking_clock is None else make_runtime(stores, environ=environ, clock=booking_clock)
+    runtimes = [rt] if booking_rt is rt else [rt, booking_rt]
+    for runtime in runtimes:
+        if tracing is not None:
+            runtime.tracing = tracing
+        runtime.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
     components: list[Component] = []
-    for module in (queue_app, booking_app, payment_app):
+    for module, runtime in ((queue_app, rt), (booking_app, booking_rt), (payment_app, rt)):
         for role in module.ROLES.values():
-            components.extend(await module.build(rt, role))
-    async with running([*rt.infrastructure(), *components]):
+            components.extend(await module.build(runtime, role))
+    async with running([*(c for runtime in runtimes for c in runtime.infrastructure()), *components]):
         yield {c.name: str(getattr(c, "address")) for c in components if hasattr(c, "address")}  # noqa: B009

@@ -17,6 +17,7 @@ import httpx
 from google.protobuf.duration_pb2 import Duration
 
 from boxoffice import access
+from boxoffice.clock import Clock
 from edge_svc import app as edge_app
 from edge_svc.app import Edge
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
@@ -133,9 +134,13 @@ class EdgeStack:
 
 @contextlib.asynccontextmanager
 async def edge_stack(
-    stores: Stores, *, settings: Mapping[str, object] | None = None, prefix: str = "edge"
+    stores: Stores,
+    *,
+    settings: Mapping[str, object] | None = None,
+    prefix: str = "edge",
+    booking_clock: Clock | None = None,
 ) -> AsyncIterator[EdgeStack]:
-    async with whole_mesh(stores, f"ticket-issued-{prefix}") as addresses:
+    async with whole_mesh(stores, f"ticket-issued-{prefix}", booking_clock=booking_clock) as addresses:
         rt = make_runtime(stores)
         edge = edge_app.compose(
             rt,
