@@ -70,6 +70,9 @@ export const api = {
   startPayment: (holdId, method) => call('POST', `/v1/holds/${enc(holdId)}/payment`, { body: { paymentMethod: method } }),
   confirm: (paymentId, key) => call('POST', `/v1/payments/${enc(paymentId)}:confirm`, { body: {}, headers: { 'Idempotency-Key': key } }),
   payment: (paymentId) => call('GET', `/v1/payments/${enc(paymentId)}`),
+  cancellation: (bookingId) => call('GET', `/v1/bookings/${enc(bookingId)}/cancellation`),
+  cancel: (bookingId, quotedRefund, key) =>
+    call('POST', `/v1/bookings/${enc(bookingId)}:cancel`, { body: { quotedRefund }, headers: { 'Idempotency-Key': key } }),
   tickets: (id, holdId) => call('GET', `/v1/events/${enc(id)}/tickets${holdId ? `?holdId=${enc(holdId)}` : ''}`),
   watchUrl: (id) => `/v1/events/${enc(id)}/queue/position:watch`,
 };

@@ -8,6 +8,7 @@ import { api, ApiError, seconds } from './api.js';
 import { I18n, chooseLanguage, loadCatalog, remember, roundAhead } from './i18n.js';
 import { Waiting } from './waiting.js';
 import { Catalogue } from './catalogue.js';
+import { Cancellations } from './cancel.js';
 
 const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
 const $ = (id) => document.getElementById(id);
@@ -44,11 +45,13 @@ const state = {
   countdown: 0,
   tickets: [],
   ticketsDown: false, // the ticket list could not be read (PaymentService down)
+  cancelled: new Set(), // bookings cancelled here (their tickets are voided a moment later)
   notice: null,
 };
 
 const t = (key, params) => state.i18n.t(key, params);
 const catalogue = new Catalogue({ i18n: () => state.i18n, $ });
+let cancellations = null; // made once the page's elements are there (start)
 
 function store(kind) {
   return `bo.${kind}.${state.eventId}`;
@@ -174,7 +177,8 @@ async function openEvent(notice) {
   }
   if (state.me) {
     try {
-      state.tickets = (await api.tickets(state.eventId)).tickets || [];
+      // Void tickets (a cancelled booking's) are not the fan's any more.
+      state.tickets = shownTickets((await api.tickets(state.eventId)).tickets || []);
     } catch {
       state.tickets = [];
     }
@@ -756,7 +760,7 @@ async function openTickets(held) {
 
 function shownTickets(tickets) {
   return tickets
-    .filter((tk) => tk.state !== 'TICKET_STATE_VOID')
+    .filter((tk) => tk.state !== 'TICKET_STATE_VOID' && !state.cancelled.has(tk.holdId))
     .sort((a, b) => a.sectionId.localeCompare(b.sectionId) || Number(a.seatId || 0) - Number(b.seatId || 0) || a.unit - b.unit);
 }
 
@@ -802,9 +806,17 @@ function drawQr(canvas, qrcode, text, pixelsPerModule) {
   }
 }
 
+// A booking cancelled from the page: its tickets leave the list at once.
+function bookingCancelled(bookingId) {
+  state.cancelled.add(bookingId);
+  state.tickets = shownTickets(state.tickets);
+  renderTickets();
+}
+
 function renderTickets() {
   if (state.ticketsDown) $('tickets-note').textContent = t('error.TICKETS_UNAVAILABLE');
   else $('tickets-note').textContent = state.tickets.length ? t('ticketsNote') : t('noTickets');
+  cancellations.render(state.ticketsDown ? [] : state.tickets, state.event);
   const list = $('tickets');
   import('./qrcode-generator.js').then(({ qrcode }) => {
     list.replaceChildren(
@@ -867,6 +879,7 @@ async function start() {
   const match = /^\/e\/([0-9]{1,19})\/?$/.exec(window.location.pathname);
   state.eventId = match ? match[1] : null;
   takeStaffPass();
+  cancellations = new Cancellations({ i18n: () => state.i18n, $, errorText, cancelled: bookingCancelled });
   const language = setLanguage(lang);
   const eventRead = match ? api.event(state.eventId).then((r) => r.event) : null;
   const sessionRead = match ? api.session().then((r) => r.customerId, () => null) : null;

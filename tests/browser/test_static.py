@@ -147,7 +147,7 @@ def test_every_string_comes_from_each_catalog() -> None:
     used: set[str] = set()
     page = root.joinpath("index.html").read_text(encoding="utf-8")
     used |= set(re.findall(r'data-ta?="([^"]+)"', page))
-    for name in ("app.js", "seatmap.js", "waiting.js", "catalogue.js"):
+    for name in ("app.js", "seatmap.js", "waiting.js", "catalogue.js", "cancel.js"):
         source = root.joinpath(name).read_text(encoding="utf-8")
         used |= set(re.findall(r"\bt\('([A-Za-z0-9_.-]+)'", source))
     # Keys built at run time: each of their values.
@@ -155,6 +155,10 @@ def test_every_string_comes_from_each_catalog() -> None:
     used |= {f"seat.{state}" for state in ("free", "taken", "picked")} | {"seat.problem.taken", "seat.problem.full"}
     used |= {"link.live", "link.reconnecting"} | {f"languages.{lang}" for lang in LANGUAGES}
     used |= {f"avail.{state}" for state in ("ON_SALE", "FEW_LEFT", "SOLD_OUT", "NOT_YET_ON_SALE")}
+    used |= {
+        f"cancel.not.{reason}"
+        for reason in ("REFUND_NOT_ALLOWED", "REFUND_WINDOW_CLOSED", "BOOKING_NOT_CONFIRMED", "unknown")
+    }
     missing = sorted(key for key in used if key not in keys["en"])
     assert missing == [], missing
 
