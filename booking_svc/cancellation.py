@@ -68,7 +68,7 @@ def granted_for_quote(hold: Hold, policy: RefundPolicy, now: datetime, quoted: M
     if now_quote.reason == NOT_ALLOWED:
         raise FailedPrecondition(
             "the event's refund policy grants nothing for cancelling this booking",
-            reason=NOT_ALLOWED,
+            reason="REFUND_NOT_ALLOWED",
             metadata={"hold_id": str(hold.hold_id)},
         )
     until = policy.refundable_until
@@ -78,7 +78,7 @@ def granted_for_quote(hold: Hold, policy: RefundPolicy, now: datetime, quoted: M
     if not now_quote.allowed or now_quote.refund_minor < quoted.amount_minor:
         raise FailedPrecondition(
             "the refund window closed after the quote; ask for a new quote",
-            reason=WINDOW_CLOSED,
+            reason="REFUND_WINDOW_CLOSED",
             metadata={"hold_id": str(hold.hold_id), "until": rfc3339(until)},
         )
     return min(now_quote.refund_minor, quoted.amount_minor)
