@@ -17,7 +17,7 @@ export class Cancellations {
     this.errorText = errorText;
     this.cancelled = cancelled;
     this.open = null; // { bookingId, quote, key, busy }
-    this.done = null; // the last cancellation's words, shown until another opens
+    this.done = null; // the last cancellation's answer, shown until another quote opens
     $('cancel-confirm').addEventListener('click', () => this.confirm());
     $('cancel-keep').addEventListener('click', () => this.close());
   }
@@ -67,8 +67,11 @@ export class Cancellations {
     panel.hidden = !open && !this.done;
     const confirm = this.$('cancel-confirm');
     const keep = this.$('cancel-keep');
+    this.$('cancel-title').textContent = this.t(open || !this.done ? 'cancel.title' : 'cancel.doneTitle');
     if (!open) {
-      this.$('cancel-quote').textContent = this.done || '';
+      this.$('cancel-quote').textContent = this.done
+        ? this.t('cancel.done', { refund: this.i18n().money(this.done.refund) })
+        : '';
       confirm.hidden = true;
       keep.hidden = true;
       return;
@@ -124,7 +127,7 @@ export class Cancellations {
     try {
       const answer = await api.cancel(open.bookingId, open.quote.refund, open.key);
       this.open = null;
-      this.done = this.t('cancel.done', { refund: this.i18n().money(answer.refund) });
+      this.done = answer;
       this.say('');
       this.cancelled(open.bookingId, answer);
       this.$('cancel-title').focus();

@@ -12,7 +12,7 @@ from typing import Any
 from playwright.async_api import Browser, expect
 
 from tests.browser.harness import Mesh, admitted_client, new_fan
-from tests.browser.pages import view
+from tests.browser.pages import switch_language, view
 from tests.browser.test_fan import every_language
 from tests.e2e.harness import eventually
 
@@ -77,10 +77,16 @@ async def test_a_fan_cancels_a_booking_from_the_tickets_page_after_reading_the_q
     await cancel.click()
     await expect(page.locator("#cancel-confirm")).to_be_visible()
     await page.click("#cancel-confirm")
-    await expect(page.locator("#cancel-quote")).to_contain_text("Booking cancelled. €72.00 is being refunded")
+    await expect(page.locator("#cancel-title")).to_have_text("Booking cancelled")
+    await expect(page.locator("#cancel-quote")).to_contain_text("€72.00 is being refunded to your card")
     await expect(page.locator(".ticket")).to_have_count(0)
     await expect(page.locator("button.cancel-booking")).to_have_count(0)
     await every_language(page, "cancel-3-done")
+    # What the page says of the cancellation follows the language chosen after it.
+    await switch_language(page, "vi")
+    await expect(page.locator("#cancel-title")).to_have_text("Đã hủy đơn đặt vé")
+    await expect(page.locator("#cancel-quote")).to_contain_text("đang được hoàn về thẻ của bạn")
+    await switch_language(page, "en")
     payment = (await client.get(f"/v1/payments/{payment_id}")).json()["payment"]
     assert payment["state"] == "PAYMENT_STATE_PARTIALLY_REFUNDED" and payment["refunded"]["amountMinor"] == "7200"
 
