@@ -459,7 +459,7 @@ class PaymentHandler:
             failure_reason=failure_reason,
         )
         if moved is not None:
-            self._metrics.payments_entered.labels(target.value).inc()
+            self._metrics.payments_entered.labels(state_label(target)).inc()
             _log.info(
                 "payment moved",
                 extra={"payment_id": payment.payment_id, "from": payment.state.value, "to": target.value},
