@@ -6,6 +6,7 @@ general lane has no door (a general join reads nothing here)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 
@@ -48,20 +49,39 @@ class LaneDoor:
         self._staff = staff
         self._clock = clock
         self._cached: dict[int, tuple[float, WaitingRoomConfig | None]] = {}
+        self._reading: dict[int, asyncio.Task[WaitingRoomConfig | None]] = {}
 
     async def room(self, event_id: int) -> WaitingRoomConfig:
         """The room's configuration, read at most every few seconds per
-        event; NOT_FOUND without a waiting room."""
+        event; NOT_FOUND without a waiting room. The joins that find it
+        stale together share one read: a crowd joining a lane at once makes
+        one query, not one each queued for the pool's connections."""
         now = time.monotonic()
         cached = self._cached.get(event_id)
         if cached is None or cached[0] <= now:
-            config = await self._rooms.get(event_id)
+            config = await self._read(event_id)
             if len(self._cached) >= _ROOMS_KEPT:
                 self._cached.clear()
             cached = self._cached[event_id] = (now + _ROOM_SECONDS, config)
         if cached[1] is None:
             raise errors.unknown_event(event_id)
         return cached[1]
+
+    async def _read(self, event_id: int) -> WaitingRoomConfig | None:
+        """The read in flight for the event, or a new one (under the first
+        caller's deadline); a caller that gives up leaves it to the others."""
+        read = self._reading.get(event_id)
+        if read is None:
+            read = asyncio.ensure_future(self._rooms.get(event_id))
+            self._reading[event_id] = read
+            read.add_done_callback(lambda done: self._read_done(event_id, done))
+        return await asyncio.shield(read)
+
+    def _read_done(self, event_id: int, done: asyncio.Task[WaitingRoomConfig | None]) -> None:
+        if self._reading.get(event_id) is done:
+            del self._reading[event_id]
+        if not done.cancelled():
+            done.exception()  # retrieved: each waiter has its own copy raised
 
     async def lane(self, event_id: int, lane: str) -> LaneView:
         """The event's lane by name; LANE_NOT_FOUND if it has none."""

@@ -8,15 +8,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from boxoffice.errors import BoxofficeError
 from queue_svc import passes
 from queue_svc.app import QueueApp
-from queue_svc.model import PRE_QUEUE_BAND, Lane, LaneEntry, QueueState, lane_problems
-from queue_svc.ports import CodeBatch, FanOp, JoinStatus
+from queue_svc.lanes import LaneDoor
+from queue_svc.model import PRE_QUEUE_BAND, Lane, LaneEntry, QueueState, WaitingRoomConfig, lane_problems
+from queue_svc.ports import CodeBatch, FanOp, JoinStatus, WaitingRoomRepository
 from tests.queue.harness import (
     MINUTE_MS,
     NO_LIMITS,
@@ -237,6 +238,43 @@ async def test_each_lane_opens_on_its_own_and_shuffles_its_own_pre_queue(queue: 
     order = [int(m.removeprefix("fan")) for m in await members(queue.rt.redis(), keys_of(event_id, "early").queue)]
     assert sorted(order) == list(range(fans))
     assert independence_chi2(order) < CHI2_BOUND_P_1E9_DF81
+
+
+class _CountedRooms:
+    """The app's real waiting-room repository, its reads counted."""
+
+    def __init__(self, rooms: WaitingRoomRepository) -> None:
+        self._rooms = rooms
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rooms, name)
+
+    async def get(self, event_id: int) -> WaitingRoomConfig | None:
+        self.reads += 1
+        return await self._rooms.get(event_id)
+
+
+async def test_a_crowd_joining_a_lane_at_once_reads_the_room_once(queue: QueueApp) -> None:
+    """The joins that find the room's configuration stale share one read
+    (500 reads at once would queue for the pool's few connections, each
+    join's deadline running); one that gives up leaves it to the others."""
+    event_id = await _room(queue)
+    rooms = _CountedRooms(queue.rooms)
+    door = LaneDoor(
+        rooms=cast(WaitingRoomRepository, rooms),
+        codes=queue.codes,
+        staff=queue.staff_passes,
+        clock=queue.rt.clock,
+    )
+    first = asyncio.ensure_future(door.lane(event_id, "members"))
+    await asyncio.sleep(0)  # its read has started
+    first.cancel()
+    views = await asyncio.gather(*(door.lane(event_id, "members") for _ in range(500)))
+    assert {v.name for v in views} == {"members"} and rooms.reads == 1
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert isinstance(await _refused(door.lane(new_event_id(), "members")), BoxofficeError) and rooms.reads == 2
 
 
 async def test_after_a_lanes_opening_its_order_is_arrival_order(stores: Stores) -> None:
