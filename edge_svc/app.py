@@ -2,7 +2,8 @@
 
 Role ``edge`` (command ``boxoffice edge``, and inside ``boxoffice up``): the
 HTTP server, the admission-progress hub, the rate limiter's Redis batcher
-and the client channels to the three services, dialled as the ``edge``
+and the client channels to the four services it calls (queue, booking,
+payment, check-in), dialled as the ``edge``
 identity. Tests and benchmarks build through :func:`compose`, replacing only
 what they must (:class:`Overrides`).
 """
@@ -23,6 +24,7 @@ from edge_svc.challenge import ExternalCheck, HumanCheck, NoCheck, ProofOfWork, 
 from edge_svc.config import EdgeConfig
 from edge_svc.endpoints.bookings import Bookings
 from edge_svc.endpoints.catalogue import Catalogue
+from edge_svc.endpoints.checkin import CheckIn
 from edge_svc.endpoints.checkout import Checkout
 from edge_svc.endpoints.common import Callers, EdgeDeps, mount
 from edge_svc.endpoints.draws import Draws
@@ -31,7 +33,7 @@ from edge_svc.endpoints.queue import Queue
 from edge_svc.endpoints.sessions import Sessions
 from edge_svc.http import EdgeApp
 from edge_svc.identity import OidcVerifier, SessionCookies, key_source
-from edge_svc.mesh import BOOKING, PAYMENT, QUEUE, GrpcMesh, Mesh
+from edge_svc.mesh import BOOKING, CHECKIN, PAYMENT, QUEUE, GrpcMesh, Mesh
 from edge_svc.metrics import EdgeMetrics
 from edge_svc.pages import Pages
 from edge_svc.presence import PresenceReporter
@@ -94,6 +96,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
                 QUEUE: rt.channel(COMPONENT, config.queue_addr),
                 BOOKING: rt.channel(COMPONENT, config.booking_addr),
                 PAYMENT: rt.channel(COMPONENT, config.payment_addr),
+                CHECKIN: rt.channel(COMPONENT, config.checkin_addr),
             },
             metrics,
         )
@@ -167,6 +170,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         Draws(deps, callers),
         Checkout(deps, callers),
         Bookings(deps, callers),
+        CheckIn(deps, callers),
         Operations(deps),
         Pages(dev_sign_in=config.dev_sign_in),
     )

@@ -61,6 +61,7 @@ class EdgeConfig:
     queue_addr: str
     booking_addr: str
     payment_addr: str
+    checkin_addr: str
     # Development sign-in (POST /v1/session with a name); never in production.
     dev_sign_in: bool
     session_keys: SecretSource[KeyRing]
@@ -122,6 +123,7 @@ class EdgeConfig:
             queue_addr=env.grpc_target("BOXOFFICE_QUEUE_ADDR", "127.0.0.1:50051"),
             booking_addr=env.grpc_target("BOXOFFICE_BOOKING_ADDR", "127.0.0.1:50052"),
             payment_addr=env.grpc_target("BOXOFFICE_PAYMENT_ADDR", "127.0.0.1:50053"),
+            checkin_addr=env.grpc_target("BOXOFFICE_CHECKIN_ADDR", "127.0.0.1:50055"),
             dev_sign_in=env.flag(secrets.EDGE_DEV_SIGNIN, False),
             session_keys=_session_keys(env),
             session_ttl_seconds=env.integer("BOXOFFICE_EDGE_SESSION_TTL_SECONDS", 12 * 3600, minimum=60),

@@ -1,6 +1,6 @@
 """The services, as the edge calls them: with the edge's own identity, the
-fan it asserts, the request's id and trace context, and the request's
-remaining deadline on every call."""
+fan it asserts (or the gate device's key it passes on), the request's id
+and trace context, and the request's remaining deadline on every call."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from boxoffice.errors import BoxofficeError, from_rpc_error
 from boxoffice.tls import ClientChannel
 from edge_svc.metrics import EdgeMetrics
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as booking_grpc
+from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as checkin_grpc
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as payment_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2 as queue_pb
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as queue_grpc
@@ -24,12 +25,16 @@ from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as queue_grpc
 QUEUE = "queue"
 BOOKING = "booking"
 PAYMENT = "payment"
+CHECKIN = "checkin"
+# A gate device's key, as the edge received it (CheckInService checks it).
+DEVICE_KEY_METADATA_KEY = "x-boxoffice-device-key"
 
 # What a peer that cannot be reached is called in an answer (never its address).
 _UNREACHABLE = {
     QUEUE: "the waiting room is not reachable; try again shortly",
     BOOKING: "seat booking is not reachable; try again shortly",
     PAYMENT: "payments are not reachable; try again shortly",
+    CHECKIN: "check-in is not reachable; try again shortly",
 }
 
 
@@ -45,6 +50,8 @@ class CallContext:
     # the tickets' e-mail); None asserts none.
     email: str | None = None
     language: str | None = None
+    # A gate device's key, passed on untouched; None passes none.
+    device_key: str | None = None
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         items: list[tuple[str, str]] = [("x-request-id", self.request_id), ("traceparent", self.traceparent)]
@@ -54,6 +61,8 @@ class CallContext:
                 items.append((EMAIL_METADATA_KEY, urllib.parse.quote(self.email, safe="")))
             if self.language is not None:
                 items.append((LANGUAGE_METADATA_KEY, self.language))
+        if self.device_key is not None:
+            items.append((DEVICE_KEY_METADATA_KEY, self.device_key))
         return tuple(items)
 
 
@@ -67,6 +76,10 @@ class Mesh(Protocol):
         """The admission progress of an event's lane ("" the general one),
         as QueueService streams it."""
 
+    def stream(self, service: str, method: str, request: Any, ctx: CallContext) -> AsyncIterator[Any]:
+        """One server-streaming call's messages; a failure (before or
+        between messages) raises the domain error it carries."""
+
 
 class GrpcMesh:
     """:class:`Mesh` over the edge's client channels."""
@@ -78,6 +91,7 @@ class GrpcMesh:
             QUEUE: queue_grpc.QueueServiceStub,
             BOOKING: booking_grpc.BookingServiceStub,
             PAYMENT: payment_grpc.PaymentServiceStub,
+            CHECKIN: checkin_grpc.CheckInServiceStub,
         }
 
     def _stub(self, service: str) -> Any:
@@ -90,6 +104,16 @@ class GrpcMesh:
             )
         except grpc.aio.AioRpcError as err:
             raise self._failed(service, err) from None
+
+    async def stream(self, service: str, method: str, request: Any, ctx: CallContext) -> AsyncIterator[Any]:
+        call = getattr(self._stub(service), method)(request, timeout=deadline.remaining(), metadata=ctx.metadata())
+        try:
+            async for reply in call:
+                yield reply
+        except grpc.aio.AioRpcError as err:
+            raise self._failed(service, err) from None
+        finally:
+            call.cancel()
 
     async def watch_progress(self, event_id: int, lane: str = "") -> AsyncIterator[queue_pb.AdmissionProgress]:
         call = self._stub(QUEUE).WatchAdmissionProgress(

@@ -59,7 +59,7 @@ class EdgeMetrics:
             ),
             rate_limited=Counter(
                 "boxoffice_edge_rate_limited",
-                "Requests refused by a rate limit, by scope (ip, account).",
+                "Requests refused by a rate limit, by scope (ip, account, device, webhook).",
                 ["scope"],
                 registry=registry,
             ),

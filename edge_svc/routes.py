@@ -19,6 +19,12 @@ Who may call (:class:`Who`):
   header); the token must name the same fan.
 - ``PROVIDER``: the payment provider; its signature (checked by
   PaymentService) is the credential. The edge asserts no fan.
+- ``DEVICE``: a gate device of the event, by its key (``Authorization:
+  Device <key>``). The edge passes the key on untouched (the
+  ``x-boxoffice-device-key`` metadata) and CheckInService decides: an
+  unknown or revoked key is 401, a key of another event 403. The edge
+  itself answers 401 to a request with no key and 403 to a fan's session or
+  bearer token: a fan is never a gate.
 - ``OPERATIONS``: whoever reaches the pod's port (kubelet, Prometheus);
   the Ingress routes none of them but ``/openapi.json``.
 
@@ -39,6 +45,7 @@ class Who(enum.Enum):
     FAN = "fan"
     SHOPPER = "shopper"
     PROVIDER = "provider"
+    DEVICE = "device"
     OPERATIONS = "operations"
 
 
@@ -54,6 +61,7 @@ class Cache(enum.Enum):
 _QUEUE = "/boxoffice.queue.v1.QueueService/"
 _BOOKING = "/boxoffice.booking.v1.BookingService/"
 _PAYMENT = "/boxoffice.payment.v1.PaymentService/"
+_CHECKIN = "/boxoffice.checkin.v1.CheckInService/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +86,14 @@ class Route:
     edge_fields: tuple[str, ...] = ()
     # Whether the route answers Server-Sent Events.
     sse: bool = False
+    # Whether the route streams newline-delimited JSON (one message of the
+    # RPC's stream a line).
+    ndjson: bool = False
 
 
 _FAN = "the signed-in fan"
 _NOBODY = "nobody (no fan is asserted)"
+_DEVICE = "the gate device its key names (no fan is asserted)"
 
 ROUTES: tuple[Route, ...] = (
     Route(
@@ -363,6 +375,63 @@ ROUTES: tuple[Route, ...] = (
         ("booking_id", "idempotency_key"),
     ),
     Route(
+        "GetTicketRotation",
+        "GET",
+        "/v1/tickets/{ticket_id}/rotation",
+        Who.FAN,
+        _FAN,
+        Cache.PRIVATE,
+        f"{_CHECKIN}GetTicketRotation",
+        "The secret that makes one of the fan's tickets show a rotating code (another fan's ticket is 404).",
+        ("ticket_id",),
+    ),
+    Route(
+        "GetCheckInKeys",
+        "GET",
+        "/v1/events/{event_id}/checkin-keys",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        f"{_CHECKIN}GetCheckInKeys",
+        "The public keys that verify ticket codes, a JSON Web Key Set; cacheable for its max age, with an ETag.",
+        ("event_id",),
+    ),
+    Route(
+        "Scan",
+        "POST",
+        "/v1/events/{event_id}/checkins",
+        Who.DEVICE,
+        _DEVICE,
+        Cache.PRIVATE,
+        f"{_CHECKIN}Scan",
+        "A gate device's scan of a code: the verdict (ADMITTED once per ticket), the ticket and its first check-in.",
+        ("event_id",),
+    ),
+    Route(
+        "ExportCheckInList",
+        "GET",
+        "/v1/events/{event_id}/checkin-list",
+        Who.DEVICE,
+        _DEVICE,
+        Cache.PRIVATE,
+        f"{_CHECKIN}ExportCheckInList",
+        "The event's check-in list for an offline gate, as newline-delimited JSON: every ticket (or the changes "
+        "since a cursor), then a last line with the cursor to ask from next.",
+        ("event_id",),
+        ndjson=True,
+    ),
+    Route(
+        "UploadScans",
+        "POST",
+        "/v1/events/{event_id}/checkins:upload",
+        Who.DEVICE,
+        _DEVICE,
+        Cache.PRIVATE,
+        f"{_CHECKIN}UploadScans",
+        "An offline gate device's scans, applied in scan-time order; conflicts are recorded and reported.",
+        ("event_id",),
+    ),
+    Route(
         "HandleProviderWebhook",
         "POST",
         "/v1/webhooks/payment-provider",
@@ -392,6 +461,16 @@ ROUTES: tuple[Route, ...] = (
         Cache.PUBLIC,
         None,
         "The fan's page of one event (static, the same page as /).",
+    ),
+    Route(
+        "GetGatePage",
+        "GET",
+        "/gate",
+        Who.PUBLIC,
+        _NOBODY,
+        Cache.PUBLIC,
+        None,
+        "The gate page for staff phones (static: the same for everyone; the device key stays in the phone).",
     ),
     Route(
         "GetAsset",

@@ -173,6 +173,11 @@ class Callers:
         ctx.limited = True
         await self._limit(scope, ctx.client_ip, limit)
 
+    async def limit_subject(self, scope: str, subject: str, limit: Limit) -> None:
+        """A limit of something other than an address or a fan (a gate
+        device), counted under ``scope``."""
+        await self._limit(scope, subject, limit)
+
     def same_site(self, ctx: Ctx) -> None:
         """A cookie-authenticated change must come from the edge's own pages
         (or a configured origin): Origin first, else Sec-Fetch-Site."""

@@ -181,6 +181,13 @@ def security_schemes() -> Json:
             "name": "bo_access",
             "description": "The event's access token, in the HttpOnly cookie set on admission.",
         },
+        "deviceKey": {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "A gate device's key, as `Device <key>` (made by `boxoffice admin gate-device create`); "
+            "the edge passes it on untouched and CheckInService decides.",
+        },
         "accessTokenHeader": {
             "type": "apiKey",
             "in": "header",
@@ -197,6 +204,8 @@ def security(who: Who) -> list[Json]:
     if who is Who.SHOPPER:
         tokens: list[Json] = [{"accessTokenCookie": []}, {"accessTokenHeader": []}]
         return [{**f, **t} for f in fan for t in tokens]
+    if who is Who.DEVICE:
+        return [{"deviceKey": []}]
     return []
 
 
@@ -270,7 +279,7 @@ default values. Each route that is the HTTP form of an RPC says which (`x-boxoff
 the same method and path in its `google.api.http` annotation. Fields the edge fills itself (the fan, the access
 token, path values, the idempotency key) may not be sent in a body.
 
-Who may call a route is `x-boxoffice-who` (public, fan, shopper, provider, operations) and its security
+Who may call a route is `x-boxoffice-who` (public, fan, shopper, provider, device, operations) and its security
 requirement; whom the services see the call acting for is `x-boxoffice-acting-as`. A fan's hold, payment or
 tickets answer 404 to another fan, exactly as ones that do not exist. A mutating request authenticated by cookie
 must come from the edge's own site (Origin / Sec-Fetch-Site), else 403. An unsupported method on a known path

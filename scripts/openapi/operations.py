@@ -127,10 +127,11 @@ def error_responses(route: Route, has_path_params: bool) -> Json:
     if not route.path.startswith(V1):
         return responses
     responses["400"] = ref("responses", "BadRequest")
-    if route.who in (Who.FAN, Who.SHOPPER, Who.PROVIDER):
+    if route.who in (Who.FAN, Who.SHOPPER, Who.PROVIDER, Who.DEVICE):
         responses["401"] = ref("responses", "Unauthenticated")
-    # Denied: a cookie-authenticated change from another site, a token of another event or fan.
-    if route.who in (Who.FAN, Who.SHOPPER) or route.name == "CreateSession":
+    # Denied: a cookie-authenticated change from another site, a token of
+    # another event or fan, a fan on a device's route, another event's device.
+    if route.who in (Who.FAN, Who.SHOPPER, Who.DEVICE) or route.name == "CreateSession":
         responses["403"] = ref("responses", "PermissionDenied")
     if has_path_params or route.name == "CreateSession":
         responses["404"] = ref("responses", "NotFound")
@@ -171,7 +172,7 @@ def edge_operation(route: Route) -> tuple[Json, Json | None, Json]:
             None,
             {},
         )
-    if route.name in ("GetIndexPage", "GetEventPage"):
+    if route.name in ("GetIndexPage", "GetEventPage", "GetGatePage"):
         html: Json = {"text/html": {"schema": {"type": "string"}}}
         return {"description": "The page (HTML; its scripts and styles are assets).", "content": html}, None, {}
     if route.name == "GetAsset":
@@ -285,6 +286,21 @@ def rpc_operation(
                             },
                         },
                     }
+                }
+            },
+        }
+    elif route.ndjson:
+        ok = {
+            "description": "Newline-delimited JSON: each line one message of the stream, a "
+            f"`{method.output_type.full_name}` (its schema is a component) in the proto3 JSON mapping; the last "
+            "line carries the cursor. A failure after the first line is a last line in the `Error` shape, and the "
+            "list is then incomplete.",
+            "content": {
+                "application/x-ndjson": {
+                    "schema": {"type": "string", "description": "JSON values, one a line."},
+                    "x-boxoffice-line-schema": {
+                        "oneOf": [schemas.message_ref(method.output_type, request=False), ref("schemas", "Error")]
+                    },
                 }
             },
         }

@@ -249,6 +249,8 @@ def test_who_may_call_is_the_security_requirement(document: Json) -> None:
                     ["accessTokenCookie", "bearer"],
                     ["accessTokenHeader", "bearer"],
                 ), route.name
+        elif route.who is Who.DEVICE:
+            assert security == [{"deviceKey": []}], route.name
         else:
             assert security == [], route.name
 

@@ -148,9 +148,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Metadata: `origin`, the request's Origin (empty when absent).
     """
     ERROR_REASON_TOO_MANY_REQUESTS: _ErrorReason.ValueType  # 105
-    """Too many requests from this client address or this account
-    (RESOURCE_EXHAUSTED); the response's Retry-After says when to try again.
-    Metadata: `scope` ("ip" or "account"), `retry_after_seconds`.
+    """Too many requests from this client address, this account or this gate
+    device (RESOURCE_EXHAUSTED); the response's Retry-After says when to try
+    again. Metadata: `scope` ("ip", "account", "device" or "webhook"),
+    `retry_after_seconds`.
     """
     ERROR_REASON_BODY_TOO_LARGE: _ErrorReason.ValueType  # 106
     """The request body is larger than the edge accepts (INVALID_ARGUMENT).
@@ -214,6 +215,17 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     is unreachable or unavailable (UNAVAILABLE). Tickets already issued are
     kept; ask again after Retry-After. Metadata: `upstream_reason`, what the
     edge met (UPSTREAM_FAILED when PaymentService was not reached).
+    """
+    ERROR_REASON_DEVICE_KEY_MISSING: _ErrorReason.ValueType  # 120
+    """A gate device's route was called without a device key: no
+    `Authorization: Device <key>` header, or an empty key (UNAUTHENTICATED).
+    A key that is present is checked by CheckInService (DEVICE_KEY_INVALID,
+    DEVICE_WRONG_EVENT). No metadata.
+    """
+    ERROR_REASON_NOT_A_DEVICE: _ErrorReason.ValueType  # 121
+    """A gate device's route was called with a fan's session cookie or bearer
+    token instead of a device key: a fan is never a gate (PERMISSION_DENIED).
+    No metadata.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -355,9 +367,10 @@ Sec-Fetch-Site says cross-site (PERMISSION_DENIED); nothing changed.
 Metadata: `origin`, the request's Origin (empty when absent).
 """
 ERROR_REASON_TOO_MANY_REQUESTS: ErrorReason.ValueType  # 105
-"""Too many requests from this client address or this account
-(RESOURCE_EXHAUSTED); the response's Retry-After says when to try again.
-Metadata: `scope` ("ip" or "account"), `retry_after_seconds`.
+"""Too many requests from this client address, this account or this gate
+device (RESOURCE_EXHAUSTED); the response's Retry-After says when to try
+again. Metadata: `scope` ("ip", "account", "device" or "webhook"),
+`retry_after_seconds`.
 """
 ERROR_REASON_BODY_TOO_LARGE: ErrorReason.ValueType  # 106
 """The request body is larger than the edge accepts (INVALID_ARGUMENT).
@@ -421,5 +434,16 @@ ERROR_REASON_TICKETS_UNAVAILABLE: ErrorReason.ValueType  # 119
 is unreachable or unavailable (UNAVAILABLE). Tickets already issued are
 kept; ask again after Retry-After. Metadata: `upstream_reason`, what the
 edge met (UPSTREAM_FAILED when PaymentService was not reached).
+"""
+ERROR_REASON_DEVICE_KEY_MISSING: ErrorReason.ValueType  # 120
+"""A gate device's route was called without a device key: no
+`Authorization: Device <key>` header, or an empty key (UNAUTHENTICATED).
+A key that is present is checked by CheckInService (DEVICE_KEY_INVALID,
+DEVICE_WRONG_EVENT). No metadata.
+"""
+ERROR_REASON_NOT_A_DEVICE: ErrorReason.ValueType  # 121
+"""A gate device's route was called with a fan's session cookie or bearer
+token instead of a device key: a fan is never a gate (PERMISSION_DENIED).
+No metadata.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
