@@ -2,6 +2,9 @@
 and ``/assets/{asset}``, the same for everyone, so that a CDN serves them to
 two million people. The pages read the fan's state from the API.
 
+The gate page (``/gate``, for staff phones at the door) is built the same
+way from ``gate.html``; it alone may use the camera.
+
 The sources are in ``edge_svc/web/``. At start they are built once, in
 memory (no network, no bundler):
 
@@ -90,6 +93,8 @@ class Site:
     """The built pages: the page, and the assets by hashed name."""
 
     page: Built
+    # The gate page (gate.html).
+    gate: Built
     assets: Mapping[str, Built]
     # Source name (``app.js``, ``messages/en.json``) -> hashed asset name.
     names: Mapping[str, str]
@@ -125,7 +130,7 @@ def _sources(root: Traversable) -> dict[str, bytes]:
 def build(root: Traversable, *, dev_sign_in: bool) -> Site:
     """Builds the site from the sources under ``root``."""
     sources = _sources(root)
-    template = sources.pop("index.html").decode()
+    templates = {name: sources.pop(name).decode() for name in ("index.html", "gate.html")}
     names: dict[str, str] = {}
     bodies: dict[str, bytes] = {}
 
@@ -153,24 +158,31 @@ def build(root: Traversable, *, dev_sign_in: bool) -> Site:
     catalogs = {lang: f"/assets/{names[f'messages/{lang}.json']}" for lang in LANGUAGES}
     facts = {"devSignIn": dev_sign_in, "catalogs": catalogs, "languages": list(LANGUAGES)}
 
-    def fill(match: re.Match[str]) -> str:
-        key = match.group(1)
-        if key == "config":
-            return html.escape(json.dumps(facts, separators=(",", ":")), quote=True)
-        if key not in names:
-            raise ValueError(f"web: index.html names {key}, which does not exist")
-        return f"/assets/{names[key]}"
+    def filled(page: str) -> str:
+        def fill(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key == "config":
+                return html.escape(json.dumps(facts, separators=(",", ":")), quote=True)
+            if key not in names:
+                raise ValueError(f"web: {page} names {key}, which does not exist")
+            return f"/assets/{names[key]}"
 
-    filled = _PLACEHOLDER.sub(fill, template)
-    texts = [("index.html", filled), *((src, bodies[name].decode()) for src, name in names.items() if _texty(src))]
+        return _PLACEHOLDER.sub(fill, templates[page])
+
+    pages = {page: filled(page) for page in templates}
+    texts = [*pages.items(), *((src, bodies[name].decode()) for src, name in names.items() if _texty(src))]
     for source, text in texts:
         if "{{" in text:
             # A template name left unfilled would ship as a broken reference.
             line = text.count("\n", 0, text.find("{{")) + 1
             raise ValueError(f"web: {source} line {line} has an unfilled template name ({{{{...}}}})")
-    page = filled.encode()
     assets = {name: _built(body, _TYPES[name.rsplit(".", 1)[-1]]) for name, body in bodies.items()}
-    return Site(page=_built(page, _TYPES["html"]), assets=assets, names=names)
+    return Site(
+        page=_built(pages["index.html"].encode(), _TYPES["html"]),
+        gate=_built(pages["gate.html"].encode(), _TYPES["html"]),
+        assets=assets,
+        names=names,
+    )
 
 
 def _texty(name: str) -> bool:
@@ -197,13 +209,15 @@ def _zero(text: str) -> bool:
         return False
 
 
-def secure_headers() -> dict[str, str]:
+def secure_headers(*, camera: bool = False) -> dict[str, str]:
+    """The headers of every page and asset; ``camera``: the page may ask
+    for the camera (the gate page, on its own origin only)."""
     return {
         "content-security-policy": CSP,
         "x-content-type-options": "nosniff",
         "referrer-policy": "same-origin",
         "cross-origin-opener-policy": "same-origin",
-        "permissions-policy": "camera=(), microphone=(), geolocation=(), payment=()",
+        "permissions-policy": f"camera=({'self' if camera else ''}), microphone=(), geolocation=(), payment=()",
     }
 
 
@@ -214,13 +228,21 @@ class Pages:
         self.site = build(root or web_root(), dev_sign_in=dev_sign_in)
 
     def endpoints(self) -> Mapping[str, Handler]:
-        return {"GetIndexPage": self.index, "GetEventPage": self.event_page, "GetAsset": self.asset}
+        return {
+            "GetIndexPage": self.index,
+            "GetEventPage": self.event_page,
+            "GetGatePage": self.gate,
+            "GetAsset": self.asset,
+        }
 
     async def index(self, ctx: Ctx) -> Response:
         return self._serve(ctx, self.site.page, f"public, max-age={PAGE_MAX_AGE_SECONDS}")
 
     async def event_page(self, ctx: Ctx) -> Response:
         return await self.index(ctx)
+
+    async def gate(self, ctx: Ctx) -> Response:
+        return self._serve(ctx, self.site.gate, f"public, max-age={PAGE_MAX_AGE_SECONDS}", camera=True)
 
     async def asset(self, ctx: Ctx) -> Response:
         found = self.site.assets.get(ctx.params["asset"])
@@ -229,11 +251,16 @@ class Pages:
             return Response(b"not found\n", status_code=404, media_type="text/plain", headers=headers)
         return self._serve(ctx, found, ASSET_CACHE)
 
-    def _serve(self, ctx: Ctx, built: Built, cache_control: str) -> Response:
+    def _serve(self, ctx: Ctx, built: Built, cache_control: str, *, camera: bool = False) -> Response:
         zipped = _accepts_gzip(ctx)
         # Each encoding is its own representation, with its own tag.
         etag = built.etag[:-1] + '-gz"' if zipped else built.etag
-        headers = {**secure_headers(), "cache-control": cache_control, "etag": etag, "vary": "Accept-Encoding"}
+        headers = {
+            **secure_headers(camera=camera),
+            "cache-control": cache_control,
+            "etag": etag,
+            "vary": "Accept-Encoding",
+        }
         if etag in [tag.strip() for tag in ctx.request.headers.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers=headers)
         body = built.body

@@ -74,6 +74,7 @@ export const api = {
   cancel: (bookingId, quotedRefund, key) =>
     call('POST', `/v1/bookings/${enc(bookingId)}:cancel`, { body: { quotedRefund }, headers: { 'Idempotency-Key': key } }),
   tickets: (id, holdId) => call('GET', `/v1/events/${enc(id)}/tickets${holdId ? `?holdId=${enc(holdId)}` : ''}`),
+  rotation: (ticketId) => call('GET', `/v1/tickets/${enc(ticketId)}/rotation`),
   watchUrl: (id) => `/v1/events/${enc(id)}/queue/position:watch`,
 };
 

@@ -9,6 +9,7 @@ import { I18n, chooseLanguage, loadCatalog, remember, roundAhead } from './i18n.
 import { Waiting } from './waiting.js';
 import { Catalogue } from './catalogue.js';
 import { Cancellations } from './cancel.js';
+import { fromBase64, rotatingCode, rotationStep } from './codes.js';
 
 const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
 const $ = (id) => document.getElementById(id);
@@ -44,6 +45,10 @@ const state = {
   hold: null,
   countdown: 0,
   tickets: [],
+  // Ticket id -> its rotation ({code, secret, stepSeconds}), or null where
+  // the page shows the static code (the rotation could not be fetched).
+  rotations: new Map(),
+  rotationTimer: null,
   ticketsDown: false, // the ticket list could not be read (PaymentService down)
   cancelled: new Set(), // bookings cancelled here (their tickets are voided a moment later)
   notice: null,
@@ -813,14 +818,51 @@ function bookingCancelled(bookingId) {
   renderTickets();
 }
 
+// A ticket's rotation (the secret its rotating code is made with), fetched
+// once; null when it cannot be had, and the static code is shown instead
+// (the one printed and e-mailed, accepted at events with static codes).
+async function rotationOf(tk) {
+  if (state.rotations.has(tk.ticketId)) return state.rotations.get(tk.ticketId);
+  let rotation = null;
+  try {
+    const reply = await api.rotation(tk.ticketId);
+    rotation = { code: reply.code, secret: fromBase64(reply.secret), stepSeconds: Number(reply.stepSeconds) || 30 };
+  } catch {
+    rotation = null;
+  }
+  state.rotations.set(tk.ticketId, rotation);
+  return rotation;
+}
+
+// Draws each rotating code of the step now, then again at the next step's
+// start, while the tickets are shown: a screenshot stops working within a
+// minute.
+async function drawRotating(qrcode) {
+  clearTimeout(state.rotationTimer);
+  if (state.view !== 'tickets') return;
+  let stepSeconds = 30;
+  for (const canvas of document.querySelectorAll('#tickets canvas[data-ticket]')) {
+    const rotation = state.rotations.get(canvas.dataset.ticket);
+    if (!rotation) continue;
+    stepSeconds = rotation.stepSeconds;
+    const text = await rotatingCode(rotation.code, rotation.secret, canvas.dataset.ticket, rotationStep(Date.now(), stepSeconds));
+    canvas.dataset.code = text;
+    drawQr(canvas, qrcode, text, 5);
+  }
+  const next = (rotationStep(Date.now(), stepSeconds) + 1) * stepSeconds * 1000 - Date.now();
+  state.rotationTimer = setTimeout(() => drawRotating(qrcode), Math.max(next, 200) + 50);
+}
+
 function renderTickets() {
   if (state.ticketsDown) $('tickets-note').textContent = t('error.TICKETS_UNAVAILABLE');
   else $('tickets-note').textContent = state.tickets.length ? t('ticketsNote') : t('noTickets');
   cancellations.render(state.ticketsDown ? [] : state.tickets, state.event);
   const list = $('tickets');
-  import('./qrcode-generator.js').then(({ qrcode }) => {
+  const shown = state.tickets;
+  Promise.all([import('./qrcode-generator.js'), Promise.all(shown.map(rotationOf))]).then(([{ qrcode }, rotations]) => {
+    if (shown !== state.tickets) return;
     list.replaceChildren(
-      ...state.tickets.map((tk) => {
+      ...shown.map((tk, i) => {
         const li = document.createElement('li');
         li.className = 'ticket';
         const h = document.createElement('h2');
@@ -830,15 +872,25 @@ function renderTickets() {
           : t('ticketStanding', { section: section ? section.displayName : tk.sectionId });
         const canvas = document.createElement('canvas');
         canvas.setAttribute('role', 'img');
-        canvas.setAttribute('aria-label', t('qrOf', { code: tk.code }));
-        canvas.dataset.code = tk.code;
-        drawQr(canvas, qrcode, tk.code, 6);
         const code = document.createElement('code');
         code.textContent = tk.code;
-        li.append(h, canvas, code);
+        const note = document.createElement('p');
+        note.className = 'muted small';
+        if (rotations[i]) {
+          canvas.dataset.ticket = tk.ticketId;
+          canvas.setAttribute('aria-label', t('qrRotating'));
+          note.textContent = t('rotatingNote');
+        } else {
+          canvas.setAttribute('aria-label', t('qrOf', { code: tk.code }));
+          canvas.dataset.code = tk.code;
+          drawQr(canvas, qrcode, tk.code, 6);
+          note.textContent = t('staticNote');
+        }
+        li.append(h, canvas, note, code);
         return li;
       }),
     );
+    return drawRotating(qrcode);
   });
 }
 
