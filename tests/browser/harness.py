@@ -57,7 +57,9 @@ class Mesh:
         self._addresses = addresses
         self._settings = settings
         self._edge_exit: contextlib.AsyncExitStack | None = None
-        self.operators = {name: MeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment")}
+        self.operators = {
+            name: MeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment", "checkin")
+        }
         self.api: EdgeStack | None = None
 
     @property
@@ -76,6 +78,7 @@ class Mesh:
                     "queue_addr": self._addresses["queue"],
                     "booking_addr": self._addresses["booking"],
                     "payment_addr": self._addresses["payment"],
+                    "checkin_addr": self._addresses["checkin"],
                     "dev_sign_in": True,
                     "drain_seconds": 0.0,
                     **GENEROUS,

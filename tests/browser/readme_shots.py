@@ -1,5 +1,5 @@
-"""Copies the README's screenshots (the waiting room, the seat map and the
-tickets, in English) from the browser tests' output into docs/screenshots/.
+"""Copies the README's screenshots (the waiting room, the seat map, the
+tickets and the gate page, in English) from the browser tests' output into docs/screenshots/.
 
     python -m pytest tests/browser -q && python -m tests.browser.readme_shots
 """
@@ -15,6 +15,7 @@ README_SHOTS = {
     "2-waiting-en.png": "waiting-room.png",
     "3-seatmap-en.png": "seat-map.png",
     "5-tickets-en.png": "tickets.png",
+    "6-gate-en.png": "gate.png",
 }
 
 

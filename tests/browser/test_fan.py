@@ -6,6 +6,8 @@ origin but the edge's."""
 
 from __future__ import annotations
 
+import time
+
 import zxingcpp
 from playwright.async_api import Browser, Page, expect
 
@@ -96,13 +98,19 @@ async def test_a_fan_from_the_event_page_to_tickets(browser: Browser, mesh: Mesh
     await expect(tickets).to_have_count(2)
     await every_language(page, "5-tickets")
 
-    # Each QR code, as drawn on the page, reads back as its ticket's code.
+    # Each QR code, as drawn on the page, reads back as its ticket's code
+    # rotating now: the signed code, this 30-second step (or the next, if
+    # it turned meanwhile) and a mac under the ticket's secret.
     for i in range(2):
         code = await tickets.nth(i).locator("code").inner_text()
         assert ticketcodes.looks_signed(code)
+        step = ticketcodes.rotation_step(time.time())
         width, height, pixels = await canvas_gray(page, f".ticket:nth-child({i + 1}) canvas")
         found = zxingcpp.read_barcodes(memoryview(pixels).cast("B", (height, width)))
-        assert [b.text for b in found] == [code]
+        assert len(found) == 1, found
+        rotating = ticketcodes.split_rotating(found[0].text)
+        assert rotating is not None and rotating.code == code, found[0].text
+        assert rotating.step in (step, step + 1), (rotating.step, step)
 
     # The fan's session ended with the purchase: their place went to the next fan.
     position = await page.evaluate("id => fetch(`/v1/events/${id}/queue/position`).then(r => r.json())", str(event_id))

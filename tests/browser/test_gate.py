@@ -16,15 +16,18 @@ import base64
 import json
 import time
 import uuid
+from pathlib import Path
 
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, Page, expect
 
-from boxoffice import ticketcodes
+from boxoffice import access, ticketcodes
 from boxoffice.clock import SystemClock
 from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner
 from edge_svc.pages import build, web_root
-from tests.browser.harness import Mesh, new_fan
-from tests.browser.pages import check_axe, switch_language, view
+from gen.boxoffice.checkin.v1 import checkin_service_pb2 as cpb
+from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as cpb_grpc
+from tests.browser.harness import Fan, Mesh, new_fan
+from tests.browser.pages import check_axe, shoot, switch_language, view
 
 KEYS = ticketcodes.parse_keys("gate1:" + "9a" * 32 + ",gate0:" + "5c" * 32)
 OTHER = ticketcodes.parse_keys("gate1:" + "3b" * 32)
@@ -103,3 +106,113 @@ async def test_a_gate_link_provisions_the_phone_and_leaves_the_address_bar(brows
             await check_axe(page, f"gate ({lang})")
         finally:
             await fan.context.close()
+
+
+async def _gate_device(mesh: Mesh, event_id: int) -> str:
+    admin = mesh.operators["checkin"].stub(cpb_grpc.CheckInAdminServiceStub, role=access.OPERATOR)
+    reply = await admin.CreateGateDevice(cpb.CreateGateDeviceRequest(event_id=event_id, name="North gate"))
+    return str(reply.key)
+
+
+async def _fan_with_tickets(browser: Browser, mesh: Mesh, event_id: int, quantity: int) -> Fan:
+    """A fan who bought ``quantity`` seats on the page, on their tickets."""
+    fan = await new_fan(browser, mesh.url)
+    page = fan.page
+    await page.goto(f"{mesh.url}/e/{event_id}")
+    await view(page, "event")
+    await page.fill("#sign-in-name", f"gate-fan-{uuid.uuid4().hex[:6]}")
+    await page.click("#sign-in button[type=submit]")
+    await page.click("#join")
+    await view(page, "shop", timeout_ms=60_000)
+    await page.select_option("#best-qty", str(quantity))
+    await page.click("#hold-best")
+    await view(page, "hold")
+    await page.check("input[value=pm_card_ok]")
+    await page.click("#pay")
+    await view(page, "tickets", timeout_ms=60_000)
+    # Each ticket shows its rotating code (the page fetched its secret).
+    await expect(page.locator("#tickets canvas[data-ticket]")).to_have_count(quantity)
+    return fan
+
+
+async def _qr_picture(fan: Fan, index: int, folder: Path) -> tuple[Path, str]:
+    """The fan's QR code ``index`` as the page draws it now, as a PNG file
+    (what a camera would see), and the text it holds."""
+    canvas = fan.page.locator("#tickets canvas[data-ticket]").nth(index)
+    text = await canvas.get_attribute("data-code")
+    assert text is not None and ticketcodes.split_rotating(text) is not None, text
+    data_url = await canvas.evaluate("c => c.toDataURL('image/png')")
+    path = folder / f"qr-{index}-{uuid.uuid4().hex[:6]}.png"
+    path.write_bytes(base64.b64decode(data_url.split(",", 1)[1]))
+    return path, text
+
+
+async def _verdict(gate: Page, result: str) -> None:
+    await expect(gate.locator("#verdict")).to_have_attribute("data-result", result)
+
+
+async def test_the_gate_scans_the_fans_rotating_code_online_and_with_the_network_cut(
+    browser: Browser, mesh: Mesh, tmp_path: Path
+) -> None:
+    event_id = await mesh.event(seats=8, max_active=5)
+    fan = await _fan_with_tickets(browser, mesh, event_id, 2)
+    key = await _gate_device(mesh, event_id)
+    staff = await new_fan(browser, mesh.url)
+    gate = staff.page
+    try:
+        # The list is downloaded after the fan's page fetched its secrets:
+        # the phone can check their rotating codes offline.
+        await gate.goto(f"{mesh.url}/gate#event={event_id}&key={key}&gate=north-1")
+        await view(gate, "gate")
+        await gate.wait_for_function("document.body.dataset.ready === 'true'")
+        await expect(gate.locator("#list-state")).to_contain_text("2")
+
+        # Online: the door decides.
+        picture, _ = await _qr_picture(fan, 0, tmp_path)
+        await gate.set_input_files("#picture", str(picture))
+        await _verdict(gate, "ADMITTED")
+        await expect(gate.locator("#verdict")).to_have_class("verdict go")
+        seats = [await fan.page.locator(".ticket h2").nth(i).inner_text() for i in range(2)]
+        seat_shown = await gate.locator("#verdict-seat").inner_text()
+        assert seat_shown.split(", ")[-1] in seats[0], (seat_shown, seats)
+        await check_axe(gate, "gate verdict")
+        await shoot(gate, "6-gate-en")
+        await gate.set_input_files("#picture", str(picture))
+        await _verdict(gate, "ALREADY_CHECKED_IN")
+        await expect(gate.locator("#verdict")).to_have_class("verdict stop")
+        await expect(gate.locator("#verdict-detail")).to_contain_text("north-1")
+
+        # The network cut: the phone decides from its list and queues the scan.
+        await staff.context.set_offline(True)
+        await expect(gate.locator("#net")).to_have_attribute("data-online", "false")
+        picture, second = await _qr_picture(fan, 1, tmp_path)
+        await gate.set_input_files("#picture", str(picture))
+        await _verdict(gate, "ADMITTED")
+        await expect(gate.locator("#verdict-detail")).not_to_be_empty()
+        await expect(gate.locator("#queue-state")).to_contain_text("1")
+        # Offline, the first ticket is still known as checked in.
+        first, _ = await _qr_picture(fan, 0, tmp_path)
+        await gate.set_input_files("#picture", str(first))
+        await _verdict(gate, "ALREADY_CHECKED_IN")
+        queued = await gate.evaluate(f"JSON.parse(localStorage.getItem('bo.gate.{event_id}.queue'))")
+        assert [scan["code"] for scan in queued] == [second]
+
+        # Back online: the queued admission is uploaded, and the door has it.
+        await staff.context.set_offline(False)
+        await expect(gate.locator("#net")).to_have_attribute("data-online", "true")
+        await expect(gate.locator("#queue-state")).to_contain_text("Uploaded 1")
+        assert await gate.evaluate(f"JSON.parse(localStorage.getItem('bo.gate.{event_id}.queue'))") == []
+        parts = ticketcodes.split_rotating(second)
+        assert parts is not None
+        ticket_id = json.loads(base64.urlsafe_b64decode(parts.code.split(".")[1] + "=="))["sub"]
+        assert mesh.api is not None
+        async with mesh.api.client(headers={"Authorization": f"Device {key}"}) as door:
+            listed = await door.get(f"/v1/events/{event_id}/checkin-list")
+        entries = [e for line in listed.text.splitlines() for e in json.loads(line).get("entries", [])]
+        (entry,) = [e for e in entries if e["ticket"]["ticketId"] == ticket_id]
+        assert entry["firstCheckin"]["gateId"] == "north-1", entry
+        assert fan.troubles() == [] and staff.troubles() == [], (fan.troubles(), staff.troubles())
+        assert fan.foreign() == [] and staff.foreign() == []
+    finally:
+        await staff.context.close()
+        await fan.context.close()

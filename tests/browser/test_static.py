@@ -218,3 +218,20 @@ def test_the_qr_encoder_is_the_pinned_library_unchanged_with_its_licence() -> No
     served = {source: site.assets[name] for source, name in site.names.items()}
     assert served["qrcode-generator.LICENSE.txt"].content_type == "text/plain; charset=utf-8"
     assert "qr.js" not in served
+
+
+def test_the_qr_reader_is_the_pinned_library_unchanged_with_its_licence() -> None:
+    """``jsqr.js`` (the gate page's QR reader where the browser has no
+    BarcodeDetector) is the npm package's build byte for byte, at the
+    version package.json pins, and its licence is served beside it."""
+    from tests.browser.harness import ROOT
+
+    pinned = json.loads((ROOT / "package.json").read_text())["dependencies"]["jsqr"]
+    package = ROOT / "node_modules" / "jsqr"
+    assert json.loads((package / "package.json").read_text())["version"] == pinned
+    assert web_root().joinpath("jsqr.js").read_bytes() == (package / "dist" / "jsQR.js").read_bytes()
+    licence = web_root().joinpath("jsqr.LICENSE.txt").read_text()
+    assert "Apache License" in licence and f"jsqr {pinned}" in licence
+    site = Pages(dev_sign_in=False).site
+    served = {source: site.assets[name] for source, name in site.names.items()}
+    assert served["jsqr.LICENSE.txt"].content_type == "text/plain; charset=utf-8"

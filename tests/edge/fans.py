@@ -108,3 +108,18 @@ async def buy(client: httpx.AsyncClient, event_id: int, quantity: int) -> str:
     assert confirm.status_code == 200, confirm.text
     assert confirm.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", confirm.text
     return str(held["holdId"])
+
+
+async def buy_tickets(client: httpx.AsyncClient, event_id: int, quantity: int = 1) -> list[dict[str, Any]]:
+    """Admits the fan and buys ``quantity`` seats (:func:`buy`); their
+    tickets as the tickets route lists them, once issued."""
+    await admit(client, event_id)
+    hold_id = await buy(client, event_id, quantity)
+
+    async def issued() -> list[dict[str, Any]] | None:
+        reply = await client.get(f"/v1/events/{event_id}/tickets", params={"holdId": hold_id})
+        assert reply.status_code == 200, reply.text
+        tickets: list[dict[str, Any]] = reply.json()["tickets"]
+        return tickets if len(tickets) == quantity else None
+
+    return await eventually(issued, "the tickets are issued")

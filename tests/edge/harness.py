@@ -151,6 +151,7 @@ async def edge_stack(
                     "queue_addr": addresses["queue"],
                     "booking_addr": addresses["booking"],
                     "payment_addr": addresses["payment"],
+                    "checkin_addr": addresses["checkin"],
                     "dev_sign_in": True,
                     "drain_seconds": 0.0,
                     **GENEROUS,
@@ -158,7 +159,7 @@ async def edge_stack(
                 }
             ),
         )
-        operators = {name: MeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment")}
+        operators = {name: MeshClient(stores, addresses[name]) for name in ("queue", "booking", "payment", "checkin")}
         try:
             async with running([*rt.infrastructure(), *edge.components]):
                 yield EdgeStack(edge=edge, url=edge.server.url, addresses=addresses, operators=operators)

@@ -15,6 +15,7 @@ UPSTREAMS = {
     "BOXOFFICE_QUEUE_ADDR": "queue_addr",
     "BOXOFFICE_BOOKING_ADDR": "booking_addr",
     "BOXOFFICE_PAYMENT_ADDR": "payment_addr",
+    "BOXOFFICE_CHECKIN_ADDR": "checkin_addr",
 }
 
 VALID = [
@@ -46,10 +47,11 @@ INVALID = [
 
 def test_the_defaults_are_loopback_targets() -> None:
     config = EdgeConfig.from_env(Env({}))
-    assert (config.queue_addr, config.booking_addr, config.payment_addr) == (
+    assert (config.queue_addr, config.booking_addr, config.payment_addr, config.checkin_addr) == (
         "127.0.0.1:50051",
         "127.0.0.1:50052",
         "127.0.0.1:50053",
+        "127.0.0.1:50055",
     )
 
 

@@ -13,6 +13,9 @@ what the route reads or changes (signed in, with their own access token).
 - SHOPPER routes answer 401 without a session or a token, and another fan's
   token answers 403 CUSTOMER_MISMATCH or 404, never the owner's data.
 - PROVIDER: no signature or a forged one answers 401 and records nothing.
+- DEVICE: no key answers 401 DEVICE_KEY_MISSING, a fan's session (even with
+  an access token) 403 NOT_A_DEVICE; the owner is a gate device of the
+  event, by its key. Another event's device key is 403 DEVICE_WRONG_EVENT.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from boxoffice import access, secrets
 from edge_svc.routes import ROUTES, Route, Who
 from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from gen.boxoffice.checkin.v1 import checkin_service_pb2 as cpb
+from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as cpb_grpc
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from payment_svc.webhooks import signature_header
+from tests.e2e.harness import eventually
 from tests.edge.fans import ACCESS_HEADER, admit, hold, problem, signed_in
 from tests.edge.harness import EdgeStack, edge_stack
 from tests.support import Stores
@@ -66,6 +72,11 @@ class World:
     # canceller: a paid booking of their own to cancel (refunded in full).
     canceller: Fan
     booking_id: str
+    # The payer's ticket, and keys of gate devices of this event and another.
+    ticket_id: str
+    ticket_code: str
+    device_key: str
+    other_device_key: str
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +120,13 @@ async def world(stores: Stores) -> AsyncIterator[World]:
                 headers={"Idempotency-Key": "matrix-key"},
             )
             assert paid_for.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", paid_for.text
+            ticket = await _issued(payer_client, event_id, paid)
+        gates = stack.operators["checkin"].stub(cpb_grpc.CheckInAdminServiceStub, role=access.OPERATOR)
+        other_event = await stack.event(seats=1, max_active=1)
+        keys = [
+            (await gates.CreateGateDevice(cpb.CreateGateDeviceRequest(event_id=e, name="matrix"))).key
+            for e in (event_id, other_event)
+        ]
         yield World(
             stack,
             event_id,
@@ -122,7 +140,20 @@ async def world(stores: Stores) -> AsyncIterator[World]:
             stack.edge.config.webhook_signature_header,
             canceller,
             booking_id,
+            ticket["ticketId"],
+            ticket["code"],
+            *keys,
         )
+
+
+async def _issued(client: httpx.AsyncClient, event_id: int, hold_id: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        reply = await client.get(f"/v1/events/{event_id}/tickets", params={"holdId": hold_id})
+        assert reply.status_code == 200, reply.text
+        tickets: list[dict[str, Any]] = reply.json()["tickets"]
+        return tickets[0] if tickets else None
+
+    return await eventually(probe, "the payer's ticket is issued")
 
 
 async def _with_a_fan_draw(stack: EdgeStack, event_id: int) -> None:
@@ -158,6 +189,8 @@ class Case:
     # The route ends the session it is called with (sign-out): each caller
     # calls it with a fresh session of its fan, not the world's.
     ends_session: bool = False
+    # The owner calls as the event's gate device (its key), not as a fan.
+    device: bool = False
 
 
 def _event(w: World) -> Mapping[str, str]:
@@ -222,6 +255,18 @@ async def _still_queued(w: World, leaver: httpx.AsyncClient) -> None:
     assert reply.json()["position"]["state"] in ("QUEUE_STATE_WAITING", "QUEUE_STATE_ADMITTED"), reply.text
 
 
+async def _checked_in(w: World) -> object:
+    """Whether the payer's ticket is checked in, as the event's list says."""
+    list_request = cpb.ExportCheckInListRequest(event_id=w.event_id)
+    door = w.stack.operators["checkin"].stub(cpb_grpc.CheckInServiceStub, role=access.EDGE)
+    metadata = (("x-boxoffice-device-key", w.device_key),)
+    async for part in door.ExportCheckInList(list_request, metadata=metadata):
+        for entry in part.entries:
+            if entry.ticket.ticket_id == w.ticket_id:
+                return entry.HasField("first_checkin")
+    raise AssertionError("the payer's ticket is not in the list")
+
+
 MATRIX: dict[str, Case] = {
     "CreateSession": Case(body=lambda w: {"name": f"matrix-{uuid.uuid4().hex[:6]}"}),
     "GetSession": Case(),
@@ -266,6 +311,14 @@ MATRIX: dict[str, Case] = {
         unchanged=_still_booked,
     ),
     "HandleProviderWebhook": Case(body=_webhook_body),
+    "GetTicketRotation": Case(params=lambda w: {"ticket_id": w.ticket_id}, owner="payer", owned=True),
+    "GetCheckInKeys": Case(params=_event),
+    "Scan": Case(
+        params=_event, body=lambda w: {"code": w.ticket_code, "gateId": "matrix-1"}, device=True, state=_checked_in
+    ),
+    "ExportCheckInList": Case(params=_event, device=True),
+    "UploadScans": Case(params=_event, body=lambda w: {"scans": []}, device=True),
+    "GetGatePage": Case(),
     "GetIndexPage": Case(),
     "GetEventPage": Case(params=_event),
     # An asset that does not exist: the same answer for everyone.
@@ -310,6 +363,8 @@ def _client(w: World, caller: str, case: Case) -> httpx.AsyncClient:
         return w.stack.client(cookies={"bo_session": w.fan.session})
     if caller == "intruder":
         return w.stack.client(cookies={"bo_session": w.intruder.session}, headers={ACCESS_HEADER: owner.token})
+    if case.device:
+        return w.stack.client(headers={"Authorization": f"Device {w.device_key}"})
     cookies = {"bo_session": owner.session}
     if owner.token:
         cookies["bo_access"] = owner.token
@@ -386,6 +441,15 @@ async def test_matrix(world: World, route: Route) -> None:
         _refused(fan, {(401, "TOKEN_MISSING")})
         _refused(intruder, {(403, "CUSTOMER_MISMATCH"), (404, "NOT_FOUND")})
         assert mine.status == 200, mine
+    elif route.who is Who.DEVICE:
+        for answer in (anonymous, provider):
+            _refused(answer, {(401, "DEVICE_KEY_MISSING")})
+        for answer in (fan, intruder):
+            # A fan's session, with or without an access token, is no gate.
+            _refused(answer, {(403, "NOT_A_DEVICE")})
+        assert mine.status == 200, mine
+        other = await _call_as_device(world, route, case, world.other_device_key, body)
+        _refused(other, {(403, "DEVICE_WRONG_EVENT")})
     else:
         assert route.who is Who.PROVIDER
         _refused(anonymous, {(401, "WEBHOOK_SIGNATURE_MISSING")})
@@ -393,6 +457,12 @@ async def test_matrix(world: World, route: Route) -> None:
             # A fan's session is no provider's signature.
             _refused(answer, {(401, "WEBHOOK_SIGNATURE_MISSING")})
         assert provider.status == 200 and json.loads(provider.text)["duplicate"] is False, provider
+
+
+async def _call_as_device(w: World, route: Route, case: Case, key: str, body: Any) -> Answer:
+    async with w.stack.client(headers={"Authorization": f"Device {key}"}) as client:
+        reply = await client.request(route.method, _path(route, case.params(w)), json=body)
+    return Answer("device", reply.status_code, problem(reply).reason if reply.status_code >= 400 else "", reply.text)
 
 
 async def test_a_forged_webhook_records_nothing(world: World) -> None:
