@@ -88,23 +88,20 @@ export class DoorBook {
       }
       throw new ApiError(reply.status, body, 0);
     }
-    const reader = reply.body.getReader();
-    const decoder = new TextDecoder();
-    let pending = '';
+    // Read whole, then line by line (one message of the list's stream a line).
+    let text;
+    try {
+      text = await reply.text();
+    } catch (err) {
+      throw new NetworkDown(String(err));
+    }
     let cursor = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      pending += decoder.decode(value || new Uint8Array(), { stream: !done });
-      const lines = pending.split('\n');
-      pending = lines.pop();
-      for (const line of lines) {
-        if (!line.trim()) continue;
-        const part = JSON.parse(line);
-        if (part.error) throw new Error(part.error.message);
-        for (const entry of part.entries || []) this.learn(entry);
-        if (part.cursor) cursor = part.cursor;
-      }
-      if (done) break;
+    for (const line of text.split('\n')) {
+      if (!line.trim()) continue;
+      const part = JSON.parse(line);
+      if (part.error) throw new Error(part.error.message);
+      for (const entry of part.entries || []) this.learn(entry);
+      if (part.cursor) cursor = part.cursor;
     }
     if (cursor) this.cursor = cursor;
     this.save();

@@ -61,7 +61,7 @@ async def test_no_page_logs_an_error_or_fails_a_request_in_any_language(browser:
         try:
             await staff.page.goto(f"{mesh.url}/gate#event={event_id}&key={key}&gate=clean-1")
             await view(staff.page, "gate")
-            await staff.page.wait_for_function("document.body.dataset.ready === 'true'")
+            await staff.page.wait_for_function("() => document.body.dataset.ready === 'true'")
             await staff.page.fill("#typed", code)
             await staff.page.click("#typed-form button[type=submit]")
             await expect(staff.page.locator("#verdict")).to_have_attribute("data-result", re.compile(r"^[A-Z_]+$"))
