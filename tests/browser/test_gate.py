@@ -159,6 +159,8 @@ async def test_the_gate_scans_the_fans_rotating_code_online_and_with_the_network
     key = await _gate_device(mesh, event_id)
     staff = await new_fan(browser, mesh.url)
     gate = staff.page
+    # A staff phone.
+    await gate.set_viewport_size({"width": 412, "height": 860})
     try:
         # The list is downloaded after the fan's page fetched its secrets:
         # the phone can check their rotating codes offline.
