@@ -28,9 +28,12 @@ def csp(header: str) -> dict[str, list[str]]:
 
 async def test_the_pages_headers_are_strict(mesh: Mesh) -> None:
     async with httpx.AsyncClient(base_url=mesh.url) as client:
-        for path in ("/", "/e/1"):
+        for path in ("/", "/e/1", "/gate"):
             reply = await client.get(path)
             assert reply.status_code == 200
+            # Only the gate page may use the camera, and only for itself.
+            camera = "camera=(self)" if path == "/gate" else "camera=()"
+            assert reply.headers["permissions-policy"].startswith(camera + ","), reply.headers
             assert reply.headers["content-type"].startswith("text/html")
             assert reply.headers["cache-control"] == "public, max-age=60"
             assert reply.headers["x-content-type-options"] == "nosniff"
