@@ -58,7 +58,9 @@ export class DoorBook {
     try {
       return await call(method, path, { body, headers: this.headers() });
     } catch (err) {
-      if (err.status === 0) throw new NetworkDown(err.message);
+      // No network, or the door behind the edge unreachable: the phone
+      // decides by itself until it can ask again.
+      if (err.status === 0 || err.status === 502 || err.status === 503 || err.status === 504) throw new NetworkDown(err.message);
       throw err;
     }
   }
@@ -79,6 +81,7 @@ export class DoorBook {
       throw new NetworkDown(String(err));
     }
     if (!reply.ok) {
+      if (reply.status >= 502 && reply.status <= 504) throw new NetworkDown(`HTTP ${reply.status}`);
       // Answered as the API's other errors.
       let body = null;
       try {
