@@ -214,7 +214,7 @@ def test_the_ingress_routes_the_public_routes_to_the_edge_and_no_operations_rout
     for path in (*OPERATIONS, "/metrics/", "/readyz/x", "/v1x", "/events"):
         assert not _routed(path), path
     # The fan's pages.
-    for path in ("/", "/e/42", "/assets/app.js", "/openapi.json"):
+    for path in ("/", "/e/42", "/gate", "/assets/app.js", "/openapi.json"):
         assert _routed(path), path
     assert _ingress()["spec"]["ingressClassName"]
 
