@@ -8,7 +8,10 @@ offline uploads and a fan's rotating code.
   event's key 403 DEVICE_WRONG_EVENT (CheckInService decides those); none
   of them changes anything.
 - Bad input is a clear 400 and changes nothing.
-- The tickets route lists signed codes that the published keys verify.
+- The tickets route lists signed codes that the published keys verify; at
+  a concert (rotating codes only) a gate admits the code the fan's page
+  shows, made with the secret the fan's session fetches, and refuses the
+  static one.
 """
 
 from __future__ import annotations
@@ -107,6 +110,15 @@ async def test_the_keys_are_public_cacheable_and_verify_the_listed_codes(door: D
         )
 
 
+async def _live(fan: httpx.AsyncClient, ticket: dict[str, Any], step_offset: int = 0) -> str:
+    """The rotating code the fan's page shows now for ``ticket``."""
+    reply = await fan.get(f"/v1/tickets/{ticket['ticketId']}/rotation")
+    assert reply.status_code == 200, reply.text
+    rotation = reply.json()
+    step = ticketcodes.rotation_step(time.time()) + step_offset
+    return ticketcodes.rotating_code(rotation["code"], base64.b64decode(rotation["secret"]), ticket["ticketId"], step)
+
+
 async def _scan(door: Door, code: str, key: str | None = None, gate: str = "north-1") -> httpx.Response:
     async with door.stack.client() as gate_client:
         return await gate_client.post(
@@ -116,30 +128,36 @@ async def _scan(door: Door, code: str, key: str | None = None, gate: str = "nort
 
 async def test_a_device_scans_a_ticket_in_once(door: Door) -> None:
     ticket = door.tickets[0]
-    first = await _scan(door, ticket["code"])
+    # A concert takes rotating codes only: the static code is refused.
+    static = await _scan(door, ticket["code"])
+    assert static.status_code == 200 and static.json()["result"] == "SCAN_RESULT_INVALID", static.text
+    live = await _live(door.fan, ticket)
+    first = await _scan(door, live)
     assert first.status_code == 200, first.text
     body = first.json()
     assert body["result"] == "SCAN_RESULT_ADMITTED", body
     assert body["ticket"]["ticketId"] == ticket["ticketId"] and body["ticket"]["seatLabel"] == ticket["seatLabel"]
     assert first.headers["cache-control"] == "private, no-store"
-    again = (await _scan(door, ticket["code"], door.second_key, gate="south-2")).json()
+    again = (await _scan(door, await _live(door.fan, ticket), door.second_key, gate="south-2")).json()
     assert again["result"] == "SCAN_RESULT_ALREADY_CHECKED_IN", again
     assert again["firstCheckin"]["gateId"] == "north-1"
-    # One byte changed: INVALID, a verdict, not an error.
-    code = ticket["code"]
-    tampered = code[:-5] + ("A" if code[-5] != "A" else "B") + code[-4:]
+    # One byte of the signature changed: INVALID, a verdict, not an error.
+    head, _, tail = live.partition(".")
+    payload, _, rest = tail.partition(".")
+    tampered = f"{head}.{payload}.{rest[:5]}{'B' if rest[5] == 'A' else 'A'}{rest[6:]}"
     assert (await _scan(door, tampered)).json()["result"] == "SCAN_RESULT_INVALID"
 
 
 async def test_who_may_call_the_devices_routes(door: Door) -> None:
     ticket = door.tickets[1]
+    code = await _live(door.fan, ticket)
     routes = (
-        ("POST", f"/v1/events/{door.event_id}/checkins", {"code": ticket["code"], "gateId": "north-1"}),
+        ("POST", f"/v1/events/{door.event_id}/checkins", {"code": code, "gateId": "north-1"}),
         ("GET", f"/v1/events/{door.event_id}/checkin-list", None),
         (
             "POST",
             f"/v1/events/{door.event_id}/checkins:upload",
-            {"scans": [{"code": ticket["code"], "gateId": "n", "scannedAt": datetime.now(UTC).isoformat()}]},
+            {"scans": [{"code": code, "gateId": "n", "scannedAt": datetime.now(UTC).isoformat()}]},
         ),
     )
     session = door.fan.cookies["bo_session"]
@@ -161,11 +179,11 @@ async def test_who_may_call_the_devices_routes(door: Door) -> None:
             )
             assert wrong.metadata["event_id"] == str(door.event_id)
     # None of them checked the ticket in.
-    assert (await _scan(door, ticket["code"])).json()["result"] == "SCAN_RESULT_ADMITTED"
+    assert (await _scan(door, await _live(door.fan, ticket))).json()["result"] == "SCAN_RESULT_ADMITTED"
 
 
 async def test_bad_input_is_a_clear_400(door: Door) -> None:
-    code = door.tickets[2]["code"]
+    code = await _live(door.fan, door.tickets[2])
     path = f"/v1/events/{door.event_id}/checkins"
     async with door.stack.client(headers=device(door.key)) as gate_client:
         cases = (
@@ -184,7 +202,7 @@ async def test_bad_input_is_a_clear_400(door: Door) -> None:
         too_many = {"scans": [scan] * 10_001}
         expect(await gate_client.post(f"{path}:upload", json=too_many), 400, "INVALID_ARGUMENT", "INVALID_FIELD")
     # Nothing was checked in.
-    assert (await _scan(door, code)).json()["result"] == "SCAN_RESULT_ADMITTED"
+    assert (await _scan(door, await _live(door.fan, door.tickets[2]))).json()["result"] == "SCAN_RESULT_ADMITTED"
 
 
 async def _list(door: Door, since: str = "") -> tuple[list[dict[str, Any]], str]:
@@ -204,7 +222,7 @@ async def test_the_check_in_list_streams_and_resumes_from_its_cursor(door: Door)
     mine = {ticket["ticketId"] for ticket in door.tickets}
     assert mine <= {entry["ticket"]["ticketId"] for entry in entries}
     ticket = door.tickets[3]
-    assert (await _scan(door, ticket["code"], gate="east-3")).json()["result"] == "SCAN_RESULT_ADMITTED"
+    assert (await _scan(door, await _live(door.fan, ticket), gate="east-3")).json()["result"] == "SCAN_RESULT_ADMITTED"
     changed, later = await _list(door, cursor)
     # The changes since the cursor (the store may repeat a few from just
     # before it, never miss one): the ticket just checked in is among them.
@@ -238,10 +256,11 @@ async def test_a_fans_rotating_code_scans_and_is_theirs_alone(door: Door) -> Non
 async def test_an_offline_upload_records_the_conflict_with_an_online_scan(door: Door) -> None:
     async with signed_in(door.stack) as owner:
         (ticket,) = await buy_tickets(owner, door.event_id, 1)
-    offline_at = datetime.now(UTC).isoformat()
-    online = await _scan(door, ticket["code"], door.second_key, gate="south-2")
-    assert online.json()["result"] == "SCAN_RESULT_ADMITTED"
-    scans = {"scans": [{"code": ticket["code"], "gateId": "north-1", "scannedAt": offline_at}]}
+        offline_code = await _live(owner, ticket)
+        offline_at = datetime.now(UTC).isoformat()
+        online = await _scan(door, await _live(owner, ticket), door.second_key, gate="south-2")
+    assert online.json()["result"] == "SCAN_RESULT_ADMITTED", online.text
+    scans = {"scans": [{"code": offline_code, "gateId": "north-1", "scannedAt": offline_at}]}
     async with door.stack.client(headers=device(door.key)) as gate_client:
         reply = await gate_client.post(f"/v1/events/{door.event_id}/checkins:upload", json=scans)
     assert reply.status_code == 200, reply.text
