@@ -96,7 +96,7 @@ async def whole_mesh(
     webhooks: str = "auto",
     booking_clock: Clock | None = None,
 ) -> AsyncIterator[dict[str, str]]:
-    """Every role of queue, booking and payment running (fast timings, a
+    """Every role of queue, booking, payment and check-in running (fast timings, a
     ticket stream of its own named after ``stream_prefix``); the servers'
     addresses by component name. ``tracing``: the process's tracer
     provider (a test's in-memory exporter), else none. ``webhooks``: the
@@ -106,6 +106,7 @@ async def whole_mesh(
     booking's roles (holds, refund windows), for a test that moves time for
     booking alone."""
     from booking_svc import app as booking_app
+    from checkin_svc import app as checkin_app
     from payment_svc import app as payment_app
     from queue_svc import app as queue_app
 
@@ -131,9 +132,9 @@ async def whole_mesh(
     for runtime in runtimes:
         if tracing is not None:
             runtime.tracing = tracing
-        runtime.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0})
+        runtime.grpc_ports.update({"queue": 0, "booking": booking_port, "payment": 0, "checkin": 0})
     components: list[Component] = []
-    for module, runtime in ((queue_app, rt), (booking_app, booking_rt), (payment_app, rt)):
+    for module, runtime in ((queue_app, rt), (booking_app, booking_rt), (payment_app, rt), (checkin_app, rt)):
         for role in module.ROLES.values():
             components.extend(await module.build(runtime, role))
     async with running([*(c for runtime in runtimes for c in runtime.infrastructure()), *components]):
