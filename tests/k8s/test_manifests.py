@@ -38,9 +38,6 @@ from tests.k8s.support import (
 )
 
 SERVERS = ("queue-svc", "booking-svc", "payment-svc", "checkin")
-# Servers no process of the mesh dials yet (the edge's routes to the door
-# come with the gate page), so no ConfigMap names their address.
-UNDIALLED = {"checkin"}
 WORKERS = ("admitter", "sweeper", "relay", "issuer", "mailer")
 EDGE = "edge"
 GRPC_PORT, METRICS_PORT, HEALTH_PORT = 50051, 9464, 50050
@@ -367,7 +364,7 @@ def test_every_address_is_a_headless_service_the_clients_balance_over() -> None:
         assert headless["spec"]["clusterIP"] == "None"
         assert port == headless["spec"]["ports"][0]["port"], variable
         dialled.add(server)
-    assert dialled == set(SERVERS) - UNDIALLED
+    assert dialled == set(SERVERS)
     # The clients check the server's certificate against the name they dial.
     certificates = {c["metadata"]["name"]: c for c in of_kind("Certificate")}
     for server in SERVERS:
