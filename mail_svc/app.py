@@ -23,7 +23,8 @@ from boxoffice.lifecycle import Component, Loop
 from boxoffice.runtime import Runtime
 from boxoffice.streams import ConsumerHooks, StreamConsumer, consumer_name
 from mail_svc.adapters.deliveries import PgDeliveryStore
-from mail_svc.adapters.relays import EmlFolder, RateLimited, SmtpRelay
+from mail_svc.adapters.pace import SharedPace
+from mail_svc.adapters.relays import EmlFolder, SmtpRelay
 from mail_svc.admin import MailAdmin, MailAdminServicer
 from mail_svc.config import SMTP_URL, MailConfig, addr_spec
 from mail_svc.jobs.mailer import MAILER_GROUP, Mailer, MailHooks, MailPolicy, ResendSweep, new_message_id
@@ -73,10 +74,11 @@ class _RelayCloser:
         await self._relay.close()
 
 
-def relay_of(config: MailConfig) -> Relay:
-    """The configured relay, paced at BOXOFFICE_MAIL_RATE; the .eml folder without one."""
+def relay_of(rt: Runtime, config: MailConfig) -> Relay:
+    """The configured relay (the .eml folder without one), paced at
+    BOXOFFICE_MAIL_RATE for all the mailers together (the pace is in Redis)."""
     relay: Relay = SmtpRelay(config.smtp) if config.smtp is not None else EmlFolder(config.outbox_dir)
-    return RateLimited(relay, config.rate_per_second)
+    return SharedPace(relay, rt.redis(), config.rate_per_second, rt.clock)
 
 
 def compose_mailer(
@@ -91,7 +93,7 @@ def compose_mailer(
     config = MailConfig.from_env(rt.env)
     store = PgDeliveryStore(rt.pool())
     metrics = MailMetrics.create(rt.registry)
-    relay = relay or relay_of(config)
+    relay = relay or relay_of(rt, config)
     domain = Address(addr_spec=addr_spec(config.mail_from)).domain
     mailer = Mailer(
         store=store,

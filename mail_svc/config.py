@@ -72,7 +72,7 @@ class MailConfig:
     smtp: SmtpConfig | None
     outbox_dir: Path
     mail_from: str
-    # Messages per second handed to one relay by one mailer process.
+    # Messages per second handed to the relay by all the mailers together.
     rate_per_second: float
     # Where a message's link to the tickets page points ({event_id} is filled in).
     tickets_url: str

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from email.message import EmailMessage
+from email.message import Message
 from typing import Protocol
 
 from mail_svc.model import BookingMail, Delivery, Kind, Recipient
@@ -48,7 +48,7 @@ class PendingDeliveries(Protocol):
 class Relay(Protocol):
     name: str
 
-    async def send(self, message: EmailMessage, recipient: str) -> None:
+    async def send(self, message: Message, recipient: str) -> None:
         """Hand the message over; RelayBusy to try later, RelayRefused for never."""
 
     async def close(self) -> None:

@@ -4,24 +4,29 @@ part, as one MIME message."""
 
 from __future__ import annotations
 
-import io
+from collections.abc import Sequence
 from datetime import datetime
-from email.message import EmailMessage
-from email.utils import format_datetime
+from email.header import Header
+from email.message import Message
+from email.mime.image import MIMEImage
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+from email.policy import compat32
+from email.utils import format_datetime, formataddr, parseaddr
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jinja2
-import segno
 
 from boxoffice.money import format_money
 from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, Kind
+from mail_svc.qr import qr_png
 
-
-def qr_png(code: str) -> bytes:
-    """A ticket's code as a QR image (PNG)."""
-    buffer = io.BytesIO()
-    segno.make(code, error="m", micro=False).save(buffer, kind="png", scale=6, border=4)
-    return buffer.getvalue()
+# The standard library's classic policy, folding no header shorter than
+# SMTP's line limit: a Message-ID is longer than 78 characters and must
+# reach the receiver as one token (the subject is folded by its encoding).
+_POLICY = compat32.clone(max_line_length=998)
+# The template files of each language and kind: the subject, the text, the HTML.
+_PARTS = ("subject.txt", "txt", "html")
 
 
 def local_time(when: datetime, zone: str) -> str:
@@ -35,21 +40,31 @@ def local_time(when: datetime, zone: str) -> str:
 
 
 class Renderer:
-    """Renders the templates of ``mail_svc/templates/<language>/``."""
+    """Renders the templates of ``mail_svc/templates/<language>/``, every
+    one compiled once, when the renderer is made (a missing or broken
+    template stops the mailer at start, not at its first message)."""
 
     def __init__(self, *, mail_from: str, tickets_url: str) -> None:
-        self._env = jinja2.Environment(
+        env = jinja2.Environment(
             loader=jinja2.PackageLoader("mail_svc", "templates"),
             autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=True),
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
+            # Compiled once: never looked at again on disk.
+            auto_reload=False,
         )
+        self._templates = {
+            (language, kind, part): env.get_template(f"{language}/{kind.value}.{part}")
+            for language in LANGUAGES
+            for kind in Kind
+            for part in _PARTS
+        }
         self._from = mail_from
         self._tickets_url = tickets_url
 
     def render(
         self, booking: BookingMail, kind: Kind, *, language: str, to: str, message_id: str, now: datetime
-    ) -> EmailMessage:
+    ) -> Message:
         language = language if language in LANGUAGES else DEFAULT_LANGUAGE
         event = booking.event
         qr_ids = {ticket.code: f"qr-{ticket.unit}" for ticket in booking.tickets}
@@ -65,31 +80,67 @@ class Renderer:
             "tickets_url": self._tickets_url.format(event_id=event.event_id),
             "booking": booking.hold_id,
         }
-        folder = f"{language}/{kind.value}"
-        subject = self._env.get_template(f"{folder}.subject.txt").render(context).strip()
-        text = self._env.get_template(f"{folder}.txt").render(context)
-        html = self._env.get_template(f"{folder}.html").render(context)
-        message = EmailMessage()
-        message["From"] = self._from
-        message["To"] = to
-        message["Subject"] = subject
-        message["Date"] = format_datetime(now)
-        message["Message-ID"] = message_id
-        message["Auto-Submitted"] = "auto-generated"
-        message.set_content(text)
-        message.add_alternative(html, subtype="html")
-        # After the body: setting it drops every Content-* header.
-        message["Content-Language"] = language
-        if kind is Kind.TICKETS:
-            html_part = message.get_body(preferencelist=("html",))
-            assert isinstance(html_part, EmailMessage)
-            for ticket in booking.tickets:
-                html_part.add_related(
-                    qr_png(ticket.code),
-                    maintype="image",
-                    subtype="png",
-                    cid=f"<{qr_ids[ticket.code]}>",
-                    filename=f"{ticket.code}.png",
-                    disposition="inline",
-                )
-        return message
+        subject, text, html = (self._templates[language, kind, part].render(context) for part in _PARTS)
+        subject = subject.strip()
+        return _message(
+            mail_from=self._from,
+            to=to,
+            subject=subject,
+            date=format_datetime(now),
+            message_id=message_id,
+            language=language,
+            text=text,
+            html=html,
+            images=[(qr_ids[t.code], f"{t.code}.png", qr_png(t.code)) for t in booking.tickets]
+            if kind is Kind.TICKETS
+            else [],
+        )
+
+
+def _message(
+    *,
+    mail_from: str,
+    to: str,
+    subject: str,
+    date: str,
+    message_id: str,
+    language: str,
+    text: str,
+    html: str,
+    images: Sequence[tuple[str, str, bytes]],
+) -> Message:
+    """One MIME message: multipart/alternative of the text and of the HTML
+    (multipart/related with its images, each inline by Content-ID, when
+    there are any). Built with the standard library's ``email.mime``
+    classes, whose headers are kept as they are given (the modern
+    ``EmailMessage`` parses every header set and folded again, which was
+    most of a message's cost once the QR codes were cheap); the subject and
+    the names are encoded by ``email.header`` and ``formataddr`` here."""
+    message = MIMEMultipart("alternative", policy=_POLICY)
+    message["From"] = _address(mail_from)
+    message["To"] = _address(to)
+    message["Subject"] = Header(subject, "utf-8").encode()
+    message["Date"] = date
+    message["Message-ID"] = message_id
+    message["Auto-Submitted"] = "auto-generated"
+    message["Content-Language"] = language
+    message.attach(MIMEText(text, "plain", "utf-8"))
+    html_part = MIMEText(html, "html", "utf-8")
+    if images:
+        related = MIMEMultipart("related")
+        related.attach(html_part)
+        for content_id, filename, png in images:
+            image = MIMEImage(png, "png")
+            image["Content-ID"] = f"<{content_id}>"
+            image.add_header("Content-Disposition", "inline", filename=filename)
+            related.attach(image)
+        message.attach(related)
+    else:
+        message.attach(html_part)
+    return message
+
+
+def _address(text: str) -> str:
+    """``Name <addr>`` with the name encoded when it is not ASCII."""
+    name, address = parseaddr(text)
+    return formataddr((name, address), charset="utf-8")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
+from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def main() -> int:
     renderer = Renderer(
         mail_from="boxoffice <tickets@boxoffice.example>", tickets_url="https://tickets.example/e/{event_id}"
     )
-    message = renderer.render(
+    rendered = renderer.render(
         _BOOKING,
         Kind.TICKETS,
         language=args.language,
@@ -61,6 +62,9 @@ def main() -> int:
         message_id="<demo@boxoffice.example>",
         now=datetime.now(UTC),
     )
+    # Read back as a receiver reads it.
+    message = message_from_bytes(rendered.as_bytes(), policy=policy.default)
+    assert isinstance(message, EmailMessage)
     target = ROOT / "docs" / "screenshots" / "mail.png"
     with tempfile.TemporaryDirectory() as folder:
         page = Path(folder) / "mail.html"

@@ -1,20 +1,32 @@
 """Where messages go: an SMTP relay (:class:`SmtpRelay`), or, on a laptop
 with no relay set, ``.eml`` files in a folder (:class:`EmlFolder`). Both
-are :class:`~mail_svc.ports.Relay`; :class:`RateLimited` paces either."""
+are :class:`~mail_svc.ports.Relay`; :class:`~mail_svc.adapters.pace.SharedPace` paces either."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import ssl
-import time
-from email.message import EmailMessage
+from email.message import Message
+from email.utils import parseaddr
 from pathlib import Path
 
 import aiosmtplib
 
 from mail_svc.config import SmtpConfig
 from mail_svc.ports import Relay, RelayBusy, RelayRefused
+
+
+def _sender(message: Message) -> str:
+    """The envelope's sender: the address of the message's From."""
+    return parseaddr(str(message["From"]))[1]
+
+
+def _wire(message: Message) -> bytes:
+    """The message as it goes on the wire, with the policy it was made with
+    (which folds no header that fits SMTP's line: a Message-ID stays one
+    token), lines ending in CRLF."""
+    return message.as_bytes(policy=message.policy.clone(linesep="\r\n"))
 
 
 def _answer(err: aiosmtplib.SMTPResponseException) -> str:
@@ -51,7 +63,7 @@ class SmtpRelay:
             await client.login(config.username, config.password)
         return client
 
-    async def send(self, message: EmailMessage, recipient: str) -> None:
+    async def send(self, message: Message, recipient: str) -> None:
         async with self._slots:
             client: aiosmtplib.SMTP | None = None
             while not self._idle.empty():
@@ -62,7 +74,7 @@ class SmtpRelay:
             try:
                 if client is None:
                     client = await self._connect()
-                errors, _ = await client.send_message(message, recipients=[recipient])
+                errors, _ = await client.sendmail(_sender(message), [recipient], _wire(message))
             except aiosmtplib.SMTPRecipientsRefused as err:
                 refused = err.recipients[0] if err.recipients else None
                 self._keep(client)
@@ -108,7 +120,7 @@ class EmlFolder:
         self.folder = folder
         self.name = str(folder)
 
-    async def send(self, message: EmailMessage, recipient: str) -> None:
+    async def send(self, message: Message, recipient: str) -> None:
         identity = str(message["Message-ID"]).strip("<>").replace("/", "_")
         path = self.folder / f"{identity}.eml"
         data = bytes(message)
@@ -124,36 +136,5 @@ class EmlFolder:
         return None
 
 
-class RateLimited:
-    """At most ``per_second`` messages a second handed to ``relay`` by this
-    process (a token bucket of one second's burst): a crowd's bookings queue
-    here rather than get the relay to block the sender."""
-
-    def __init__(self, relay: Relay, per_second: float) -> None:
-        self._relay = relay
-        self.name = relay.name
-        self._interval = 1.0 / per_second
-        self._burst = max(1.0, per_second)
-        self._tokens = self._burst
-        self._at = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def send(self, message: EmailMessage, recipient: str) -> None:
-        async with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self._burst, self._tokens + (now - self._at) / self._interval)
-            self._at = now
-            if self._tokens < 1.0:
-                wait = (1.0 - self._tokens) * self._interval
-                await asyncio.sleep(wait)
-                self._at = time.monotonic()
-                self._tokens = 1.0
-            self._tokens -= 1.0
-        await self._relay.send(message, recipient)
-
-    async def close(self) -> None:
-        await self._relay.close()
-
-
-def _compliance(smtp: SmtpRelay, folder: EmlFolder, limited: RateLimited) -> tuple[Relay, Relay, Relay]:
-    return smtp, folder, limited
+def _compliance(smtp: SmtpRelay, folder: EmlFolder) -> tuple[Relay, Relay]:
+    return smtp, folder

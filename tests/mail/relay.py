@@ -3,6 +3,7 @@ required), that keeps what it accepts and answers as a test scripts it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import ssl
@@ -45,6 +46,9 @@ class RelayState:
     rcpt_answers: list[str] = field(default_factory=list)
     logins: int = 0
     tls_sessions: int = 0
+    # Set: the relay keeps a message it took and answers its 250 only once
+    # this is set (a sender held between its send and what comes after).
+    hold_data: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def messages(self) -> list[EmailMessage]:
@@ -75,6 +79,9 @@ class _Handler:
                 )
                 if session.ssl is not None:
                     self._state.tls_sessions += 1
+            hold = self._state.hold_data
+        if hold is not None and answer.startswith("250"):
+            await asyncio.get_running_loop().run_in_executor(None, hold.wait, 60)
         return answer
 
 

@@ -29,6 +29,7 @@ COMMANDS = {
     "payment-svc": "payment",
     "issuer": "payment",
     "checkin": "checkin",
+    "mailer": "mailer",
 }
 # Secrets that are not the development ones (a process off the embedded
 # stores refuses those).
