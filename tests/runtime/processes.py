@@ -29,7 +29,6 @@ COMMANDS = {
     "payment-svc": "payment",
     "issuer": "payment",
     "checkin": "checkin",
-    "mailer": "mailer",
 }
 # Secrets that are not the development ones (a process off the embedded
 # stores refuses those).
@@ -77,7 +76,8 @@ def role_environ(stores: Stores, command: str, environ: Mapping[str, str] | None
         if not key.startswith(("BOXOFFICE_", "PG")) and key not in ("DATABASE_URL", "DATABASE_DIRECT_URL", "REDIS_URL")
     }
     env.update(_SECRETS)
-    env.update(tls_environ(stores.pki.files(COMMANDS[command])))
+    # A command not listed (the mailer, which needs its relay) is its own role.
+    env.update(tls_environ(stores.pki.files(COMMANDS.get(command, command))))
     env.update(
         {
             "DATABASE_URL": stores.database_url,
