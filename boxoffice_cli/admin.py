@@ -40,7 +40,8 @@ from boxoffice.money import format_money
 from boxoffice.tls import CertFiles, ClientChannel
 from boxoffice_cli import admin_gates, admin_lanes, admin_mail, admin_room
 from boxoffice_cli.admin_files import EVENT_FILE_HELP, BadFile, parse_event_file, parse_inventory_file
-from boxoffice_cli.admin_room import enum_name, positive, room_line, settings_line
+from boxoffice_cli.admin_room import enum_name, room_line, settings_line
+from boxoffice_cli.args import positive
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2 as bpb
 from gen.boxoffice.booking.v1 import booking_admin_service_pb2_grpc as bpb_grpc
 from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as cpb_grpc

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
+from boxoffice_cli.args import positive
 from gen.boxoffice.checkin.v1 import checkin_service_pb2 as pb
 
 # CheckInAdminService's bound on a device's name.
@@ -19,16 +20,6 @@ MAX_NAME = 100
 
 Call = Callable[[str, Awaitable[Any]], Awaitable[Any]]
 Table = Callable[[Sequence[str], Sequence[Sequence[str]]], str]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _device_id(text: str) -> str:
@@ -54,14 +45,14 @@ def add_commands(commands: Any) -> None:
         description="The key is shown only now (the service keeps its SHA-256): put it into the device. "
         "It admits to this event only, until the device is revoked.",
     )
-    create.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    create.add_argument("event_id", type=positive, metavar="EVENT_ID")
     create.add_argument(
         "--name", type=_name, required=True, help=f'what the staff call it ("North gate"; 1 to {MAX_NAME} characters)'
     )
     revoke = actions.add_parser("revoke", help="revoke a gate device: its key opens nothing from now on")
     revoke.add_argument("device_id", type=_device_id, metavar="DEVICE_ID")
     listing = actions.add_parser("list", help="an event's gate devices, revoked ones included")
-    listing.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    listing.add_argument("event_id", type=positive, metavar="EVENT_ID")
 
 
 def _when(stamp: Any) -> str:

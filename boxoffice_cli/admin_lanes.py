@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from boxoffice_cli.args import positive
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qpb
 
 # QueueAdminService's bounds.
@@ -20,16 +21,6 @@ MAX_CODES = 100_000
 MAX_USES = 1_000_000
 STAFF_PASS_SECONDS = (60, 7 * 86_400)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _instant(text: str) -> datetime:
@@ -66,10 +57,10 @@ def add_commands(commands: Any) -> None:
         "A fan types a code on the event page; each code lets up to --uses accounts into the lane "
         "between --from and --until, each account bound to it at its first use.",
     )
-    create.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    create.add_argument("event_id", type=positive, metavar="EVENT_ID")
     create.add_argument("lane", metavar="LANE")
-    create.add_argument("--count", type=_positive, required=True, help=f"how many codes (at most {MAX_CODES:,})")
-    create.add_argument("--uses", type=_positive, default=1, help="accounts per code (default 1: single-use)")
+    create.add_argument("--count", type=positive, required=True, help=f"how many codes (at most {MAX_CODES:,})")
+    create.add_argument("--uses", type=positive, default=1, help="accounts per code (default 1: single-use)")
     create.add_argument("--from", dest="valid_from", type=_instant, help="when the codes start to work (default now)")
     create.add_argument("--until", dest="valid_until", type=_instant, required=True, help="when they stop working")
     create.add_argument("--label", default="", help="who the batch is for (up to 200 characters)")
@@ -82,16 +73,16 @@ def add_commands(commands: Any) -> None:
         "then the first --winners in the seeded order get a single-use code of the lane. Save the commitment "
         "printed now: boxoffice verify-draw checks the published draw against it.",
     )
-    draw_create.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    draw_create.add_argument("event_id", type=positive, metavar="EVENT_ID")
     draw_create.add_argument("lane", metavar="LANE")
     draw_create.add_argument("--closes", type=_instant, required=True, help="when registration closes and it is drawn")
-    draw_create.add_argument("--winners", type=_positive, required=True, help="how many registered fans win")
+    draw_create.add_argument("--winners", type=positive, required=True, help="how many registered fans win")
 
     staff = commands.add_parser(
         "staff-pass",
         help="sign a staff pass for an event's staff lane, and print the link that carries it",
     )
-    staff.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    staff.add_argument("event_id", type=positive, metavar="EVENT_ID")
     staff.add_argument("staff_name", metavar="NAME", help="whom the pass is for (recorded in the audit log)")
     staff.add_argument("--ttl", type=_seconds, default=4 * 3600, help="how long it works (default 4h; 1m to 7d)")
     staff.add_argument(

@@ -12,16 +12,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from boxoffice_cli.admin_files import MAX_RATE_PER_SECOND, PRESENCE_GRACE_SECONDS
+from boxoffice_cli.args import positive
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qpb
 
 Call = Callable[[str, Awaitable[Any]], Awaitable[Any]]
-
-
-def positive(text: str) -> int:
-    """An argument that is a whole number of at least 1 (an event id)."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
 
 
 def enum_name(enum: Any, value: int, prefix: str) -> str:

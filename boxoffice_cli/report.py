@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 import psycopg
 
+from boxoffice_cli.args import positive
 from boxoffice_cli.report_reconciliation import reconciliation
 
 OK, FAILED, USAGE = 0, 1, 2
@@ -412,21 +413,11 @@ def render(report: Json, fmt: str) -> str:
     return to_html(report)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
 def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="boxoffice report", description="An event's on-sale report and reconciliation, from Postgres."
     )
-    p.add_argument("event_id", type=_positive, metavar="EVENT_ID")
+    p.add_argument("event_id", type=positive, metavar="EVENT_ID")
     p.add_argument("--format", choices=("html", "json", "csv"), default="html")
     p.add_argument("--output", "-o", help="write to this file (default: standard output)")
     p.add_argument(
