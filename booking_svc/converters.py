@@ -160,6 +160,7 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
         sections=tuple(sections),
         max_tickets_per_customer=max_tickets,
         listing=listing,
+        transfers=request.transfers if request.HasField("transfers") else True,
     )
 
 
@@ -242,6 +243,7 @@ def event_pb(event: Event) -> pb.Event:
         max_tickets_per_customer=event.max_tickets_per_customer,
         refund_policy=policy,
         sections=[section_pb(s) for s in event.sections],
+        transfers=event.transfers,
         **listing_fields(event.listing),
     )
 

@@ -146,6 +146,8 @@ class EventSpec:
     # bought and held together; None takes max_seats_per_customer.
     max_tickets_per_customer: int | None = None
     listing: Listing = Listing()
+    # Whether fans may transfer their tickets until the event starts.
+    transfers: bool = True
 
     @property
     def ticket_limit(self) -> int:
@@ -181,6 +183,8 @@ class Event:
     refund_policy: RefundPolicy
     sections: tuple[Section, ...]
     listing: Listing = Listing()
+    # Whether fans may transfer their tickets until the event starts.
+    transfers: bool = True
 
 
 @dataclass(frozen=True, slots=True)

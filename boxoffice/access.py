@@ -91,6 +91,10 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_PAYMENT}ConfirmPayment": {EDGE},
         f"{_PAYMENT}GetPayment": {EDGE, OPERATOR},
         f"{_PAYMENT}ListTickets": {EDGE},
+        # Ticket transfers: customer-scoped, the edge asserting the fan.
+        f"{_PAYMENT}TransferTicket": {EDGE},
+        f"{_PAYMENT}ClaimTransfer": {EDGE},
+        f"{_PAYMENT}CancelTransfer": {EDGE},
         f"{_PAYMENT}RefundPayment": {OPERATOR},
         # A fan cancels their own paid booking for the refund they were quoted.
         f"{_PAYMENT}CancelBooking": {EDGE},

@@ -157,6 +157,7 @@ _EVENT_FIELDS = {
     "time_zone": False,
     "description": False,
     "published": False,
+    "transfers": False,
     "venue": False,
     "flight": False,
 }
@@ -238,7 +239,8 @@ arrives_at}. The waiting room's opens_at is the catalogue's "on sale at".
 max_seats_per_customer (1-100, default 4) is the most seats one customer may hold at
 once; max_tickets_per_customer (1-10000, default max_seats_per_customer) the most
 tickets one customer may have in the event, bought and held together, whatever their
-orders and sessions. Seated sections get their seats from `boxoffice admin inventory load`.
+orders and sessions. transfers (default true) lets fans transfer a ticket to a friend
+until the event starts; false forbids it. Seated sections get their seats from `boxoffice admin inventory load`.
 
 The waiting room: presence_grace_seconds (60-86400, default 300) is how long a waiting
 fan may go unseen before they drop out of the queue (they may join again, at the back);
@@ -287,6 +289,8 @@ def parse_event_file(path: str, text: str) -> EventFile:
                 refund.get("percent"), "event.refund.percent", low=0, high=100
             )
             doc.instant(refund.get("until"), "event.refund.until", request.refund_policy.refundable_until)
+        if "transfers" in fields:
+            request.transfers = doc.flag(fields["transfers"], "event.transfers")
         _listing(doc, fields, request)
     notes: list[str] = []
     if "sections" in top:

@@ -31,6 +31,7 @@ from edge_svc.endpoints.draws import Draws
 from edge_svc.endpoints.operations import Operations
 from edge_svc.endpoints.queue import Queue
 from edge_svc.endpoints.sessions import Sessions
+from edge_svc.endpoints.transfers import Transfers
 from edge_svc.http import EdgeApp
 from edge_svc.identity import OidcVerifier, SessionCookies, key_source
 from edge_svc.mesh import BOOKING, CHECKIN, PAYMENT, QUEUE, GrpcMesh, Mesh
@@ -171,6 +172,7 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         Checkout(deps, callers),
         Bookings(deps, callers),
         CheckIn(deps, callers),
+        Transfers(deps, callers),
         Operations(deps),
         Pages(dev_sign_in=config.dev_sign_in),
     )

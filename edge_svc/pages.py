@@ -232,6 +232,7 @@ class Pages:
             "GetIndexPage": self.index,
             "GetEventPage": self.event_page,
             "GetGatePage": self.gate,
+            "GetClaimPage": self.index,
             "GetAsset": self.asset,
         }
 

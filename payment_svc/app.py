@@ -33,6 +33,7 @@ from payment_svc.adapters.payments import PgPaymentStore
 from payment_svc.adapters.sandbox import PM_DECLINED, PM_FAIL, PM_OK, PM_TIMEOUT, SandboxProvider
 from payment_svc.adapters.stripe_provider import StripeProvider, StripeWebhooks
 from payment_svc.adapters.tickets import PgTicketStore
+from payment_svc.adapters.transfers import PgTransferStore
 from payment_svc.adapters.webhook_events import PgWebhookStore
 from payment_svc.adapters.webhook_sink import GrpcWebhookSink
 from payment_svc.config import STRIPE, PaymentConfig
@@ -48,6 +49,7 @@ from payment_svc.metrics import IssuerMetrics, ServerMetrics
 from payment_svc.ports import BookingClient, IdempotencyStore, PaymentProvider, WebhookReader
 from payment_svc.provider_webhooks import ProviderWebhooks
 from payment_svc.servicer import PaymentServicer
+from payment_svc.transfers import TicketTransfers
 from payment_svc.webhooks import SignedWebhooks, WebhookVerifier
 
 COMPONENT = "payment"
@@ -207,11 +209,14 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         lease_seconds=config.idempotency_lease_seconds,
         tracing=rt.tracing,
     )
+    # Claims re-issue tickets with codes signed as the issuer signs them.
+    codes = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(rt.env).get, rt.clock)
     servicer = PaymentServicer(
         handler=handler,
         webhooks=webhooks,
         idempotent=Idempotent(idempotency, lease_seconds=config.idempotency_lease_seconds),
         cancellation=FanCancellation(payments=handler, store=store, booking=booking),
+        transfers=TicketTransfers(PgTransferStore(pool, codes=codes), rt.clock),
     )
     # The mailer's admin contract is served here (the contract says why).
     mail_admin = mail_app.compose_admin(rt)

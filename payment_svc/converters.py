@@ -12,7 +12,7 @@ from google.protobuf import timestamp_pb2
 
 from boxoffice import tokens, validate
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
-from payment_svc.model import Payment, PaymentState, Ticket
+from payment_svc.model import Payment, PaymentState, Ticket, Transfer, TransferState
 
 CURRENCY = re.compile(r"[A-Z]{3}")
 _STATES = {
@@ -26,7 +26,23 @@ _STATES = {
     PaymentState.PARTIALLY_REFUNDED: pb.PAYMENT_STATE_PARTIALLY_REFUNDED,
 }
 
+_TRANSFER_STATES = {
+    TransferState.PENDING: pb.TRANSFER_STATE_PENDING,
+    TransferState.CLAIMED: pb.TRANSFER_STATE_CLAIMED,
+    TransferState.CANCELLED: pb.TRANSFER_STATE_CANCELLED,
+}
+# A plausible address (the relay is the judge of the rest), as the edge's.
+_EMAIL = re.compile(r"[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,253}")
+
 # -- from the wire
+
+
+def parse_email(field: str, value: str) -> str:
+    """An e-mail address of a plausible shape, 3 to 254 characters."""
+    email = validate.text(field, value.strip(), max_length=254, min_length=3)
+    if not _EMAIL.fullmatch(email):
+        raise validate.invalid(field, "must be an e-mail address")
+    return email
 
 
 def parse_uuid(field: str, value: str) -> str:
@@ -85,4 +101,20 @@ def ticket_to_proto(ticket: Ticket) -> pb.Ticket:
         state=pb.TICKET_STATE_VOID if ticket.voided_at is not None else pb.TICKET_STATE_VALID,
         issue_time=_timestamp(ticket.issued_at),
         payment_id=ticket.payment_id,
+        pending_transfer=None if ticket.pending_transfer is None else transfer_to_proto(ticket.pending_transfer),
     )
+
+
+def transfer_to_proto(transfer: Transfer) -> pb.Transfer:
+    message = pb.Transfer(
+        transfer_id=transfer.transfer_id,
+        ticket_id=transfer.ticket_id,
+        event_id=transfer.event_id,
+        email=transfer.email,
+        state=_TRANSFER_STATES[transfer.state],
+        create_time=_timestamp(transfer.created_at),
+        new_ticket_id=transfer.new_ticket_id or "",
+    )
+    if transfer.ended_at is not None:
+        message.update_time.CopyFrom(_timestamp(transfer.ended_at))
+    return message

@@ -124,6 +124,29 @@ class Ticket:
     voided_at: datetime | None
     # Paid in the sandbox, which takes no money (a laptop or a staging mesh).
     sandbox: bool = False
+    # The ticket's pending transfer to a friend, when its holder offers it.
+    pending_transfer: Transfer | None = None
+
+
+class TransferState(enum.StrEnum):
+    PENDING = "PENDING"
+    CLAIMED = "CLAIMED"
+    CANCELLED = "CANCELLED"
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """The offer of one ticket to a friend (see :mod:`payment_svc.transfers`)."""
+
+    transfer_id: str
+    ticket_id: str
+    event_id: int
+    sender_id: str
+    email: str
+    state: TransferState
+    created_at: datetime
+    ended_at: datetime | None
+    new_ticket_id: str | None
 
 
 def provider_key(hold_id: str, attempt: int) -> str:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Protocol
 
 from boxoffice.errors import Aborted, BoxofficeError
-from payment_svc.model import Payment, PaymentState, Refund, RefundOrder, Ticket
+from payment_svc.model import Payment, PaymentState, Refund, RefundOrder, Ticket, Transfer
 from payment_svc.webhooks import WebhookEvent
 
 # -- payments and refunds
@@ -195,6 +195,21 @@ class TicketStore(Protocol):
     async def list_for_customer(
         self, *, event_id: int, customer_id: str, hold_id: str | None, page_size: int, page_token: str
     ) -> tuple[list[Ticket], str]: ...
+
+
+class TransferStore(Protocol):
+    """Ticket transfers (see :mod:`payment_svc.adapters.transfers`)."""
+
+    async def create(
+        self, *, ticket_id: str, sender_id: str, email: str, language: str, secret: str, now: datetime
+    ) -> Transfer:
+        """A pending transfer of the sender's valid ticket."""
+
+    async def claim(self, *, transfer_id: str, secret: str, receiver_id: str, now: datetime) -> tuple[Transfer, Ticket]:
+        """Re-issue the transfer's ticket to the receiver, once."""
+
+    async def cancel(self, *, transfer_id: str, sender_id: str, now: datetime) -> Transfer:
+        """Withdraw the sender's pending transfer."""
 
 
 # -- BookingService

@@ -17,12 +17,21 @@ from boxoffice import caller, validate
 from boxoffice.server import Registration
 from gen.boxoffice.payment.v1 import payment_service_pb2 as pb
 from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as pb_grpc
-from payment_svc.converters import CURRENCY, access_token, parse_uuid, payment_to_proto, ticket_to_proto
+from payment_svc.converters import (
+    CURRENCY,
+    access_token,
+    parse_email,
+    parse_uuid,
+    payment_to_proto,
+    ticket_to_proto,
+    transfer_to_proto,
+)
 from payment_svc.fan_cancel import Cancelled, FanCancellation
 from payment_svc.handler import PaymentHandler
 from payment_svc.idempotency import Idempotent, fingerprint, key_scope
 from payment_svc.model import PaymentState, RefundOrder, RefundSource
 from payment_svc.provider_webhooks import ProviderWebhooks
+from payment_svc.transfers import TicketTransfers
 
 SERVICE_NAME = "boxoffice.payment.v1.PaymentService"
 
@@ -37,11 +46,13 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
         webhooks: ProviderWebhooks,
         idempotent: Idempotent,
         cancellation: FanCancellation,
+        transfers: TicketTransfers,
     ) -> None:
         self._handler = handler
         self._webhooks = webhooks
         self._idempotent = idempotent
         self._cancellation = cancellation
+        self._transfers = transfers
 
     def registration(self) -> Registration:
         return Registration(SERVICE_NAME, lambda server: pb_grpc.add_PaymentServiceServicer_to_server(self, server))
@@ -211,3 +222,26 @@ class PaymentServicer(pb_grpc.PaymentServiceServicer):
             pb.CancelBookingResponse,
             settled,
         )
+
+    async def TransferTicket(
+        self, request: pb.TransferTicketRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.TransferTicketResponse:
+        ticket_id = parse_uuid("ticket_id", request.ticket_id)
+        email = parse_email("email", request.email)
+        transfer = await self._transfers.transfer(ticket_id, email)
+        return pb.TransferTicketResponse(transfer=transfer_to_proto(transfer))
+
+    async def ClaimTransfer(
+        self, request: pb.ClaimTransferRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ClaimTransferResponse:
+        transfer_id = parse_uuid("transfer_id", request.transfer_id)
+        secret = validate.text("claim_secret", request.claim_secret, max_length=100)
+        transfer, ticket = await self._transfers.claim(transfer_id, secret)
+        return pb.ClaimTransferResponse(transfer=transfer_to_proto(transfer), ticket=ticket_to_proto(ticket))
+
+    async def CancelTransfer(
+        self, request: pb.CancelTransferRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CancelTransferResponse:
+        transfer_id = parse_uuid("transfer_id", request.transfer_id)
+        transfer = await self._transfers.cancel(transfer_id)
+        return pb.CancelTransferResponse(transfer=transfer_to_proto(transfer))

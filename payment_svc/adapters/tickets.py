@@ -15,6 +15,7 @@ import base64
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -24,10 +25,10 @@ from boxoffice import db
 from boxoffice.errors import InvalidArgument
 from boxoffice.runtime import Pool
 from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner
-from payment_svc.model import Ticket
+from payment_svc.model import Ticket, Transfer, TransferState
 from payment_svc.ports import ConfirmedBooking, TicketConflict, TicketStore
 
-_TICKET_COLUMNS = (
+TICKET_COLUMNS = (
     "ticket_id::text, event_id, hold_id::text, unit, customer_id, section_id, seat_id, seat_label, payment_id, "
     "code, issued_at, voided_at, "
     # Paid in the sandbox (no money taken): said on the ticket.
@@ -38,7 +39,27 @@ _MARK_PROCESSED = (
 )
 
 
-def _ticket(row: Sequence[Any]) -> Ticket:
+TRANSFER_COLUMNS = (
+    "transfer_id::text, ticket_id::text, event_id, sender_id, email, state, created_at, ended_at, new_ticket_id::text"
+)
+
+
+def transfer_of(row: Sequence[Any]) -> Transfer:
+    return Transfer(
+        transfer_id=row[0],
+        ticket_id=row[1],
+        event_id=int(row[2]),
+        sender_id=row[3],
+        email=row[4],
+        state=TransferState(row[5]),
+        created_at=row[6],
+        ended_at=row[7],
+        new_ticket_id=row[8],
+    )
+
+
+def ticket_of(row: Sequence[Any]) -> Ticket:
+    """A ticket from a row of :data:`TICKET_COLUMNS`."""
     return Ticket(*row)
 
 
@@ -56,6 +77,18 @@ def _decode_cursor(token: str) -> tuple[datetime, str]:
         raise InvalidArgument(
             "page_token is not valid", reason="INVALID_FIELD", metadata={"field": "page_token"}
         ) from err
+
+
+async def _with_pending_transfers(conn: psycopg.AsyncConnection[Any], tickets: list[Ticket]) -> list[Ticket]:
+    """``tickets``, each with its pending transfer when it has one."""
+    if not tickets:
+        return tickets
+    cur = await conn.execute(
+        f"SELECT {TRANSFER_COLUMNS} FROM ticket_transfers WHERE ticket_id = ANY(%s::uuid[]) AND state = 'PENDING'",
+        ([t.ticket_id for t in tickets],),
+    )
+    pending = {transfer.ticket_id: transfer for transfer in map(transfer_of, await cur.fetchall())}
+    return [replace(t, pending_transfer=pending.get(t.ticket_id)) for t in tickets]
 
 
 class PgTicketStore:
@@ -93,7 +126,7 @@ class PgTicketStore:
                                              seat_label, payment_id, source_event_id, code, issued_at, voided_at)
                         VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, to_timestamp(%s),
                                 CASE WHEN %s THEN now() END)
-                        ON CONFLICT (hold_id, unit) DO NOTHING
+                        ON CONFLICT (hold_id, unit, generation) DO NOTHING
                         """,
                         [
                             (
@@ -150,8 +183,8 @@ class PgTicketStore:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
                 f"""
-                SELECT {_TICKET_COLUMNS} FROM tickets
-                 WHERE event_id = %(event)s AND customer_id = %(customer)s
+                SELECT {TICKET_COLUMNS} FROM tickets
+                 WHERE event_id = %(event)s AND customer_id = %(customer)s AND transferred_at IS NULL
                    AND (%(hold)s::uuid IS NULL OR hold_id = %(hold)s::uuid)
                    AND (%(after_at)s::timestamptz IS NULL OR (issued_at, ticket_id) > (%(after_at)s, %(after_id)s::uuid))
                  ORDER BY issued_at, ticket_id
@@ -166,7 +199,8 @@ class PgTicketStore:
                     "limit": page_size + 1,
                 },
             )
-            rows = [_ticket(row) for row in await cur.fetchall()]
+            rows = [ticket_of(row) for row in await cur.fetchall()]
+            rows = await _with_pending_transfers(conn, rows[: page_size + 1])
         if len(rows) > page_size:
             rows = rows[:page_size]
             return rows, _encode_cursor(rows[-1])

@@ -172,7 +172,7 @@ def edge_operation(route: Route) -> tuple[Json, Json | None, Json]:
             None,
             {},
         )
-    if route.name in ("GetIndexPage", "GetEventPage", "GetGatePage"):
+    if route.name in ("GetIndexPage", "GetEventPage", "GetGatePage", "GetClaimPage"):
         html: Json = {"text/html": {"schema": {"type": "string"}}}
         return {"description": "The page (HTML; its scripts and styles are assets).", "content": html}, None, {}
     if route.name == "GetAsset":

@@ -9,7 +9,7 @@ stores the matrix compares."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +27,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2 as ppb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as qapb
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from payment_svc.adapters.sandbox import SandboxProvider
+from payment_svc.ports import ConfirmedBooking, TicketUnit
 from tests.e2e.checkout import open_event
 from tests.e2e.harness import ts
 from tests.edge.asserting import as_fan
@@ -40,6 +41,8 @@ PRESENT = "fan-matrix-present"
 # other requests carry). No admitter runs here, so ENDING is not admitted
 # and EndShoppingSession is refused for its own reason.
 LEAVING = "fan-matrix-leaving"
+# The friend who claims FAN's transferred ticket.
+FRIEND = "fan-matrix-friend"
 ENDING = "fan-matrix-ending"
 
 _QUEUE = "/boxoffice.queue.v1.QueueService/"
@@ -62,6 +65,10 @@ class Stubs:
     booking_as_edge: Any
     payment_as_edge: Any
     checkin_admin: Any  # CheckInAdminService, as the operator
+    # Writes a booking's tickets as the issuer does (no issuer runs here).
+    issue: Callable[[ConfirmedBooking], Awaitable[object]]
+    # A pending transfer's claim secret (the mailer's to read; the link's).
+    claim_secret: Callable[[str], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,12 @@ class World:
     # A paid booking for the fan's own cancel (PaymentService.CancelBooking),
     # and its price (refunded in full: the event's policy refunds 100%).
     cancel_hold: bpb.Hold
+    # FAN's ticket to transfer; a pending transfer of another with its
+    # secret, to claim; and one to cancel.
+    ticket_id: str
+    claimable_transfer_id: str
+    claim_secret: str
+    cancellable_transfer_id: str
 
 
 async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider) -> World:
@@ -138,6 +151,30 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
     await stubs.payment_as_edge.ConfirmPayment(
         ppb.ConfirmPaymentRequest(payment_id=cancel_paid, idempotency_key=f"matrix-{cancel_paid}"), metadata=fan
     )
+    tickets_hold = str(uuid.uuid4())
+    await stubs.issue(
+        ConfirmedBooking(
+            source_event_id=str(uuid.uuid4()),
+            event_id=event_id,
+            hold_id=tickets_hold,
+            customer_id=FAN,
+            section_id="A",
+            payment_id="",
+            units=tuple(TicketUnit(unit, None, "") for unit in (1, 2, 3)),
+        )
+    )
+    listed = await stubs.payment_as_edge.ListTickets(
+        ppb.ListTicketsRequest(event_id=event_id, hold_id=tickets_hold), metadata=fan
+    )
+    to_transfer, to_claim, to_cancel = (t.ticket_id for t in listed.tickets)
+
+    async def transfer(ticket_id: str) -> str:
+        reply = await stubs.payment_as_edge.TransferTicket(
+            ppb.TransferTicketRequest(ticket_id=ticket_id, email="friend@example.org"), metadata=fan
+        )
+        return str(reply.transfer.transfer_id)
+
+    claimable = await transfer(to_claim)
     return World(
         event_id=event_id,
         new_event_id=int(uuid.uuid4().int % 10**12) + 10**6,
@@ -151,6 +188,10 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
         device_key=device.key,
         revocable_device_id=revocable.device.device_id,
         cancel_hold=cancel_hold,
+        ticket_id=to_transfer,
+        claimable_transfer_id=claimable,
+        claim_secret=await stubs.claim_secret(claimable),
+        cancellable_transfer_id=await transfer(to_cancel),
     )
 
 
@@ -388,4 +429,15 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
         cpb.RevokeGateDeviceRequest(device_id=w.revocable_device_id), writes=True
     ),
     f"{_CHECKIN_ADMIN}ListGateDevices": lambda w: Call(cpb.ListGateDevicesRequest(event_id=w.event_id)),
+    f"{_PAYMENT}TransferTicket": lambda w: Call(
+        ppb.TransferTicketRequest(ticket_id=w.ticket_id, email="friend@example.org"), writes=True
+    ),
+    f"{_PAYMENT}ClaimTransfer": lambda w: Call(
+        ppb.ClaimTransferRequest(transfer_id=w.claimable_transfer_id, claim_secret=w.claim_secret),
+        fan=FRIEND,
+        writes=True,
+    ),
+    f"{_PAYMENT}CancelTransfer": lambda w: Call(
+        ppb.CancelTransferRequest(transfer_id=w.cancellable_transfer_id), writes=True
+    ),
 }

@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from booking_svc import app as booking_app
 from booking_svc.jobs.health import HEALTH_KEY
-from boxoffice import access, caller
+from boxoffice import access, caller, ticketcodes
 from boxoffice.embedded import EmbeddedRedis
 from boxoffice.errors import from_rpc_error
 from boxoffice.lifecycle import Component
@@ -44,6 +44,7 @@ from gen.boxoffice.payment.v1 import payment_service_pb2_grpc as ppb_grpc
 from gen.boxoffice.queue.v1 import queue_service_pb2_grpc as qpb_grpc
 from payment_svc import app as payment_app
 from payment_svc.adapters.sandbox import SandboxProvider
+from payment_svc.adapters.tickets import PgTicketStore
 from queue_svc.app import QueueApp
 from tests.e2e.matrix_requests import REQUESTS, Call, Stubs, make_world
 from tests.edge.asserting import as_fan
@@ -268,6 +269,17 @@ async def _snapshot(mesh: Mesh) -> Snapshot:
 @contextlib.asynccontextmanager
 async def _world_makers(stores: Stores, mesh: Mesh) -> AsyncIterator[Stubs]:
     """Stubs of the servers as the roles that make a world."""
+    pool = mesh.rt.pool()
+    keys = ticketcodes.read_keys(mesh.rt.env)
+    tickets = PgTicketStore(pool, codes=ticketcodes.TicketCodeSigner(keys.get, mesh.rt.clock))
+
+    async def claim_secret(transfer_id: str) -> str:
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT claim_secret FROM ticket_transfers WHERE transfer_id = %s", (transfer_id,))
+            row = await cur.fetchone()
+        assert row is not None
+        return str(row[0])
+
     async with contextlib.AsyncExitStack() as stack:
 
         async def channel(server: str, role: str) -> grpc.aio.Channel:
@@ -282,6 +294,8 @@ async def _world_makers(stores: Stores, mesh: Mesh) -> AsyncIterator[Stubs]:
             booking_as_edge=bpb_grpc.BookingServiceStub(await channel("booking", access.EDGE)),
             payment_as_edge=ppb_grpc.PaymentServiceStub(await channel("payment", access.EDGE)),
             checkin_admin=cpb_grpc.CheckInAdminServiceStub(await channel("checkin", access.OPERATOR)),
+            issue=lambda booking: tickets.issue("matrix", booking),
+            claim_secret=claim_secret,
         )
 
 

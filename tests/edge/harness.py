@@ -69,6 +69,8 @@ class EdgeStack:
         hold_ttl_seconds: int = 0,
         refund_percent: int | None = None,
         refundable_until: datetime | None = None,
+        transfers: bool | None = None,
+        max_tickets_per_customer: int = 0,
     ) -> int:
         """A new event with a seated section A (row K) and, optionally, a
         standing FLOOR, and its open waiting room; its id. ``hold_ttl_seconds``:
@@ -109,6 +111,8 @@ class EdgeStack:
                 else bpb.RefundPolicy(
                     refundable_until=ts(refundable_until or now + timedelta(days=29)), refund_percent=refund_percent
                 ),
+                transfers=transfers,
+                max_tickets_per_customer=max_tickets_per_customer,
             )
         )
         await booking.LoadInventory(

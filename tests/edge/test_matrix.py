@@ -20,6 +20,7 @@ what the route reads or changes (signed in, with their own access token).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from boxoffice import access, secrets
@@ -39,7 +41,6 @@ from gen.boxoffice.checkin.v1 import checkin_service_pb2_grpc as cpb_grpc
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from payment_svc.webhooks import signature_header
-from tests.e2e.harness import eventually
 from tests.edge.fans import ACCESS_HEADER, admit, hold, problem, signed_in
 from tests.edge.harness import EdgeStack, edge_stack
 from tests.support import Stores
@@ -72,17 +73,44 @@ class World:
     # canceller: a paid booking of their own to cancel (refunded in full).
     canceller: Fan
     booking_id: str
-    # The payer's ticket, and keys of gate devices of this event and another.
+    # The payer's tickets: one for the door (its code is scanned, so no
+    # transfer case may touch it), one to transfer, one whose pending transfer
+    # the leaver claims (with its link's secret), one whose transfer is
+    # cancelled; and keys of gate devices of this event and another.
     ticket_id: str
     ticket_code: str
     device_key: str
     other_device_key: str
+    transfer_ticket_id: str
+    claimable_transfer_id: str
+    claim_secret: str
+    cancellable_transfer_id: str
+
+
+async def _tickets(client: httpx.AsyncClient, event_id: int, count: int) -> list[dict[str, Any]]:
+    """The fan's tickets of the event, once the issuer has issued ``count``."""
+    for _ in range(200):
+        reply = await client.get(f"/v1/events/{event_id}/tickets")
+        assert reply.status_code == 200, reply.text
+        tickets: list[dict[str, Any]] = reply.json().get("tickets", [])
+        if len(tickets) >= count:
+            return tickets
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the issuer issued no {count} tickets")
+
+
+async def _claim_secret(stores: Stores, transfer_id: str) -> str:
+    async with await psycopg.AsyncConnection.connect(stores.database_url) as conn:
+        cur = await conn.execute("SELECT claim_secret FROM ticket_transfers WHERE transfer_id = %s", (transfer_id,))
+        row = await cur.fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 @pytest.fixture(scope="module")
 async def world(stores: Stores) -> AsyncIterator[World]:
     async with edge_stack(stores, prefix="edge-matrix") as stack:
-        event_id = await stack.event(seats=8, max_active=10, refund_percent=100)
+        event_id = await stack.event(seats=9, max_active=10, refund_percent=100)
         await _with_a_fan_draw(stack, event_id)
 
         async def fan(prefix: str, *, admitted: bool, joined: bool = False) -> tuple[Fan, httpx.AsyncClient]:
@@ -103,7 +131,7 @@ async def world(stores: Stores) -> AsyncIterator[World]:
         canceller, canceller_client = await fan("canceller", admitted=True)
         async with owner_client, payer_client, canceller_client:
             holds = {use: (await hold(owner_client, event_id))["holdId"] for use in ("get", "release", "start")}
-            paid = (await hold(payer_client, event_id))["holdId"]
+            paid = (await hold(payer_client, event_id, quantity=4))["holdId"]
             started = await payer_client.post(f"/v1/holds/{paid}/payment", json={"paymentMethod": "pm_card_ok"})
             assert started.status_code == 200, started.text
             payment_id = started.json()["payment"]["paymentId"]
@@ -120,7 +148,14 @@ async def world(stores: Stores) -> AsyncIterator[World]:
                 headers={"Idempotency-Key": "matrix-key"},
             )
             assert paid_for.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", paid_for.text
-            ticket = await _issued(payer_client, event_id, paid)
+            door, to_transfer, to_claim, to_cancel = await _tickets(payer_client, event_id, 4)
+            transfers = []
+            for ticket in (to_claim, to_cancel):
+                made = await payer_client.post(
+                    f"/v1/tickets/{ticket['ticketId']}:transfer", json={"email": "friend@example.org"}
+                )
+                assert made.status_code == 200, made.text
+                transfers.append(made.json()["transfer"]["transferId"])
         gates = stack.operators["checkin"].stub(cpb_grpc.CheckInAdminServiceStub, role=access.OPERATOR)
         other_event = await stack.event(seats=1, max_active=1)
         keys = [
@@ -140,20 +175,15 @@ async def world(stores: Stores) -> AsyncIterator[World]:
             stack.edge.config.webhook_signature_header,
             canceller,
             booking_id,
-            ticket["ticketId"],
-            ticket["code"],
-            *keys,
+            door["ticketId"],
+            door["code"],
+            device_key=keys[0],
+            other_device_key=keys[1],
+            transfer_ticket_id=to_transfer["ticketId"],
+            claimable_transfer_id=transfers[0],
+            claim_secret=await _claim_secret(stores, transfers[0]),
+            cancellable_transfer_id=transfers[1],
         )
-
-
-async def _issued(client: httpx.AsyncClient, event_id: int, hold_id: str) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        reply = await client.get(f"/v1/events/{event_id}/tickets", params={"holdId": hold_id})
-        assert reply.status_code == 200, reply.text
-        tickets: list[dict[str, Any]] = reply.json()["tickets"]
-        return tickets[0] if tickets else None
-
-    return await eventually(probe, "the payer's ticket is issued")
 
 
 async def _with_a_fan_draw(stack: EdgeStack, event_id: int) -> None:
@@ -174,6 +204,8 @@ class Case:
     # Path parameters from the world.
     params: Callable[[World], Mapping[str, str]] = lambda w: {}
     body: Callable[[World], Any] = lambda w: None
+    # A body that depends on the caller (a secret only the owner knows).
+    body_as: Callable[[World, str], Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     # Whose the route's thing is (a World attribute).
     owner: str = "owner"
@@ -267,6 +299,20 @@ async def _checked_in(w: World) -> object:
     raise AssertionError("the payer's ticket is not in the list")
 
 
+async def _pending_transfers(w: World) -> set[str]:
+    async with w.stack.client(cookies={"bo_session": w.payer.session}) as payer:
+        tickets = await _tickets(payer, w.event_id, 1)
+    return {t["pendingTransfer"]["transferId"] for t in tickets if "pendingTransfer" in t}
+
+
+async def _still_claimable(w: World, _: httpx.AsyncClient) -> None:
+    assert w.claimable_transfer_id in await _pending_transfers(w)
+
+
+async def _still_cancellable(w: World, _: httpx.AsyncClient) -> None:
+    assert w.cancellable_transfer_id in await _pending_transfers(w)
+
+
 MATRIX: dict[str, Case] = {
     "CreateSession": Case(body=lambda w: {"name": f"matrix-{uuid.uuid4().hex[:6]}"}),
     "GetSession": Case(),
@@ -310,6 +356,28 @@ MATRIX: dict[str, Case] = {
         owned=True,
         unchanged=_still_booked,
     ),
+    "TransferTicket": Case(
+        params=lambda w: {"ticket_id": w.transfer_ticket_id},
+        body=lambda w: {"email": "friend@example.org"},
+        owner="payer",
+        owned=True,
+    ),
+    # Only the link's secret claims: others present a wrong one.
+    "ClaimTransfer": Case(
+        params=lambda w: {"transfer_id": w.claimable_transfer_id},
+        body_as=lambda w, caller: {"claimSecret": w.claim_secret if caller == "owner" else "not-the-secret"},
+        owner="leaver",
+        owned=True,
+        unchanged=_still_claimable,
+    ),
+    "CancelTransfer": Case(
+        params=lambda w: {"transfer_id": w.cancellable_transfer_id},
+        body=lambda w: {},
+        owner="payer",
+        owned=True,
+        unchanged=_still_cancellable,
+    ),
+    "GetClaimPage": Case(),
     "HandleProviderWebhook": Case(body=_webhook_body),
     "GetTicketRotation": Case(params=lambda w: {"ticket_id": w.ticket_id}, owner="payer", owned=True),
     "GetCheckInKeys": Case(params=_event),
@@ -418,7 +486,8 @@ async def test_matrix(world: World, route: Route) -> None:
                 await case.unchanged(world, client)
         if caller == "owner" and case.state is not None:
             assert await case.state(world) == before, f"a caller refused {route.name} changed it"
-        answers[caller] = await _call(world, route, case, caller, body)
+        sent = body if case.body_as is None else case.body_as(world, caller)
+        answers[caller] = await _call(world, route, case, caller, sent)
         # No one but the owner ever sees the owner's name.
         if caller != "owner":
             assert owner.name not in answers[caller].text, answers[caller]

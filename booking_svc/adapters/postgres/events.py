@@ -42,8 +42,8 @@ class PgEvents(PgBase):
                 f"""
                 INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds,
                                     max_seats_per_customer, max_tickets_per_customer, refundable_until,
-                                    refund_percent, {LISTING_COLUMNS})
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                    refund_percent, transfers, {LISTING_COLUMNS})
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 ON CONFLICT (event_id) DO NOTHING
                 RETURNING event_id
                 """,
@@ -57,6 +57,7 @@ class PgEvents(PgBase):
                     spec.ticket_limit,
                     spec.refund_policy.refundable_until,
                     spec.refund_policy.refund_percent,
+                    spec.transfers,
                     *listing_row(spec.listing),
                 ),
             )
@@ -116,7 +117,7 @@ class PgEvents(PgBase):
             f"""
             SELECT display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
                    refundable_until, refund_percent,
-                   COALESCE(max_tickets_per_customer, max_seats_per_customer), {LISTING_COLUMNS}
+                   COALESCE(max_tickets_per_customer, max_seats_per_customer), transfers, {LISTING_COLUMNS}
               FROM events WHERE event_id = %s
             """,
             (event_id,),
@@ -159,7 +160,8 @@ class PgEvents(PgBase):
             max_tickets_per_customer=row[7],
             refund_policy=RefundPolicy(row[5], row[6]),
             sections=sections,
-            listing=listing_of(row[8:]),
+            transfers=row[8],
+            listing=listing_of(row[9:]),
         )
 
     async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int:

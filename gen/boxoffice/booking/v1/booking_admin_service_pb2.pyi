@@ -288,6 +288,7 @@ class ManagedEvent(_message.Message):
     VENUE_FIELD_NUMBER: _builtins.int
     FLIGHT_FIELD_NUMBER: _builtins.int
     SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
+    TRANSFERS_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen at creation; positive."""
     display_name: _builtins.str
@@ -306,6 +307,10 @@ class ManagedEvent(_message.Message):
     """What fans read about the event."""
     published: _builtins.bool
     """Whether fans see the event in the catalogue."""
+    transfers: _builtins.bool
+    """Whether fans may transfer their tickets to friends until the event
+    starts.
+    """
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -352,10 +357,11 @@ class ManagedEvent(_message.Message):
         venue: Global___ManagedVenue | None = ...,
         flight: Global___ManagedFlight | None = ...,
         sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
+        transfers: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -460,6 +466,7 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     VENUE_FIELD_NUMBER: _builtins.int
     FLIGHT_FIELD_NUMBER: _builtins.int
     SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
+    TRANSFERS_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -483,6 +490,10 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     """What fans read about the event; up to 2,000 characters."""
     published: _builtins.bool
     """Whether fans see the event in the catalogue; unset publishes it."""
+    transfers: _builtins.bool
+    """Whether fans may transfer their tickets to friends until the event
+    starts; unset allows it.
+    """
     @_builtins.property
     def starts_at(self) -> _timestamp_pb2.Timestamp:
         """When the performance or flight starts."""
@@ -529,14 +540,20 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
         venue: Global___ManagedVenue | None = ...,
         flight: Global___ManagedFlight | None = ...,
         sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
+        transfers: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "venue", b"venue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__published: _TypeAlias = _typing.Literal["published"]  # noqa: Y015
     _WhichOneofArgType__published: _TypeAlias = _typing.Literal["_published", b"_published"]  # noqa: Y015
+    _WhichOneofReturnType__transfers: _TypeAlias = _typing.Literal["transfers"]  # noqa: Y015
+    _WhichOneofArgType__transfers: _TypeAlias = _typing.Literal["_transfers", b"_transfers"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__published) -> _WhichOneofReturnType__published | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__transfers) -> _WhichOneofReturnType__transfers | None: ...
 
 Global___BookingAdminServiceCreateEventRequest: _TypeAlias = BookingAdminServiceCreateEventRequest  # noqa: Y015
 

@@ -268,6 +268,51 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     expired, released), passed on from BookingService.CancelBooking
     (FAILED_PRECONDITION). Metadata: `hold_id`, `state`.
     """
+    ERROR_REASON_TICKET_NOT_FOUND: _ErrorReason.ValueType  # 132
+    """TransferTicket of a ticket the caller does not hold now: one that does
+    not exist, another customer's, or one the caller transferred away
+    (NOT_FOUND). Metadata: `ticket_id`.
+    """
+    ERROR_REASON_TICKET_VOID: _ErrorReason.ValueType  # 133
+    """TransferTicket of a void ticket (its booking was cancelled), or
+    ClaimTransfer of a transfer whose ticket became void meanwhile
+    (FAILED_PRECONDITION). Metadata: `ticket_id`.
+    """
+    ERROR_REASON_TRANSFERS_NOT_ALLOWED: _ErrorReason.ValueType  # 134
+    """TransferTicket or ClaimTransfer for an event whose transfers are
+    switched off (its `transfers` setting is false) or that has started
+    (FAILED_PRECONDITION). Metadata: `event_id`, `why` ("switched_off" or
+    "event_started").
+    """
+    ERROR_REASON_TRANSFER_PENDING: _ErrorReason.ValueType  # 135
+    """TransferTicket of a ticket that has a pending transfer already
+    (ALREADY_EXISTS); cancel it first. Metadata: `transfer_id`.
+    """
+    ERROR_REASON_TRANSFER_NOT_FOUND: _ErrorReason.ValueType  # 136
+    """ClaimTransfer or CancelTransfer of a transfer that does not exist, a
+    claim with a wrong secret, or a cancel of another customer's transfer
+    (NOT_FOUND). Metadata: `transfer_id`.
+    """
+    ERROR_REASON_TRANSFER_CLAIMED: _ErrorReason.ValueType  # 137
+    """ClaimTransfer or CancelTransfer of a transfer claimed already
+    (FAILED_PRECONDITION): a ticket is re-issued once. Metadata:
+    `transfer_id`.
+    """
+    ERROR_REASON_TRANSFER_CANCELLED: _ErrorReason.ValueType  # 138
+    """ClaimTransfer of a transfer its sender cancelled (FAILED_PRECONDITION).
+    Metadata: `transfer_id`.
+    """
+    ERROR_REASON_TRANSFER_TO_SELF: _ErrorReason.ValueType  # 139
+    """ClaimTransfer by the transfer's own sender (FAILED_PRECONDITION); the
+    ticket stays theirs and the transfer pending. Metadata: `transfer_id`.
+    """
+    ERROR_REASON_TICKET_LIMIT_REACHED: _ErrorReason.ValueType  # 140
+    """ClaimTransfer when the claimer's tickets in the event (valid, bought or
+    received) and seats in their live holds, plus this ticket, would pass
+    the event's ticket limit (max_tickets_per_customer) (FAILED_PRECONDITION);
+    nothing changes and the transfer stays pending. Metadata: `limit`,
+    `tickets` (what the claimer has now), both decimal.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason PaymentService can answer, as
@@ -528,5 +573,50 @@ ERROR_REASON_BOOKING_NOT_CONFIRMED: ErrorReason.ValueType  # 131
 """CancelBooking of a booking that is not a confirmed one (still held,
 expired, released), passed on from BookingService.CancelBooking
 (FAILED_PRECONDITION). Metadata: `hold_id`, `state`.
+"""
+ERROR_REASON_TICKET_NOT_FOUND: ErrorReason.ValueType  # 132
+"""TransferTicket of a ticket the caller does not hold now: one that does
+not exist, another customer's, or one the caller transferred away
+(NOT_FOUND). Metadata: `ticket_id`.
+"""
+ERROR_REASON_TICKET_VOID: ErrorReason.ValueType  # 133
+"""TransferTicket of a void ticket (its booking was cancelled), or
+ClaimTransfer of a transfer whose ticket became void meanwhile
+(FAILED_PRECONDITION). Metadata: `ticket_id`.
+"""
+ERROR_REASON_TRANSFERS_NOT_ALLOWED: ErrorReason.ValueType  # 134
+"""TransferTicket or ClaimTransfer for an event whose transfers are
+switched off (its `transfers` setting is false) or that has started
+(FAILED_PRECONDITION). Metadata: `event_id`, `why` ("switched_off" or
+"event_started").
+"""
+ERROR_REASON_TRANSFER_PENDING: ErrorReason.ValueType  # 135
+"""TransferTicket of a ticket that has a pending transfer already
+(ALREADY_EXISTS); cancel it first. Metadata: `transfer_id`.
+"""
+ERROR_REASON_TRANSFER_NOT_FOUND: ErrorReason.ValueType  # 136
+"""ClaimTransfer or CancelTransfer of a transfer that does not exist, a
+claim with a wrong secret, or a cancel of another customer's transfer
+(NOT_FOUND). Metadata: `transfer_id`.
+"""
+ERROR_REASON_TRANSFER_CLAIMED: ErrorReason.ValueType  # 137
+"""ClaimTransfer or CancelTransfer of a transfer claimed already
+(FAILED_PRECONDITION): a ticket is re-issued once. Metadata:
+`transfer_id`.
+"""
+ERROR_REASON_TRANSFER_CANCELLED: ErrorReason.ValueType  # 138
+"""ClaimTransfer of a transfer its sender cancelled (FAILED_PRECONDITION).
+Metadata: `transfer_id`.
+"""
+ERROR_REASON_TRANSFER_TO_SELF: ErrorReason.ValueType  # 139
+"""ClaimTransfer by the transfer's own sender (FAILED_PRECONDITION); the
+ticket stays theirs and the transfer pending. Metadata: `transfer_id`.
+"""
+ERROR_REASON_TICKET_LIMIT_REACHED: ErrorReason.ValueType  # 140
+"""ClaimTransfer when the claimer's tickets in the event (valid, bought or
+received) and seats in their live holds, plus this ticket, would pass
+the event's ticket limit (max_tickets_per_customer) (FAILED_PRECONDITION);
+nothing changes and the transfer stays pending. Metadata: `limit`,
+`tickets` (what the claimer has now), both decimal.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

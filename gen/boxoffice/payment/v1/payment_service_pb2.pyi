@@ -92,6 +92,34 @@ TICKET_STATE_VOID: TicketState.ValueType  # 2
 """The booking was cancelled; the ticket is void."""
 Global___TicketState: _TypeAlias = TicketState  # noqa: Y015
 
+class _TransferState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TransferStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TransferState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TRANSFER_STATE_UNSPECIFIED: _TransferState.ValueType  # 0
+    """Unknown; never sent by the server."""
+    TRANSFER_STATE_PENDING: _TransferState.ValueType  # 1
+    """Offered; the friend has not claimed it yet."""
+    TRANSFER_STATE_CLAIMED: _TransferState.ValueType  # 2
+    """Claimed: the ticket was re-issued to the friend."""
+    TRANSFER_STATE_CANCELLED: _TransferState.ValueType  # 3
+    """Withdrawn by the sender before anyone claimed it."""
+
+class TransferState(_TransferState, metaclass=_TransferStateEnumTypeWrapper):
+    """TransferState is the life cycle of a transfer."""
+
+TRANSFER_STATE_UNSPECIFIED: TransferState.ValueType  # 0
+"""Unknown; never sent by the server."""
+TRANSFER_STATE_PENDING: TransferState.ValueType  # 1
+"""Offered; the friend has not claimed it yet."""
+TRANSFER_STATE_CLAIMED: TransferState.ValueType  # 2
+"""Claimed: the ticket was re-issued to the friend."""
+TRANSFER_STATE_CANCELLED: TransferState.ValueType  # 3
+"""Withdrawn by the sender before anyone claimed it."""
+Global___TransferState: _TypeAlias = TransferState  # noqa: Y015
+
 @_typing.final
 class Money(_message.Message):
     """Money is an amount in the minor unit of a currency (cents)."""
@@ -477,6 +505,7 @@ class Ticket(_message.Message):
     ISSUE_TIME_FIELD_NUMBER: _builtins.int
     PAYMENT_ID_FIELD_NUMBER: _builtins.int
     SANDBOX_FIELD_NUMBER: _builtins.int
+    PENDING_TRANSFER_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """Identifier assigned by the service (a UUID)."""
     event_id: _builtins.int
@@ -507,6 +536,12 @@ class Ticket(_message.Message):
     def issue_time(self) -> _timestamp_pb2.Timestamp:
         """When it was issued."""
 
+    @_builtins.property
+    def pending_transfer(self) -> Global___Transfer:
+        """The ticket's pending transfer, while its holder is offering it to a
+        friend; unset otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -523,10 +558,11 @@ class Ticket(_message.Message):
         issue_time: _timestamp_pb2.Timestamp | None = ...,
         payment_id: _builtins.str = ...,
         sandbox: _builtins.bool = ...,
+        pending_transfer: Global___Transfer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["issue_time", b"issue_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issue_time", b"issue_time", "pending_transfer", b"pending_transfer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "customer_id", b"customer_id", "event_id", b"event_id", "hold_id", b"hold_id", "issue_time", b"issue_time", "payment_id", b"payment_id", "sandbox", b"sandbox", "seat_id", b"seat_id", "seat_label", b"seat_label", "section_id", b"section_id", "state", b"state", "ticket_id", b"ticket_id", "unit", b"unit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "customer_id", b"customer_id", "event_id", b"event_id", "hold_id", b"hold_id", "issue_time", b"issue_time", "payment_id", b"payment_id", "pending_transfer", b"pending_transfer", "sandbox", b"sandbox", "seat_id", b"seat_id", "seat_label", b"seat_label", "section_id", b"section_id", "state", b"state", "ticket_id", b"ticket_id", "unit", b"unit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -666,3 +702,209 @@ class CancelBookingResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelBookingResponse: _TypeAlias = CancelBookingResponse  # noqa: Y015
+
+@_typing.final
+class Transfer(_message.Message):
+    """Transfer is the offer of one ticket to a friend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_ID_FIELD_NUMBER: _builtins.int
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    EMAIL_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    NEW_TICKET_ID_FIELD_NUMBER: _builtins.int
+    transfer_id: _builtins.str
+    """Identifier assigned by the service (a UUID)."""
+    ticket_id: _builtins.str
+    """The ticket offered."""
+    event_id: _builtins.int
+    """Event of the ticket."""
+    email: _builtins.str
+    """Where the claim link was sent."""
+    state: Global___TransferState.ValueType
+    """Pending, claimed or cancelled."""
+    new_ticket_id: _builtins.str
+    """The ticket issued to the friend; set once claimed."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was created."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was claimed or cancelled; unset while pending."""
+
+    def __init__(
+        self,
+        *,
+        transfer_id: _builtins.str = ...,
+        ticket_id: _builtins.str = ...,
+        event_id: _builtins.int = ...,
+        email: _builtins.str = ...,
+        state: Global___TransferState.ValueType = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        new_ticket_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "email", b"email", "event_id", b"event_id", "new_ticket_id", b"new_ticket_id", "state", b"state", "ticket_id", b"ticket_id", "transfer_id", b"transfer_id", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Transfer: _TypeAlias = Transfer  # noqa: Y015
+
+@_typing.final
+class TransferTicketRequest(_message.Message):
+    """TransferTicketRequest offers a ticket to a friend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    EMAIL_FIELD_NUMBER: _builtins.int
+    ticket_id: _builtins.str
+    """The ticket (a UUID); one of the caller's own valid tickets."""
+    email: _builtins.str
+    """The friend's e-mail address, 3 to 254 characters."""
+    def __init__(
+        self,
+        *,
+        ticket_id: _builtins.str = ...,
+        email: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["email", b"email", "ticket_id", b"ticket_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferTicketRequest: _TypeAlias = TransferTicketRequest  # noqa: Y015
+
+@_typing.final
+class TransferTicketResponse(_message.Message):
+    """TransferTicketResponse is the pending transfer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transfer(self) -> Global___Transfer:
+        """The transfer (PENDING)."""
+
+    def __init__(
+        self,
+        *,
+        transfer: Global___Transfer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["transfer", b"transfer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transfer", b"transfer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferTicketResponse: _TypeAlias = TransferTicketResponse  # noqa: Y015
+
+@_typing.final
+class ClaimTransferRequest(_message.Message):
+    """ClaimTransferRequest claims a transfer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_SECRET_FIELD_NUMBER: _builtins.int
+    transfer_id: _builtins.str
+    """The transfer (a UUID)."""
+    claim_secret: _builtins.str
+    """The secret of the claim link, 1 to 100 characters."""
+    def __init__(
+        self,
+        *,
+        transfer_id: _builtins.str = ...,
+        claim_secret: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_secret", b"claim_secret", "transfer_id", b"transfer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimTransferRequest: _TypeAlias = ClaimTransferRequest  # noqa: Y015
+
+@_typing.final
+class ClaimTransferResponse(_message.Message):
+    """ClaimTransferResponse is the claimed transfer and the claimer's ticket."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_FIELD_NUMBER: _builtins.int
+    TICKET_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transfer(self) -> Global___Transfer:
+        """The transfer (CLAIMED)."""
+
+    @_builtins.property
+    def ticket(self) -> Global___Ticket:
+        """The ticket issued to the claimer, with its new code."""
+
+    def __init__(
+        self,
+        *,
+        transfer: Global___Transfer | None = ...,
+        ticket: Global___Ticket | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ticket", b"ticket", "transfer", b"transfer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ticket", b"ticket", "transfer", b"transfer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimTransferResponse: _TypeAlias = ClaimTransferResponse  # noqa: Y015
+
+@_typing.final
+class CancelTransferRequest(_message.Message):
+    """CancelTransferRequest withdraws a transfer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_ID_FIELD_NUMBER: _builtins.int
+    transfer_id: _builtins.str
+    """The transfer (a UUID)."""
+    def __init__(
+        self,
+        *,
+        transfer_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transfer_id", b"transfer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelTransferRequest: _TypeAlias = CancelTransferRequest  # noqa: Y015
+
+@_typing.final
+class CancelTransferResponse(_message.Message):
+    """CancelTransferResponse is the withdrawn transfer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transfer(self) -> Global___Transfer:
+        """The transfer (CANCELLED)."""
+
+    def __init__(
+        self,
+        *,
+        transfer: Global___Transfer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["transfer", b"transfer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transfer", b"transfer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelTransferResponse: _TypeAlias = CancelTransferResponse  # noqa: Y015

@@ -72,6 +72,21 @@ class PaymentServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingResponse.FromString,
                 _registered_method=True)
+        self.TransferTicket = channel.unary_unary(
+                '/boxoffice.payment.v1.PaymentService/TransferTicket',
+                request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.TransferTicketRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.TransferTicketResponse.FromString,
+                _registered_method=True)
+        self.ClaimTransfer = channel.unary_unary(
+                '/boxoffice.payment.v1.PaymentService/ClaimTransfer',
+                request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ClaimTransferRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ClaimTransferResponse.FromString,
+                _registered_method=True)
+        self.CancelTransfer = channel.unary_unary(
+                '/boxoffice.payment.v1.PaymentService/CancelTransfer',
+                request_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelTransferRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelTransferResponse.FromString,
+                _registered_method=True)
 
 
 class PaymentServiceServicer:
@@ -172,6 +187,45 @@ class PaymentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferTicket(self, request, context):
+        """TransferTicket offers one of the asserted fan's valid tickets to a
+        friend: it records a pending transfer with a claim secret, and the
+        mailer sends the friend a claim link (in the sender's language). Only
+        the ticket's current holder transfers it: another fan's ticket, or one
+        they transferred away, answers NOT_FOUND TICKET_NOT_FOUND as one that
+        does not exist. A void ticket is TICKET_VOID; an event whose transfers
+        are switched off, or that has started, TRANSFERS_NOT_ALLOWED; a ticket
+        with a pending transfer already, TRANSFER_PENDING (cancel it first).
+        Through the edge only (the fan is the edge's assertion).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimTransfer(self, request, context):
+        """ClaimTransfer gives a pending transfer's ticket to the asserted fan, who
+        shows the claim secret of the link: the old ticket is void (its code no
+        longer admits) and a new ticket, with a new id and a new signed code, is
+        the claimer's. Once per transfer, whatever the concurrency: a second
+        claim answers TRANSFER_CLAIMED; the sender's own claim TRANSFER_TO_SELF;
+        a wrong secret TRANSFER_NOT_FOUND, as a transfer that does not exist; a
+        claim that would pass the event's ticket limit for the claimer
+        TICKET_LIMIT_REACHED, and nothing changes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTransfer(self, request, context):
+        """CancelTransfer withdraws a pending transfer of the asserted fan's; its
+        link no longer claims anything. Another fan's transfer answers
+        TRANSFER_NOT_FOUND; a claimed one TRANSFER_CLAIMED; a cancelled one
+        answers as it is (idempotent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PaymentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +263,21 @@ def add_PaymentServiceServicer_to_server(servicer, server):
                     servicer.CancelBooking,
                     request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingResponse.SerializeToString,
+            ),
+            'TransferTicket': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferTicket,
+                    request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.TransferTicketRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.TransferTicketResponse.SerializeToString,
+            ),
+            'ClaimTransfer': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimTransfer,
+                    request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ClaimTransferRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ClaimTransferResponse.SerializeToString,
+            ),
+            'CancelTransfer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTransfer,
+                    request_deserializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelTransferRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelTransferResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -403,6 +472,87 @@ class PaymentService:
             '/boxoffice.payment.v1.PaymentService/CancelBooking',
             gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingRequest.SerializeToString,
             gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelBookingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferTicket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.payment.v1.PaymentService/TransferTicket',
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.TransferTicketRequest.SerializeToString,
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.TransferTicketResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimTransfer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.payment.v1.PaymentService/ClaimTransfer',
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ClaimTransferRequest.SerializeToString,
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.ClaimTransferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTransfer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.payment.v1.PaymentService/CancelTransfer',
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelTransferRequest.SerializeToString,
+            gen_dot_boxoffice_dot_payment_dot_v1_dot_payment__service__pb2.CancelTransferResponse.FromString,
             options,
             channel_credentials,
             insecure,

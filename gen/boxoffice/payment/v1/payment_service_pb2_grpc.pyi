@@ -99,6 +99,33 @@ class PaymentServiceStub:
     nothing. Over HTTP the idempotency key is the Idempotency-Key header,
     never the body.
     """
+    TransferTicket: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.TransferTicketRequest, _payment_service_pb2.TransferTicketResponse]
+    """TransferTicket offers one of the asserted fan's valid tickets to a
+    friend: it records a pending transfer with a claim secret, and the
+    mailer sends the friend a claim link (in the sender's language). Only
+    the ticket's current holder transfers it: another fan's ticket, or one
+    they transferred away, answers NOT_FOUND TICKET_NOT_FOUND as one that
+    does not exist. A void ticket is TICKET_VOID; an event whose transfers
+    are switched off, or that has started, TRANSFERS_NOT_ALLOWED; a ticket
+    with a pending transfer already, TRANSFER_PENDING (cancel it first).
+    Through the edge only (the fan is the edge's assertion).
+    """
+    ClaimTransfer: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.ClaimTransferRequest, _payment_service_pb2.ClaimTransferResponse]
+    """ClaimTransfer gives a pending transfer's ticket to the asserted fan, who
+    shows the claim secret of the link: the old ticket is void (its code no
+    longer admits) and a new ticket, with a new id and a new signed code, is
+    the claimer's. Once per transfer, whatever the concurrency: a second
+    claim answers TRANSFER_CLAIMED; the sender's own claim TRANSFER_TO_SELF;
+    a wrong secret TRANSFER_NOT_FOUND, as a transfer that does not exist; a
+    claim that would pass the event's ticket limit for the claimer
+    TICKET_LIMIT_REACHED, and nothing changes.
+    """
+    CancelTransfer: _grpc.UnaryUnaryMultiCallable[_payment_service_pb2.CancelTransferRequest, _payment_service_pb2.CancelTransferResponse]
+    """CancelTransfer withdraws a pending transfer of the asserted fan's; its
+    link no longer claims anything. Another fan's transfer answers
+    TRANSFER_NOT_FOUND; a claimed one TRANSFER_CLAIMED; a cancelled one
+    answers as it is (idempotent).
+    """
 
 @_typing.type_check_only
 class PaymentServiceAsyncStub(PaymentServiceStub):
@@ -170,6 +197,33 @@ class PaymentServiceAsyncStub(PaymentServiceStub):
     NOT_FOUND HOLD_NOT_FOUND, as one that does not exist, and stores
     nothing. Over HTTP the idempotency key is the Idempotency-Key header,
     never the body.
+    """
+    TransferTicket: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.TransferTicketRequest, _payment_service_pb2.TransferTicketResponse]  # type: ignore[assignment]
+    """TransferTicket offers one of the asserted fan's valid tickets to a
+    friend: it records a pending transfer with a claim secret, and the
+    mailer sends the friend a claim link (in the sender's language). Only
+    the ticket's current holder transfers it: another fan's ticket, or one
+    they transferred away, answers NOT_FOUND TICKET_NOT_FOUND as one that
+    does not exist. A void ticket is TICKET_VOID; an event whose transfers
+    are switched off, or that has started, TRANSFERS_NOT_ALLOWED; a ticket
+    with a pending transfer already, TRANSFER_PENDING (cancel it first).
+    Through the edge only (the fan is the edge's assertion).
+    """
+    ClaimTransfer: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.ClaimTransferRequest, _payment_service_pb2.ClaimTransferResponse]  # type: ignore[assignment]
+    """ClaimTransfer gives a pending transfer's ticket to the asserted fan, who
+    shows the claim secret of the link: the old ticket is void (its code no
+    longer admits) and a new ticket, with a new id and a new signed code, is
+    the claimer's. Once per transfer, whatever the concurrency: a second
+    claim answers TRANSFER_CLAIMED; the sender's own claim TRANSFER_TO_SELF;
+    a wrong secret TRANSFER_NOT_FOUND, as a transfer that does not exist; a
+    claim that would pass the event's ticket limit for the claimer
+    TICKET_LIMIT_REACHED, and nothing changes.
+    """
+    CancelTransfer: _aio.UnaryUnaryMultiCallable[_payment_service_pb2.CancelTransferRequest, _payment_service_pb2.CancelTransferResponse]  # type: ignore[assignment]
+    """CancelTransfer withdraws a pending transfer of the asserted fan's; its
+    link no longer claims anything. Another fan's transfer answers
+    TRANSFER_NOT_FOUND; a claimed one TRANSFER_CLAIMED; a cancelled one
+    answers as it is (idempotent).
     """
 
 class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -281,6 +335,51 @@ class PaymentServiceServicer(metaclass=_abc_1.ABCMeta):
         NOT_FOUND HOLD_NOT_FOUND, as one that does not exist, and stores
         nothing. Over HTTP the idempotency key is the Idempotency-Key header,
         never the body.
+        """
+
+    @_abc_1.abstractmethod
+    def TransferTicket(
+        self,
+        request: _payment_service_pb2.TransferTicketRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_payment_service_pb2.TransferTicketResponse, _abc.Awaitable[_payment_service_pb2.TransferTicketResponse]]:
+        """TransferTicket offers one of the asserted fan's valid tickets to a
+        friend: it records a pending transfer with a claim secret, and the
+        mailer sends the friend a claim link (in the sender's language). Only
+        the ticket's current holder transfers it: another fan's ticket, or one
+        they transferred away, answers NOT_FOUND TICKET_NOT_FOUND as one that
+        does not exist. A void ticket is TICKET_VOID; an event whose transfers
+        are switched off, or that has started, TRANSFERS_NOT_ALLOWED; a ticket
+        with a pending transfer already, TRANSFER_PENDING (cancel it first).
+        Through the edge only (the fan is the edge's assertion).
+        """
+
+    @_abc_1.abstractmethod
+    def ClaimTransfer(
+        self,
+        request: _payment_service_pb2.ClaimTransferRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_payment_service_pb2.ClaimTransferResponse, _abc.Awaitable[_payment_service_pb2.ClaimTransferResponse]]:
+        """ClaimTransfer gives a pending transfer's ticket to the asserted fan, who
+        shows the claim secret of the link: the old ticket is void (its code no
+        longer admits) and a new ticket, with a new id and a new signed code, is
+        the claimer's. Once per transfer, whatever the concurrency: a second
+        claim answers TRANSFER_CLAIMED; the sender's own claim TRANSFER_TO_SELF;
+        a wrong secret TRANSFER_NOT_FOUND, as a transfer that does not exist; a
+        claim that would pass the event's ticket limit for the claimer
+        TICKET_LIMIT_REACHED, and nothing changes.
+        """
+
+    @_abc_1.abstractmethod
+    def CancelTransfer(
+        self,
+        request: _payment_service_pb2.CancelTransferRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_payment_service_pb2.CancelTransferResponse, _abc.Awaitable[_payment_service_pb2.CancelTransferResponse]]:
+        """CancelTransfer withdraws a pending transfer of the asserted fan's; its
+        link no longer claims anything. Another fan's transfer answers
+        TRANSFER_NOT_FOUND; a claimed one TRANSFER_CLAIMED; a cancelled one
+        answers as it is (idempotent).
         """
 
 def add_PaymentServiceServicer_to_server(servicer: PaymentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
