@@ -27,7 +27,7 @@ from mail_svc.adapters.pace import SharedPace
 from mail_svc.adapters.relays import EmlFolder, SmtpRelay
 from mail_svc.admin import MailAdmin, MailAdminServicer
 from mail_svc.config import SMTP_URL, MailConfig, addr_spec
-from mail_svc.jobs.mailer import MAILER_GROUP, Mailer, MailHooks, MailPolicy, ResendSweep, new_message_id
+from mail_svc.jobs.mailer import MAILER_GROUP, Mailer, MailHooks, MailPolicy, ResendSweep, TransferSweep, new_message_id
 from mail_svc.metrics import MailMetrics
 from mail_svc.model import Kind
 from mail_svc.ports import Relay
@@ -55,10 +55,17 @@ class MailerRole:
     store: PgDeliveryStore
     relay: Relay
     metrics: MailMetrics
+    # Writes to the friends of new ticket transfers.
+    transfers: TransferSweep
 
     @property
     def components(self) -> list[Component]:
-        return [Loop("mailer", self.consumer.run), Loop("mail-resends", self.sweep.run), _RelayCloser(self.relay)]
+        return [
+            Loop("mailer", self.consumer.run),
+            Loop("mail-resends", self.sweep.run),
+            Loop("mail-transfers", self.transfers.run),
+            _RelayCloser(self.relay),
+        ]
 
 
 class _RelayCloser:
@@ -98,7 +105,7 @@ def compose_mailer(
     mailer = Mailer(
         store=store,
         relay=relay,
-        renderer=Renderer(mail_from=config.mail_from, tickets_url=config.tickets_url),
+        renderer=Renderer(mail_from=config.mail_from, tickets_url=config.tickets_url, claim_url=config.claim_url),
         metrics=metrics,
         policy=MailPolicy(
             busy_attempts=config.busy_attempts,
@@ -126,8 +133,16 @@ def compose_mailer(
     sweep = ResendSweep(
         mailer, store, interval_seconds=config.sweep_seconds, stale_seconds=max(config.claim_idle_ms / 1000, 1.0)
     )
+    transfers = TransferSweep(mailer, store, store, interval_seconds=config.transfer_interval_seconds)
     return MailerRole(
-        config=config, consumer=consumer, mailer=mailer, sweep=sweep, store=store, relay=relay, metrics=metrics
+        config=config,
+        consumer=consumer,
+        mailer=mailer,
+        sweep=sweep,
+        store=store,
+        relay=relay,
+        metrics=metrics,
+        transfers=transfers,
     )
 
 

@@ -76,6 +76,10 @@ class MailConfig:
     rate_per_second: float
     # Where a message's link to the tickets page points ({event_id} is filled in).
     tickets_url: str
+    # Where a transfer's claim link points (the transfer and its secret follow in the fragment).
+    claim_url: str
+    # How often the mailer looks for new transfers to write to.
+    transfer_interval_seconds: float
     # Tries of one message within one handling while the relay says "later".
     busy_attempts: int
     busy_backoff_seconds: float
@@ -102,12 +106,19 @@ class MailConfig:
         tickets_url = env.string("BOXOFFICE_MAIL_TICKETS_URL", "http://127.0.0.1:8080/e/{event_id}")
         if not tickets_url.startswith(("https://", "http://")) or "{event_id}" not in tickets_url:
             raise ConfigError("BOXOFFICE_MAIL_TICKETS_URL must be an http(s) URL with {event_id} in it")
+        claim_url = env.string("BOXOFFICE_MAIL_CLAIM_URL", "http://127.0.0.1:8080/claim")
+        if not claim_url.startswith(("https://", "http://")) or "#" in claim_url:
+            raise ConfigError("BOXOFFICE_MAIL_CLAIM_URL must be an http(s) URL without a fragment")
         return cls(
             smtp=SmtpConfig.from_env(env, url) if url else None,
             outbox_dir=default_data_dir(env.string("BOXOFFICE_DATA_DIR", ".boxoffice")) / "mail",
             mail_from=mail_from,
             rate_per_second=env.number("BOXOFFICE_MAIL_RATE", 50.0, minimum=0.01, maximum=100_000.0),
             tickets_url=tickets_url,
+            claim_url=claim_url,
+            transfer_interval_seconds=env.number(
+                "BOXOFFICE_MAIL_TRANSFER_INTERVAL_SECONDS", 1.0, minimum=0.01, maximum=600.0
+            ),
             busy_attempts=env.integer("BOXOFFICE_MAIL_BUSY_ATTEMPTS", 4, minimum=1, maximum=20),
             busy_backoff_seconds=env.number("BOXOFFICE_MAIL_BUSY_BACKOFF_SECONDS", 0.5, minimum=0.0, maximum=60.0),
             tickets_wait_seconds=env.number("BOXOFFICE_MAIL_TICKETS_WAIT_SECONDS", 5.0, minimum=0.0, maximum=10.0),

@@ -16,6 +16,9 @@ class Kind(enum.StrEnum):
 
     TICKETS = "tickets"
     VOID = "void"
+    # A ticket transfer's claim link, to the friend (one per transfer: the
+    # delivery's hold_id is the transfer's id).
+    TRANSFER = "transfer"
 
 
 class DeliveryState(enum.StrEnum):
@@ -75,3 +78,19 @@ class BookingMail:
     tickets: tuple[TicketLine, ...]
     amount_minor: int
     currency: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransferMail:
+    """Everything a transfer's message says: the ticket offered, where the
+    link goes and its secret."""
+
+    transfer_id: str
+    event: EventInfo
+    section_id: str
+    seat_label: str
+    email: str
+    language: str
+    secret: str
+    # False once claimed or cancelled: its link claims nothing any more.
+    pending: bool

@@ -5,7 +5,7 @@ from __future__ import annotations
 from email.message import Message
 from typing import Protocol
 
-from mail_svc.model import BookingMail, Delivery, Kind, Recipient
+from mail_svc.model import BookingMail, Delivery, Kind, Recipient, TransferMail
 
 
 class RelayRefused(Exception):
@@ -29,6 +29,9 @@ class DeliveryStore(Protocol):
     async def booking(self, hold_id: str) -> BookingMail | None:
         """The booking as its message tells it (None: no tickets issued yet)."""
 
+    async def transfer(self, transfer_id: str) -> TransferMail | None:
+        """A ticket transfer as its message tells it (None: no such transfer)."""
+
     async def mark(self, hold_id: str, kind: Kind, state: str, *, error: str = "") -> None:
         """Record an attempt's outcome (SENT, FAILED, NO_ADDRESS, or PENDING
         with the relay's answer for a retry)."""
@@ -38,6 +41,11 @@ class DeliveryStore(Protocol):
 
     async def not_delivered(self, event_id: int) -> list[Delivery]:
         """The event's deliveries that failed or had no address."""
+
+
+class TransferMails(Protocol):
+    async def unsent_transfers(self, limit: int) -> list[tuple[str, int]]:
+        """Pending transfers that have no delivery yet (id, event), oldest first."""
 
 
 class PendingDeliveries(Protocol):

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import jinja2
 
 from boxoffice.money import format_money
-from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, Kind
+from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, Kind, TransferMail
 from mail_svc.qr import qr_png
 
 # The standard library's classic policy, folding no header shorter than
@@ -44,7 +44,7 @@ class Renderer:
     one compiled once, when the renderer is made (a missing or broken
     template stops the mailer at start, not at its first message)."""
 
-    def __init__(self, *, mail_from: str, tickets_url: str) -> None:
+    def __init__(self, *, mail_from: str, tickets_url: str, claim_url: str = "http://127.0.0.1:8080/claim") -> None:
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("mail_svc", "templates"),
             autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=True),
@@ -61,6 +61,7 @@ class Renderer:
         }
         self._from = mail_from
         self._tickets_url = tickets_url
+        self._claim_url = claim_url
 
     def render(
         self, booking: BookingMail, kind: Kind, *, language: str, to: str, message_id: str, now: datetime
@@ -94,6 +95,34 @@ class Renderer:
             images=[(qr_ids[t.code], f"{t.code}.png", qr_png(t.code)) for t in booking.tickets]
             if kind is Kind.TICKETS
             else [],
+        )
+
+    def render_transfer(self, transfer: TransferMail, *, to: str, message_id: str, now: datetime) -> Message:
+        """A transfer's message to the friend: the ticket offered and its claim
+        link (the secret in the fragment, so that no server's log sees it)."""
+        language = transfer.language if transfer.language in LANGUAGES else DEFAULT_LANGUAGE
+        event = transfer.event
+        context = {
+            "lang": language,
+            "event_name": event.name,
+            "when": local_time(event.starts_at, event.time_zone),
+            "venue": event.venue,
+            "route": event.route,
+            "section_id": transfer.section_id,
+            "seat_label": transfer.seat_label,
+            "claim_url": f"{self._claim_url}#{transfer.transfer_id}.{transfer.secret}",
+        }
+        subject, text, html = (self._templates[language, Kind.TRANSFER, part].render(context) for part in _PARTS)
+        return _message(
+            mail_from=self._from,
+            to=to,
+            subject=subject.strip(),
+            date=format_datetime(now),
+            message_id=message_id,
+            language=language,
+            text=text,
+            html=html,
+            images=[],
         )
 
 

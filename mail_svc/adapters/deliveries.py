@@ -9,8 +9,8 @@ from typing import Any
 
 from boxoffice import db
 from boxoffice.runtime import Pool
-from mail_svc.model import BookingMail, Delivery, DeliveryState, EventInfo, Kind, Recipient, TicketLine
-from mail_svc.ports import DeliveryStore, PendingDeliveries
+from mail_svc.model import BookingMail, Delivery, DeliveryState, EventInfo, Kind, Recipient, TicketLine, TransferMail
+from mail_svc.ports import DeliveryStore, PendingDeliveries, TransferMails
 
 _DELIVERY = "hold_id::text, kind, event_id, message_id, state, attempts, last_error, sent_at, updated_at"
 
@@ -33,6 +33,29 @@ def _route(origin: str | None, destination: str | None, code: str | None) -> str
     if not origin or not destination:
         return ""
     return f"{code + ' ' if code else ''}{origin} → {destination}"
+
+
+async def _event_info(conn: Any, event_id: int) -> EventInfo | None:
+    cur = await conn.execute(
+        """
+        SELECT display_name, kind, starts_at, time_zone, venue_name, venue_city,
+               flight_origin, flight_destination, flight_code
+          FROM events WHERE event_id = %s
+        """,
+        (event_id,),
+    )
+    event = await cur.fetchone()
+    if event is None:
+        return None
+    return EventInfo(
+        event_id=event_id,
+        name=event[0],
+        kind=event[1],
+        starts_at=event[2],
+        time_zone=event[3],
+        venue=", ".join(part for part in (event[4], event[5]) if part),
+        route=_route(event[6], event[7], event[8]),
+    )
 
 
 class PgDeliveryStore:
@@ -74,23 +97,18 @@ class PgDeliveryStore:
 
     async def booking(self, hold_id: str) -> BookingMail | None:
         async with db.transaction(self._pool) as conn:
+            # The booking's own tickets (a ticket re-issued to a friend is
+            # the friend's, and its transferred original is not written to).
             cur = await conn.execute(
-                "SELECT unit, code, section_id, seat_label, event_id FROM tickets WHERE hold_id = %s ORDER BY unit",
+                "SELECT unit, code, section_id, seat_label, event_id FROM tickets "
+                "WHERE hold_id = %s AND generation = 0 AND transferred_at IS NULL ORDER BY unit",
                 (hold_id,),
             )
             rows = await cur.fetchall()
             if not rows:
                 return None
             event_id = int(rows[0][4])
-            cur = await conn.execute(
-                """
-                SELECT display_name, kind, starts_at, time_zone, venue_name, venue_city,
-                       flight_origin, flight_destination, flight_code
-                  FROM events WHERE event_id = %s
-                """,
-                (event_id,),
-            )
-            event = await cur.fetchone()
+            event = await _event_info(conn, event_id)
             cur = await conn.execute(
                 """
                 SELECT amount_minor, currency FROM payments
@@ -102,18 +120,9 @@ class PgDeliveryStore:
             payment = await cur.fetchone()
         if event is None:
             return None
-        venue = ", ".join(part for part in (event[4], event[5]) if part)
         return BookingMail(
             hold_id=hold_id,
-            event=EventInfo(
-                event_id=event_id,
-                name=event[0],
-                kind=event[1],
-                starts_at=event[2],
-                time_zone=event[3],
-                venue=venue,
-                route=_route(event[6], event[7], event[8]),
-            ),
+            event=event,
             tickets=tuple(TicketLine(int(r[0]), r[1], r[2], r[3]) for r in rows),
             amount_minor=int(payment[0]) if payment else 0,
             currency=payment[1] if payment else "EUR",
@@ -223,6 +232,47 @@ class PgDeliveryStore:
             )
             return [_delivery(row) for row in await cur.fetchall()]
 
+    async def transfer(self, transfer_id: str) -> TransferMail | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT tr.event_id, t.section_id, t.seat_label, tr.email, tr.language, tr.claim_secret, tr.state
+                  FROM ticket_transfers tr JOIN tickets t ON t.ticket_id = tr.ticket_id
+                 WHERE tr.transfer_id = %s
+                """,
+                (transfer_id,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            event = await _event_info(conn, int(row[0]))
+        if event is None:
+            return None
+        return TransferMail(
+            transfer_id=transfer_id,
+            event=event,
+            section_id=row[1],
+            seat_label=row[2],
+            email=row[3],
+            language=row[4],
+            secret=row[5],
+            pending=row[6] == "PENDING",
+        )
 
-def _compliance(store: PgDeliveryStore) -> tuple[DeliveryStore, PendingDeliveries]:
-    return store, store
+    async def unsent_transfers(self, limit: int) -> list[tuple[str, int]]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT tr.transfer_id::text, tr.event_id FROM ticket_transfers tr
+                 WHERE tr.state = 'PENDING'
+                   AND NOT EXISTS (SELECT 1 FROM mail_deliveries d
+                                    WHERE d.hold_id = tr.transfer_id AND d.kind = 'transfer')
+                 ORDER BY tr.created_at LIMIT %s
+                """,
+                (limit,),
+            )
+            return [(row[0], int(row[1])) for row in await cur.fetchall()]
+
+
+def _compliance(store: PgDeliveryStore) -> tuple[DeliveryStore, PendingDeliveries, TransferMails]:
+    return store, store, store

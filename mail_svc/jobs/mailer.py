@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.message import Message
 from email.utils import make_msgid
 
 import psycopg
@@ -31,7 +32,7 @@ from boxoffice.streams import StreamEntry
 from boxoffice.tracing import Tracing
 from mail_svc.metrics import MailMetrics
 from mail_svc.model import BookingMail, Delivery, DeliveryState, Kind
-from mail_svc.ports import DeliveryStore, PendingDeliveries, Relay, RelayBusy, RelayRefused
+from mail_svc.ports import DeliveryStore, PendingDeliveries, Relay, RelayBusy, RelayRefused, TransferMails
 from mail_svc.render import Renderer
 
 _log = logging.getLogger("mail_svc.mailer")
@@ -126,6 +127,9 @@ class Mailer:
         """Send a PENDING delivery (with its own Message-ID) and mark it."""
         if delivery.state is not DeliveryState.PENDING:
             return  # sent, failed for good, or without an address: done
+        if delivery.kind is Kind.TRANSFER:
+            await self._deliver_transfer(delivery, created_at=created_at)
+            return
         kind = delivery.kind
         recipient = await self._store.recipient(delivery.hold_id)
         if recipient is None:
@@ -147,9 +151,31 @@ class Mailer:
             message_id=delivery.message_id,
             now=datetime.fromtimestamp(self._clock.now(), UTC),
         )
+        await self._send(delivery, message, recipient.email, created_at=created_at)
+
+    async def _deliver_transfer(self, delivery: Delivery, *, created_at: float) -> None:
+        """A transfer's claim link, to the friend, while the transfer is pending."""
+        transfer = await self._store.transfer(delivery.hold_id)
+        if transfer is None or not transfer.pending:
+            # Claimed or withdrawn before its link went out: nothing to send.
+            await self._store.mark(
+                delivery.hold_id, Kind.TRANSFER, DeliveryState.FAILED, error="the transfer is no longer pending"
+            )
+            self._metrics.messages.labels(kind=Kind.TRANSFER.value, outcome="failed").inc()
+            return
+        message = self._renderer.render_transfer(
+            transfer,
+            to=transfer.email,
+            message_id=delivery.message_id,
+            now=datetime.fromtimestamp(self._clock.now(), UTC),
+        )
+        await self._send(delivery, message, transfer.email, created_at=created_at)
+
+    async def _send(self, delivery: Delivery, message: Message, to: str, *, created_at: float) -> None:
+        kind = delivery.kind
         for attempt in range(self._policy.busy_attempts):
             try:
-                await self._relay.send(message, recipient.email)
+                await self._relay.send(message, to)
                 break
             except RelayRefused as err:
                 await self._store.mark(delivery.hold_id, kind, DeliveryState.FAILED, error=str(err))
@@ -208,3 +234,38 @@ class ResendSweep:
                 await self.run_once()
             except (BoxofficeError, psycopg.Error, OSError) as err:
                 _log.warning("resend sweep failed; will run again", extra={"error": repr(err)})
+
+
+class TransferSweep:
+    """Writes to the friends of new transfers: every ``interval_seconds``,
+    the pending transfers that have no delivery yet get one (PENDING, with
+    its Message-ID) and are sent. The delivery record makes each transfer's
+    e-mail go out once, whatever crashes; a relay's "later" leaves it to
+    the resend sweep."""
+
+    def __init__(self, mailer: Mailer, store: TransferMails, deliveries: DeliveryStore, *, interval_seconds: float):
+        self._mailer = mailer
+        self._store = store
+        self._deliveries = deliveries
+        self._interval = interval_seconds
+
+    async def run_once(self) -> int:
+        sent = 0
+        for transfer_id, event_id in await self._store.unsent_transfers(100):
+            delivery = await self._deliveries.open_delivery(
+                transfer_id, Kind.TRANSFER, event_id, self._mailer.new_message_id(transfer_id, Kind.TRANSFER)
+            )
+            try:
+                await self._mailer.deliver(delivery, created_at=time.time())
+            except RelayBusy:
+                continue
+            sent += 1
+        return sent
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except (BoxofficeError, psycopg.Error, OSError) as err:
+                _log.warning("transfer mail sweep failed; will run again", extra={"error": repr(err)})
+            await asyncio.sleep(self._interval)

@@ -1,0 +1,123 @@
+"""A ticket transfer's e-mail to the friend, against a real relay and real
+Postgres: one message per transfer, in the sender's language, with the claim
+link (the transfer and its secret in the link's fragment); sent once
+whatever the sweep's repeats; a transfer withdrawn before its turn sends
+nothing."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+
+from boxoffice import ticketcodes
+from boxoffice.clock import SystemClock
+from boxoffice.config import Env
+from boxoffice.runtime import Pool
+from payment_svc.adapters.transfers import PgTransferStore
+from payment_svc.model import Transfer
+from tests.mail.harness import Booking, mailer_of, make_booking, relay_environ
+from tests.mail.relay import PASSWORD, RelayState, smtp_relay
+from tests.payment.harness import open_pool
+from tests.support import Stores
+
+
+@pytest.fixture
+async def pool(stores: Stores) -> AsyncIterator[Pool]:
+    async with open_pool(stores) as opened:
+        yield opened
+
+
+@pytest.fixture
+def relay(stores: Stores) -> Iterator[tuple[int, RelayState]]:
+    identity = stores.pki.issue(f"smtp-{secrets.token_hex(3)}", "spiffe://test/smtp")
+    with smtp_relay(identity) as started:
+        yield started
+
+
+@pytest.fixture
+def environ(stores: Stores, relay: tuple[int, RelayState], tmp_path: Path) -> dict[str, str]:
+    password = tmp_path / "smtp-password"
+    password.write_text(PASSWORD + "\n")
+    return {
+        **relay_environ(stores, relay[0], f"mail-test-{secrets.token_hex(4)}", str(password)),
+        "BOXOFFICE_MAIL_CLAIM_URL": "https://tickets.example/claim",
+    }
+
+
+async def _transfer(pool: Pool, booking: Booking, language: str) -> tuple[Transfer, str]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT ticket_id::text FROM tickets WHERE hold_id = %s ORDER BY unit", (booking.hold_id,)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    signer = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(Env({})).get, SystemClock())
+    secret = secrets.token_urlsafe(32)
+    transfer = await PgTransferStore(pool, codes=signer).create(
+        ticket_id=row[0],
+        sender_id="fan-1",
+        email="friend@example.test",
+        language=language,
+        secret=secret,
+        now=datetime.now(UTC),
+    )
+    return transfer, secret
+
+
+@pytest.mark.parametrize(
+    ("language", "lead"),
+    [
+        ("en", "A friend is giving you a ticket."),
+        ("vi", "Một người bạn tặng bạn một vé."),
+        ("pt-BR", "Um amigo está passando um ingresso para você."),
+    ],
+)
+async def test_a_transfer_sends_the_friend_one_claim_link(
+    stores: Stores, pool: Pool, relay: tuple[int, RelayState], environ: dict[str, str], language: str, lead: str
+) -> None:
+    _, state = relay
+    booking = await make_booking(pool, seats=2)
+    transfer, secret = await _transfer(pool, booking, language)
+    async with mailer_of(stores, environ) as role:
+        assert await role.transfers.run_once() == 1
+        # Again: the delivery record says it went; nothing more is sent.
+        assert await role.transfers.run_once() == 0
+        assert await role.sweep.run_once() == 0
+    (message,) = state.messages()
+    assert message["To"] == "friend@example.test"
+    assert message["Content-Language"] == language
+    link = f"https://tickets.example/claim#{transfer.transfer_id}.{secret}"
+    text = message.get_body(preferencelist=("plain",))
+    html = message.get_body(preferencelist=("html",))
+    assert isinstance(text, EmailMessage) and isinstance(html, EmailMessage)
+    assert lead in text.get_content() and lead in html.get_content()
+    assert link in text.get_content() and f'href="{link}"' in html.get_content()
+    assert "Sơn Tùng M-TP &lt;Live&gt;" in html.get_content() and "A-1" in text.get_content()
+    # The ticket's own code is not in the offer: the friend's comes on claiming.
+    assert booking.codes[0] not in text.get_content() and booking.codes[0] not in html.get_content()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT state, message_id FROM mail_deliveries WHERE hold_id = %s AND kind = 'transfer'",
+            (transfer.transfer_id,),
+        )
+        assert await cur.fetchone() == ("SENT", message["Message-ID"])
+
+
+async def test_a_withdrawn_transfer_sends_nothing(
+    stores: Stores, pool: Pool, relay: tuple[int, RelayState], environ: dict[str, str]
+) -> None:
+    _, state = relay
+    booking = await make_booking(pool, seats=1)
+    transfer, _ = await _transfer(pool, booking, "en")
+    signer = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(Env({})).get, SystemClock())
+    await PgTransferStore(pool, codes=signer).cancel(
+        transfer_id=transfer.transfer_id, sender_id="fan-1", now=datetime.now(UTC)
+    )
+    async with mailer_of(stores, environ) as role:
+        assert await role.transfers.run_once() == 0
+    assert state.messages() == []
