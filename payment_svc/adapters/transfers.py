@@ -6,7 +6,8 @@ CLAIMED: the ticket is re-issued once), then the booking's advisory lock
 (the one the issuer takes to issue or void the booking's tickets, so that
 a cancellation handled at the same moment is seen or waits), then the
 ticket's row, then the claimer's own lock in the event, so that two claims
-by one fan never pass the ticket limit on one count.
+by one fan never pass the ticket limit on one count. A transaction cut by a
+lost connection before it committed runs once more (``db.repeated_when_lost``).
 
 The event's settings (its ``transfers`` switch, its start, its ticket
 limit) and the claimer's live holds and paid bookings not ticketed yet are
@@ -103,6 +104,7 @@ class PgTransferStore:
         self._pool = pool
         self._codes = codes
 
+    @db.repeated_when_lost
     async def create(
         self, *, ticket_id: str, sender_id: str, email: str, language: str, secret: str, now: datetime
     ) -> Transfer:
@@ -144,6 +146,7 @@ class PgTransferStore:
             assert inserted is not None
             return transfer_of(inserted)
 
+    @db.repeated_when_lost
     async def claim(self, *, transfer_id: str, secret: str, receiver_id: str, now: datetime) -> tuple[Transfer, Ticket]:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
@@ -243,6 +246,7 @@ class PgTransferStore:
             assert ticket is not None
             return transfer_of(claimed), ticket_of(ticket)
 
+    @db.repeated_when_lost
     async def cancel(self, *, transfer_id: str, sender_id: str, now: datetime) -> Transfer:
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
