@@ -75,6 +75,9 @@ export const api = {
     call('POST', `/v1/bookings/${enc(bookingId)}:cancel`, { body: { quotedRefund }, headers: { 'Idempotency-Key': key } }),
   tickets: (id, holdId) => call('GET', `/v1/events/${enc(id)}/tickets${holdId ? `?holdId=${enc(holdId)}` : ''}`),
   rotation: (ticketId) => call('GET', `/v1/tickets/${enc(ticketId)}/rotation`),
+  transfer: (ticketId, email) => call('POST', `/v1/tickets/${enc(ticketId)}:transfer`, { body: { email } }),
+  claimTransfer: (transferId, secret) => call('POST', `/v1/transfers/${enc(transferId)}:claim`, { body: { claimSecret: secret } }),
+  cancelTransfer: (transferId) => call('POST', `/v1/transfers/${enc(transferId)}:cancel`, { body: {} }),
   watchUrl: (id) => `/v1/events/${enc(id)}/queue/position:watch`,
 };
 

@@ -13,7 +13,7 @@ import { fromBase64, rotatingCode, rotationStep } from './codes.js';
 
 const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
 const $ = (id) => document.getElementById(id);
-const VIEWS = ['home', 'event', 'waiting', 'shop', 'hold', 'tickets'];
+const VIEWS = ['home', 'event', 'waiting', 'shop', 'hold', 'tickets', 'claim'];
 const CARDS = ['pm_card_ok', 'pm_card_declined', 'pm_card_fail', 'pm_card_timeout'];
 const BACK_TO_QUEUE = new Set(['TOKEN_EXPIRED', 'SESSION_ENDED', 'TOKEN_MISSING', 'TOKEN_INVALID', 'TOKEN_UNKNOWN_KEY']);
 const SIGNED_OUT = new Set(['NOT_SIGNED_IN', 'SESSION_INVALID']);
@@ -52,6 +52,7 @@ const state = {
   ticketsDown: false, // the ticket list could not be read (PaymentService down)
   cancelled: new Set(), // bookings cancelled here (their tickets are voided a moment later)
   notice: null,
+  claim: null, // the claim page, once open
 };
 
 const t = (key, params) => state.i18n.t(key, params);
@@ -100,7 +101,15 @@ function render() {
   for (const el of document.querySelectorAll('.event-name')) el.textContent = state.event ? state.event.displayName : '';
   $('sign-out').hidden = !state.me;
   $('who').textContent = state.me ? t('signedInAs', { name: state.me }) : '';
-  const renderers = { home: () => catalogue.render(), event: renderEvent, waiting: renderWaiting, shop: renderShop, hold: renderHold, tickets: renderTickets };
+  const renderers = {
+    home: () => catalogue.render(),
+    event: renderEvent,
+    waiting: renderWaiting,
+    shop: renderShop,
+    hold: renderHold,
+    tickets: renderTickets,
+    claim: () => state.claim?.draw(),
+  };
   if (renderers[state.view]) renderers[state.view]();
   if (state.view) {
     const heading = document.querySelector(`#view-${state.view} h1`);
@@ -789,6 +798,30 @@ async function ticketsWhenBack(held, retrySeconds) {
   }
 }
 
+// After a transfer is made or withdrawn: the list as it is now.
+async function reloadTickets() {
+  state.tickets = shownTickets((await api.tickets(state.eventId)).tickets || []);
+  renderTickets();
+}
+
+// The page a transfer's claim link opens.
+async function openClaim() {
+  const [{ startClaim }, me] = await Promise.all([import('./transfer.js'), api.session().then((r) => r.customerId, () => null)]);
+  state.me = me;
+  show('claim');
+  state.claim = startClaim({
+    $,
+    t,
+    errorText,
+    me: () => state.me,
+    devSignIn: config.devSignIn,
+    signIn: async (name) => {
+      state.me = (await api.signIn(name)).customerId;
+      render();
+    },
+  });
+}
+
 // A ticket's code as a QR code (error correction level M, the smallest
 // version that holds it) on `canvas`, with a quiet zone of four modules.
 function drawQr(canvas, qrcode, text, pixelsPerModule) {
@@ -859,7 +892,8 @@ function renderTickets() {
   cancellations.render(state.ticketsDown ? [] : state.tickets, state.event);
   const list = $('tickets');
   const shown = state.tickets;
-  Promise.all([import('./qrcode-generator.js'), Promise.all(shown.map(rotationOf))]).then(([{ qrcode }, rotations]) => {
+  const parts = [import('./qrcode-generator.js'), import('./transfer.js'), Promise.all(shown.map(rotationOf))];
+  Promise.all(parts).then(([{ qrcode }, { transferControls }, rotations]) => {
     if (shown !== state.tickets) return;
     list.replaceChildren(
       ...shown.map((tk, i) => {
@@ -886,7 +920,7 @@ function renderTickets() {
           drawQr(canvas, qrcode, tk.code, 6);
           note.textContent = t('staticNote');
         }
-        li.append(h, canvas, note, code);
+        li.append(h, canvas, note, code, transferControls(tk, { t, errorText, changed: reloadTickets }));
         return li;
       }),
     );
@@ -965,6 +999,11 @@ async function start() {
     window.location.reload();
   });
 
+  if (window.location.pathname === '/claim') {
+    await language;
+    await openClaim();
+    return;
+  }
   if (!match) {
     await language;
     show('home');

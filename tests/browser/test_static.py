@@ -150,7 +150,7 @@ def test_every_string_comes_from_each_catalog() -> None:
     used: set[str] = set()
     page = root.joinpath("index.html").read_text(encoding="utf-8")
     used |= set(re.findall(r'data-ta?="([^"]+)"', page))
-    for name in ("app.js", "seatmap.js", "waiting.js", "catalogue.js", "cancel.js"):
+    for name in ("app.js", "seatmap.js", "waiting.js", "catalogue.js", "cancel.js", "transfer.js"):
         source = root.joinpath(name).read_text(encoding="utf-8")
         used |= set(re.findall(r"\bt\('([A-Za-z0-9_.-]+)'", source))
     # Keys built at run time: each of their values.
