@@ -11,7 +11,8 @@ lost connection before it committed runs once more (``db.repeated_when_lost``).
 
 The event's settings (its ``transfers`` switch, its start, its ticket
 limit) and the claimer's live holds and paid bookings not ticketed yet are
-read from booking's tables in the claim's own transaction, read only.
+read from booking's tables in the claim's own transaction, read only; a
+ticket the door admitted already (check-in's table) is not passed on.
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ def _ended(transfer: Transfer) -> FailedPrecondition:
         reason="TRANSFER_CANCELLED",
         metadata={"transfer_id": transfer.transfer_id},
     )
+
+
+async def _not_checked_in(conn: psycopg.AsyncConnection[Any], ticket_id: str) -> None:
+    """TICKET_CHECKED_IN when the door admitted the ticket (check-in's table)."""
+    cur = await conn.execute("SELECT 1 FROM checkins WHERE ticket_id = %s", (ticket_id,))
+    if await cur.fetchone() is not None:
+        raise FailedPrecondition(
+            "this ticket was used at the door already", reason="TICKET_CHECKED_IN", metadata={"ticket_id": ticket_id}
+        )
 
 
 async def _check_event(conn: psycopg.AsyncConnection[Any], event_id: int, now: datetime) -> int:
@@ -121,6 +131,7 @@ class PgTransferStore:
             if row[2]:
                 raise FailedPrecondition("this ticket is void", reason="TICKET_VOID", metadata={"ticket_id": ticket_id})
             event_id = int(row[1])
+            await _not_checked_in(conn, ticket_id)
             await _check_event(conn, event_id, now)
             cur = await conn.execute(
                 "SELECT transfer_id::text FROM ticket_transfers WHERE ticket_id = %s AND state = 'PENDING'",
@@ -190,6 +201,7 @@ class PgTransferStore:
                 )
             if transferred or old.customer_id != transfer.sender_id:
                 raise _ended(transfer)
+            await _not_checked_in(conn, old.ticket_id)
             limit = await _check_event(conn, transfer.event_id, now)
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 8))", (f"{transfer.event_id}:{receiver_id}",)

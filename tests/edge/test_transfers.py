@@ -164,31 +164,34 @@ async def test_a_claimed_transfer_reissues_the_ticket_and_voids_the_old_code(sta
             assert await scan(given["code"]) is ScanResult.VOID
             assert await scan(new["code"]) is ScanResult.ADMITTED
             assert await scan(new["code"]) is ScanResult.ALREADY_CHECKED_IN
-            assert await scan(kept["code"]) is ScanResult.ADMITTED
 
+        # A ticket used at the door is not passed on.
+        used = await friend.post(f"/v1/tickets/{new['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
+        assert error_of(used) == (400, "FAILED_PRECONDITION", "TICKET_CHECKED_IN")
         # Only the current holder transfers: the old holder's id is gone for
-        # them (404), and the friend may pass it on again; the sender may
-        # not claim their own transfer, and another fan's ticket is a 404.
+        # them (404), as the friend's ticket is, and another fan's ticket is
+        # a 404 as well; the sender may not claim their own transfer.
         gone = await sender.post(f"/v1/tickets/{given['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(gone) == (404, "NOT_FOUND", "TICKET_NOT_FOUND")
         again = await sender.post(f"/v1/tickets/{new['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(again) == (404, "NOT_FOUND", "TICKET_NOT_FOUND")
-        onward = await _transfer(friend, new["ticketId"], "third@example.org")
-        own = await _claim(friend, onward["transferId"], await _secret(stores, onward["transferId"]))
-        assert error_of(own) == (400, "FAILED_PRECONDITION", "TRANSFER_TO_SELF")
         theirs = await other.post(f"/v1/tickets/{kept['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(theirs) == (404, "NOT_FOUND", "TICKET_NOT_FOUND")
+        onward = await _transfer(sender, kept["ticketId"], "third@example.org")
+        own = await _claim(sender, onward["transferId"], await _secret(stores, onward["transferId"]))
+        assert error_of(own) == (400, "FAILED_PRECONDITION", "TRANSFER_TO_SELF")
         # A second transfer of a ticket with one pending waits for its cancel.
-        twice = await friend.post(f"/v1/tickets/{new['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
+        twice = await sender.post(f"/v1/tickets/{kept['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(twice)[1:] == ("ALREADY_EXISTS", "TRANSFER_PENDING")
         # Another fan cannot cancel it; its sender can, and then the link claims nothing.
         refused = await other.post(f"/v1/transfers/{onward['transferId']}:cancel", json={})
         assert error_of(refused) == (404, "NOT_FOUND", "TRANSFER_NOT_FOUND")
         onward_secret = await _secret(stores, onward["transferId"])
-        cancelled = await friend.post(f"/v1/transfers/{onward['transferId']}:cancel", json={})
+        cancelled = await sender.post(f"/v1/transfers/{onward['transferId']}:cancel", json={})
         assert cancelled.status_code == 200 and cancelled.json()["transfer"]["state"] == "TRANSFER_STATE_CANCELLED"
         late = await _claim(other, onward["transferId"], onward_secret)
         assert error_of(late) == (400, "FAILED_PRECONDITION", "TRANSFER_CANCELLED")
+        assert [t["ticketId"] for t in await _tickets(sender, event_id)] == [kept["ticketId"]]
         assert [t["ticketId"] for t in await _tickets(friend, event_id)] == [new["ticketId"]]
 
 

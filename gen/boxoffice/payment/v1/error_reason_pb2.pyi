@@ -313,6 +313,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     nothing changes and the transfer stays pending. Metadata: `limit`,
     `tickets` (what the claimer has now), both decimal.
     """
+    ERROR_REASON_TICKET_CHECKED_IN: _ErrorReason.ValueType  # 141
+    """TransferTicket or ClaimTransfer of a ticket already admitted at the door
+    (FAILED_PRECONDITION): a ticket that was used is not passed on.
+    Metadata: `ticket_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason PaymentService can answer, as
@@ -618,5 +623,10 @@ received) and seats in their live holds, plus this ticket, would pass
 the event's ticket limit (max_tickets_per_customer) (FAILED_PRECONDITION);
 nothing changes and the transfer stays pending. Metadata: `limit`,
 `tickets` (what the claimer has now), both decimal.
+"""
+ERROR_REASON_TICKET_CHECKED_IN: ErrorReason.ValueType  # 141
+"""TransferTicket or ClaimTransfer of a ticket already admitted at the door
+(FAILED_PRECONDITION): a ticket that was used is not passed on.
+Metadata: `ticket_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

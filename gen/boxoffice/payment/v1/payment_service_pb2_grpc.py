@@ -193,7 +193,8 @@ class PaymentServiceServicer:
         mailer sends the friend a claim link (in the sender's language). Only
         the ticket's current holder transfers it: another fan's ticket, or one
         they transferred away, answers NOT_FOUND TICKET_NOT_FOUND as one that
-        does not exist. A void ticket is TICKET_VOID; an event whose transfers
+        does not exist. A void ticket is TICKET_VOID, one admitted at the door
+        already TICKET_CHECKED_IN; an event whose transfers
         are switched off, or that has started, TRANSFERS_NOT_ALLOWED; a ticket
         with a pending transfer already, TRANSFER_PENDING (cancel it first).
         Through the edge only (the fan is the edge's assertion).
