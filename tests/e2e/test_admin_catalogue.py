@@ -71,6 +71,10 @@ def test_the_examples_become_the_requests() -> None:
     assert concert.description == "New Year's Eve live"
     hidden = parse_event_file("c.yaml", CONCERT.replace("time_zone:", "published: false, time_zone:")).event
     assert hidden.HasField("published") and not hidden.published
+    # Ticket transfers: allowed unless the file says otherwise.
+    assert not concert.HasField("transfers")
+    closed = parse_event_file("c.yaml", CONCERT.replace("time_zone:", "transfers: false, time_zone:")).event
+    assert closed.HasField("transfers") and not closed.transfers
 
 
 @pytest.mark.parametrize(
