@@ -49,6 +49,12 @@ def environ(stores: Stores, relay: tuple[int, RelayState], tmp_path: Path) -> di
     }
 
 
+def _text(message: EmailMessage) -> str:
+    body = message.get_body(preferencelist=("plain",))
+    assert isinstance(body, EmailMessage)
+    return str(body.get_content())
+
+
 async def _transfer(pool: Pool, booking: Booking, language: str) -> tuple[Transfer, str]:
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -84,11 +90,12 @@ async def test_a_transfer_sends_the_friend_one_claim_link(
     booking = await make_booking(pool, seats=2)
     transfer, secret = await _transfer(pool, booking, language)
     async with mailer_of(stores, environ) as role:
-        assert await role.transfers.run_once() == 1
-        # Again: the delivery record says it went; nothing more is sent.
+        # (Other tests' transfers in the shared database may go out too.)
+        assert await role.transfers.run_once() >= 1
+        # Again: the delivery records say they went; nothing more is sent.
         assert await role.transfers.run_once() == 0
-        assert await role.sweep.run_once() == 0
-    (message,) = state.messages()
+    mine = [m for m in state.messages() if transfer.transfer_id in _text(m)]
+    (message,) = mine
     assert message["To"] == "friend@example.test"
     assert message["Content-Language"] == language
     link = f"https://tickets.example/claim#{transfer.transfer_id}.{secret}"
@@ -119,5 +126,5 @@ async def test_a_withdrawn_transfer_sends_nothing(
         transfer_id=transfer.transfer_id, sender_id="fan-1", now=datetime.now(UTC)
     )
     async with mailer_of(stores, environ) as role:
-        assert await role.transfers.run_once() == 0
-    assert state.messages() == []
+        await role.transfers.run_once()
+    assert not [m for m in state.messages() if transfer.transfer_id in _text(m)]
