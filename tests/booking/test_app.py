@@ -100,7 +100,8 @@ async def test_seat_gauges_follow_the_soonest_sections_of_events_not_yet_started
         # clock stands still): the soonest sections are the lowest ids.
         starts = events[0].starts_at.ToDatetime(tzinfo=UTC)
         assert all(e.starts_at == events[0].starts_at for e in events)
-        ours = sorted((str(e.event_id), section) for e in events for section in ("G", "H"))
+        # In the gauges' order: event ids as numbers, then sections.
+        ours = [(str(e), s) for e, s in sorted((e.event_id, s) for e in events for s in ("G", "H"))]
         metrics = BookingMetrics.create(CollectorRegistry())
         store = app.build_store(booking.rt.pool(), BookingConfig.from_env(booking.rt.env))
         # The gauges' clock a moment before the events start: sections of
