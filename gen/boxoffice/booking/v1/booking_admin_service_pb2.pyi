@@ -672,6 +672,10 @@ class GetEventStatsResponse(_message.Message):
     SOLD_FIELD_NUMBER: _builtins.int
     HELD_FIELD_NUMBER: _builtins.int
     AVAILABLE_FIELD_NUMBER: _builtins.int
+    WAITLIST_WAITING_FIELD_NUMBER: _builtins.int
+    WAITLIST_OFFERED_FIELD_NUMBER: _builtins.int
+    WAITLIST_TAKEN_FIELD_NUMBER: _builtins.int
+    WAITLIST_LAPSED_FIELD_NUMBER: _builtins.int
     capacity: _builtins.int
     """Seats for sale over all sections (capacity, without overbooking)."""
     sold: _builtins.int
@@ -680,6 +684,14 @@ class GetEventStatsResponse(_message.Message):
     """Seats held over all sections."""
     available: _builtins.int
     """Seats still available over all sections, overbooking included."""
+    waitlist_waiting: _builtins.int
+    """Fans on the event's waiting list waiting for seats."""
+    waitlist_offered: _builtins.int
+    """Waiting-list offers open now (seats held for a fan on the list)."""
+    waitlist_taken: _builtins.int
+    """Waiting-list offers bought."""
+    waitlist_lapsed: _builtins.int
+    """Waiting-list offers that lapsed untaken or were declined."""
     @_builtins.property
     def event(self) -> Global___ManagedEvent:
         """The stored event with live counters per section."""
@@ -692,10 +704,14 @@ class GetEventStatsResponse(_message.Message):
         sold: _builtins.int = ...,
         held: _builtins.int = ...,
         available: _builtins.int = ...,
+        waitlist_waiting: _builtins.int = ...,
+        waitlist_offered: _builtins.int = ...,
+        waitlist_taken: _builtins.int = ...,
+        waitlist_lapsed: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "capacity", b"capacity", "event", b"event", "held", b"held", "sold", b"sold"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "capacity", b"capacity", "event", b"event", "held", b"held", "sold", b"sold", "waitlist_lapsed", b"waitlist_lapsed", "waitlist_offered", b"waitlist_offered", "waitlist_taken", b"waitlist_taken", "waitlist_waiting", b"waitlist_waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -137,6 +137,42 @@ EVENT_AVAILABILITY_NOT_YET_ON_SALE: EventAvailability.ValueType  # 4
 """The waiting room has not opened yet, or no seat is loaded yet."""
 Global___EventAvailability: _TypeAlias = EventAvailability  # noqa: Y015
 
+class _WaitlistState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WaitlistStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WaitlistState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WAITLIST_STATE_UNSPECIFIED: _WaitlistState.ValueType  # 0
+    """Unknown; never sent by the server."""
+    WAITLIST_STATE_WAITING: _WaitlistState.ValueType  # 1
+    """Waiting for seats to come back."""
+    WAITLIST_STATE_OFFERED: _WaitlistState.ValueType  # 2
+    """Seats are held for the fan (the offer) until the offer lapses."""
+    WAITLIST_STATE_TAKEN: _WaitlistState.ValueType  # 3
+    """The fan bought the offered seats."""
+    WAITLIST_STATE_LEFT: _WaitlistState.ValueType  # 4
+    """The fan left the list (or declined an offer)."""
+    WAITLIST_STATE_LAPSED: _WaitlistState.ValueType  # 5
+    """The offer lapsed untaken; its seats went to the next fan."""
+
+class WaitlistState(_WaitlistState, metaclass=_WaitlistStateEnumTypeWrapper):
+    """WaitlistState is the life cycle of a fan's place on a waiting list."""
+
+WAITLIST_STATE_UNSPECIFIED: WaitlistState.ValueType  # 0
+"""Unknown; never sent by the server."""
+WAITLIST_STATE_WAITING: WaitlistState.ValueType  # 1
+"""Waiting for seats to come back."""
+WAITLIST_STATE_OFFERED: WaitlistState.ValueType  # 2
+"""Seats are held for the fan (the offer) until the offer lapses."""
+WAITLIST_STATE_TAKEN: WaitlistState.ValueType  # 3
+"""The fan bought the offered seats."""
+WAITLIST_STATE_LEFT: WaitlistState.ValueType  # 4
+"""The fan left the list (or declined an offer)."""
+WAITLIST_STATE_LAPSED: WaitlistState.ValueType  # 5
+"""The offer lapsed untaken; its seats went to the next fan."""
+Global___WaitlistState: _TypeAlias = WaitlistState  # noqa: Y015
+
 @_typing.final
 class Money(_message.Message):
     """Money is an amount in the minor unit of a currency (cents)."""
@@ -1751,3 +1787,226 @@ class GetCancellationQuoteResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetCancellationQuoteResponse: _TypeAlias = GetCancellationQuoteResponse  # noqa: Y015
+
+@_typing.final
+class WaitlistEntry(_message.Message):
+    """WaitlistEntry is a fan's place on an event's waiting list.
+
+    The order and the fitting rule: entries are served in the order they
+    joined. When seats are free in a section, the first WAITING entry that
+    wants that section (or any section) is offered them if they are enough
+    for its quantity; if they are not, that section waits for more seats for
+    that fan and no entry behind it is offered that section's seats. An entry
+    whose section has nothing free does not hold up entries for other
+    sections. A fan who may not buy more (the event's ticket limit) is passed
+    over until they may.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    SECTION_ID_FIELD_NUMBER: _builtins.int
+    QUANTITY_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    AHEAD_FIELD_NUMBER: _builtins.int
+    JOIN_TIME_FIELD_NUMBER: _builtins.int
+    OFFER_FIELD_NUMBER: _builtins.int
+    ACCESS_TOKEN_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event."""
+    section_id: _builtins.str
+    """The section wished for; empty for any section."""
+    quantity: _builtins.int
+    """Seats wished for."""
+    state: Global___WaitlistState.ValueType
+    """Where the entry is in its life cycle."""
+    ahead: _builtins.int
+    """While WAITING: entries before this one that are still waiting or
+    offered seats and could take seats it wants (the same section, or any).
+    """
+    access_token: _builtins.str
+    """While OFFERED: an access token for the event in the fan's name, valid
+    until the offer lapses, for GetHold and payment as an admitted fan's.
+    """
+    @_builtins.property
+    def join_time(self) -> _timestamp_pb2.Timestamp:
+        """When the fan joined (a new join after leaving goes to the back)."""
+
+    @_builtins.property
+    def offer(self) -> Global___Hold:
+        """Once OFFERED (and after): the offer, a hold of the seats in the fan's
+        name that lapses at its expires_at (the offer's end); paying for it is
+        paying for any hold.
+        """
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        section_id: _builtins.str = ...,
+        quantity: _builtins.int = ...,
+        state: Global___WaitlistState.ValueType = ...,
+        ahead: _builtins.int = ...,
+        join_time: _timestamp_pb2.Timestamp | None = ...,
+        offer: Global___Hold | None = ...,
+        access_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["join_time", b"join_time", "offer", b"offer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_token", b"access_token", "ahead", b"ahead", "event_id", b"event_id", "join_time", b"join_time", "offer", b"offer", "quantity", b"quantity", "section_id", b"section_id", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitlistEntry: _TypeAlias = WaitlistEntry  # noqa: Y015
+
+@_typing.final
+class JoinWaitlistRequest(_message.Message):
+    """JoinWaitlistRequest joins an event's waiting list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    SECTION_ID_FIELD_NUMBER: _builtins.int
+    QUANTITY_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    section_id: _builtins.str
+    """The section wished for (1 to 32 letters, digits, '-' or '_'); empty for
+    any section.
+    """
+    quantity: _builtins.int
+    """Seats wished for: 1 to the event's per-customer limit."""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        section_id: _builtins.str = ...,
+        quantity: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id", "quantity", b"quantity", "section_id", b"section_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JoinWaitlistRequest: _TypeAlias = JoinWaitlistRequest  # noqa: Y015
+
+@_typing.final
+class JoinWaitlistResponse(_message.Message):
+    """JoinWaitlistResponse is the fan's entry."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_FIELD_NUMBER: _builtins.int
+    NEWLY_JOINED_FIELD_NUMBER: _builtins.int
+    newly_joined: _builtins.bool
+    """Whether this call put the fan on the list (false when they were on it)."""
+    @_builtins.property
+    def entry(self) -> Global___WaitlistEntry:
+        """The entry."""
+
+    def __init__(
+        self,
+        *,
+        entry: Global___WaitlistEntry | None = ...,
+        newly_joined: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "newly_joined", b"newly_joined"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JoinWaitlistResponse: _TypeAlias = JoinWaitlistResponse  # noqa: Y015
+
+@_typing.final
+class GetWaitlistEntryRequest(_message.Message):
+    """GetWaitlistEntryRequest asks for the asserted fan's entry."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWaitlistEntryRequest: _TypeAlias = GetWaitlistEntryRequest  # noqa: Y015
+
+@_typing.final
+class GetWaitlistEntryResponse(_message.Message):
+    """GetWaitlistEntryResponse is the fan's entry."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entry(self) -> Global___WaitlistEntry:
+        """The entry."""
+
+    def __init__(
+        self,
+        *,
+        entry: Global___WaitlistEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWaitlistEntryResponse: _TypeAlias = GetWaitlistEntryResponse  # noqa: Y015
+
+@_typing.final
+class LeaveWaitlistRequest(_message.Message):
+    """LeaveWaitlistRequest leaves an event's waiting list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    """The event; positive."""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_id", b"event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaveWaitlistRequest: _TypeAlias = LeaveWaitlistRequest  # noqa: Y015
+
+@_typing.final
+class LeaveWaitlistResponse(_message.Message):
+    """LeaveWaitlistResponse is the entry as left."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entry(self) -> Global___WaitlistEntry:
+        """The entry (LEFT; or TAKEN when the offer was already bought)."""
+
+    def __init__(
+        self,
+        *,
+        entry: Global___WaitlistEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaveWaitlistResponse: _TypeAlias = LeaveWaitlistResponse  # noqa: Y015

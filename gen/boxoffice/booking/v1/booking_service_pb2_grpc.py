@@ -102,6 +102,21 @@ class BookingServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.FromString,
                 _registered_method=True)
+        self.JoinWaitlist = channel.unary_unary(
+                '/boxoffice.booking.v1.BookingService/JoinWaitlist',
+                request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistResponse.FromString,
+                _registered_method=True)
+        self.GetWaitlistEntry = channel.unary_unary(
+                '/boxoffice.booking.v1.BookingService/GetWaitlistEntry',
+                request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetWaitlistEntryRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetWaitlistEntryResponse.FromString,
+                _registered_method=True)
+        self.LeaveWaitlist = channel.unary_unary(
+                '/boxoffice.booking.v1.BookingService/LeaveWaitlist',
+                request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LeaveWaitlistRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LeaveWaitlistResponse.FromString,
+                _registered_method=True)
 
 
 class BookingServiceServicer:
@@ -268,6 +283,46 @@ class BookingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinWaitlist(self, request, context):
+        """JoinWaitlist puts the asserted fan on the waiting list of a sold-out
+        event, for one section or any (section_id empty), for 1 to the event's
+        per-customer limit of seats. Seats that return later (a cancellation, a
+        hold that lapsed, a refund) are offered in the list's order: the first
+        fan still waiting whose wish the free seats of their section fit gets an
+        offer, a hold of those seats for the event's offer time; a fan behind
+        them never gets seats of a section that an earlier fan waits for (see
+        WaitlistEntry). While fans wait for a section, no other hold takes its
+        seats (SOLD_OUT). Joining again answers the entry as it is (an updated
+        wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
+        WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
+        event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
+        1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
+        EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWaitlistEntry(self, request, context):
+        """GetWaitlistEntry answers the asserted fan's entry on an event's waiting
+        list: their place, and once OFFERED the offer (a hold of their seats
+        until it lapses) with an access token for the event valid as long.
+        NOT_FOUND WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveWaitlist(self, request, context):
+        """LeaveWaitlist takes the asserted fan off an event's waiting list; an
+        open offer is declined (its hold released, its seats offered to the next
+        fan). Leaving twice answers the entry as it is. NOT_FOUND
+        WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -335,6 +390,21 @@ def add_BookingServiceServicer_to_server(servicer, server):
                     servicer.GetCancellationQuote,
                     request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.SerializeToString,
+            ),
+            'JoinWaitlist': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinWaitlist,
+                    request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistResponse.SerializeToString,
+            ),
+            'GetWaitlistEntry': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWaitlistEntry,
+                    request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetWaitlistEntryRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetWaitlistEntryResponse.SerializeToString,
+            ),
+            'LeaveWaitlist': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveWaitlist,
+                    request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LeaveWaitlistRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LeaveWaitlistResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -691,6 +761,87 @@ class BookingService:
             '/boxoffice.booking.v1.BookingService/GetCancellationQuote',
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.SerializeToString,
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinWaitlist(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.booking.v1.BookingService/JoinWaitlist',
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistRequest.SerializeToString,
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWaitlistEntry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.booking.v1.BookingService/GetWaitlistEntry',
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetWaitlistEntryRequest.SerializeToString,
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetWaitlistEntryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveWaitlist(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.booking.v1.BookingService/LeaveWaitlist',
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LeaveWaitlistRequest.SerializeToString,
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.LeaveWaitlistResponse.FromString,
             options,
             channel_credentials,
             insecure,

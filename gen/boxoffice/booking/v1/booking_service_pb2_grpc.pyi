@@ -150,6 +150,34 @@ class BookingServiceStub:
     another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
     an operator's, any. A booking's id is its hold's id.
     """
+    JoinWaitlist: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.JoinWaitlistRequest, _booking_service_pb2.JoinWaitlistResponse]
+    """JoinWaitlist puts the asserted fan on the waiting list of a sold-out
+    event, for one section or any (section_id empty), for 1 to the event's
+    per-customer limit of seats. Seats that return later (a cancellation, a
+    hold that lapsed, a refund) are offered in the list's order: the first
+    fan still waiting whose wish the free seats of their section fit gets an
+    offer, a hold of those seats for the event's offer time; a fan behind
+    them never gets seats of a section that an earlier fan waits for (see
+    WaitlistEntry). While fans wait for a section, no other hold takes its
+    seats (SOLD_OUT). Joining again answers the entry as it is (an updated
+    wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
+    WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
+    event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
+    1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
+    EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+    """
+    GetWaitlistEntry: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetWaitlistEntryRequest, _booking_service_pb2.GetWaitlistEntryResponse]
+    """GetWaitlistEntry answers the asserted fan's entry on an event's waiting
+    list: their place, and once OFFERED the offer (a hold of their seats
+    until it lapses) with an access token for the event valid as long.
+    NOT_FOUND WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
+    """
+    LeaveWaitlist: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.LeaveWaitlistRequest, _booking_service_pb2.LeaveWaitlistResponse]
+    """LeaveWaitlist takes the asserted fan off an event's waiting list; an
+    open offer is declined (its hold released, its seats offered to the next
+    fan). Leaving twice answers the entry as it is. NOT_FOUND
+    WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
+    """
 
 @_typing.type_check_only
 class BookingServiceAsyncStub(BookingServiceStub):
@@ -266,6 +294,34 @@ class BookingServiceAsyncStub(BookingServiceStub):
     confirmed one). Through the edge, only the asserted fan's own booking:
     another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
     an operator's, any. A booking's id is its hold's id.
+    """
+    JoinWaitlist: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.JoinWaitlistRequest, _booking_service_pb2.JoinWaitlistResponse]  # type: ignore[assignment]
+    """JoinWaitlist puts the asserted fan on the waiting list of a sold-out
+    event, for one section or any (section_id empty), for 1 to the event's
+    per-customer limit of seats. Seats that return later (a cancellation, a
+    hold that lapsed, a refund) are offered in the list's order: the first
+    fan still waiting whose wish the free seats of their section fit gets an
+    offer, a hold of those seats for the event's offer time; a fan behind
+    them never gets seats of a section that an earlier fan waits for (see
+    WaitlistEntry). While fans wait for a section, no other hold takes its
+    seats (SOLD_OUT). Joining again answers the entry as it is (an updated
+    wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
+    WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
+    event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
+    1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
+    EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+    """
+    GetWaitlistEntry: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetWaitlistEntryRequest, _booking_service_pb2.GetWaitlistEntryResponse]  # type: ignore[assignment]
+    """GetWaitlistEntry answers the asserted fan's entry on an event's waiting
+    list: their place, and once OFFERED the offer (a hold of their seats
+    until it lapses) with an access token for the event valid as long.
+    NOT_FOUND WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
+    """
+    LeaveWaitlist: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.LeaveWaitlistRequest, _booking_service_pb2.LeaveWaitlistResponse]  # type: ignore[assignment]
+    """LeaveWaitlist takes the asserted fan off an event's waiting list; an
+    open offer is declined (its hold released, its seats offered to the next
+    fan). Leaving twice answers the entry as it is. NOT_FOUND
+    WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
     """
 
 class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -456,6 +512,52 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         confirmed one). Through the edge, only the asserted fan's own booking:
         another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
         an operator's, any. A booking's id is its hold's id.
+        """
+
+    @_abc_1.abstractmethod
+    def JoinWaitlist(
+        self,
+        request: _booking_service_pb2.JoinWaitlistRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_booking_service_pb2.JoinWaitlistResponse, _abc.Awaitable[_booking_service_pb2.JoinWaitlistResponse]]:
+        """JoinWaitlist puts the asserted fan on the waiting list of a sold-out
+        event, for one section or any (section_id empty), for 1 to the event's
+        per-customer limit of seats. Seats that return later (a cancellation, a
+        hold that lapsed, a refund) are offered in the list's order: the first
+        fan still waiting whose wish the free seats of their section fit gets an
+        offer, a hold of those seats for the event's offer time; a fan behind
+        them never gets seats of a section that an earlier fan waits for (see
+        WaitlistEntry). While fans wait for a section, no other hold takes its
+        seats (SOLD_OUT). Joining again answers the entry as it is (an updated
+        wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
+        WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
+        event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
+        1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
+        EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+        """
+
+    @_abc_1.abstractmethod
+    def GetWaitlistEntry(
+        self,
+        request: _booking_service_pb2.GetWaitlistEntryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_booking_service_pb2.GetWaitlistEntryResponse, _abc.Awaitable[_booking_service_pb2.GetWaitlistEntryResponse]]:
+        """GetWaitlistEntry answers the asserted fan's entry on an event's waiting
+        list: their place, and once OFFERED the offer (a hold of their seats
+        until it lapses) with an access token for the event valid as long.
+        NOT_FOUND WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
+        """
+
+    @_abc_1.abstractmethod
+    def LeaveWaitlist(
+        self,
+        request: _booking_service_pb2.LeaveWaitlistRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_booking_service_pb2.LeaveWaitlistResponse, _abc.Awaitable[_booking_service_pb2.LeaveWaitlistResponse]]:
+        """LeaveWaitlist takes the asserted fan off an event's waiting list; an
+        open offer is declined (its hold released, its seats offered to the next
+        fan). Leaving twice answers the entry as it is. NOT_FOUND
+        WAITLIST_ENTRY_NOT_FOUND when the fan never joined.
         """
 
 def add_BookingServiceServicer_to_server(servicer: BookingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -254,6 +254,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     reason when the window has closed. Metadata: `hold_id`, `until` (the
     window's end, RFC 3339).
     """
+    ERROR_REASON_WAITLIST_SEATS_AVAILABLE: _ErrorReason.ValueType  # 140
+    """JoinWaitlist while the section (or, for any section, the event) has
+    seats for sale: the fan can hold them through the queue instead
+    (FAILED_PRECONDITION). Metadata: `available` (seats free, decimal).
+    """
+    ERROR_REASON_WAITLIST_ENTRY_NOT_FOUND: _ErrorReason.ValueType  # 141
+    """GetWaitlistEntry or LeaveWaitlist for a fan not on the event's waiting
+    list (NOT_FOUND).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason BookingService can answer, as
@@ -500,5 +509,14 @@ was quoted: nothing is cancelled or refunded (FAILED_PRECONDITION); a new
 quote says what cancelling grants now. Also GetCancellationQuote's
 reason when the window has closed. Metadata: `hold_id`, `until` (the
 window's end, RFC 3339).
+"""
+ERROR_REASON_WAITLIST_SEATS_AVAILABLE: ErrorReason.ValueType  # 140
+"""JoinWaitlist while the section (or, for any section, the event) has
+seats for sale: the fan can hold them through the queue instead
+(FAILED_PRECONDITION). Metadata: `available` (seats free, decimal).
+"""
+ERROR_REASON_WAITLIST_ENTRY_NOT_FOUND: ErrorReason.ValueType  # 141
+"""GetWaitlistEntry or LeaveWaitlist for a fan not on the event's waiting
+list (NOT_FOUND).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
