@@ -17,6 +17,7 @@ from booking_svc.model import (
     DEFAULT_MAX_SEATS_PER_CUSTOMER,
     MAX_SEATS_PER_HOLD,
     MAX_TICKETS_PER_CUSTOMER,
+    CheckInRules,
     Event,
     EventKind,
     EventSpec,
@@ -161,6 +162,10 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
         max_tickets_per_customer=max_tickets,
         listing=listing,
         transfers=request.transfers if request.HasField("transfers") else True,
+        checkin=CheckInRules(
+            static_codes=request.checkin.static_codes if request.checkin.HasField("static_codes") else None,
+            reentry=request.checkin.reentry,
+        ),
     )
 
 
@@ -244,6 +249,9 @@ def event_pb(event: Event) -> pb.Event:
         refund_policy=policy,
         sections=[section_pb(s) for s in event.sections],
         transfers=event.transfers,
+        checkin=pb.CheckInSettings(
+            static_codes=event.checkin.static_codes_in_force(event.kind), reentry=event.checkin.reentry
+        ),
         **listing_fields(event.listing),
     )
 

@@ -133,6 +133,22 @@ class CatalogueEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckInRules:
+    """An event's rules at the door (``events.checkin_static_codes``,
+    ``events.checkin_reentry``), which the check-in service applies."""
+
+    # Whether a static (non-rotating) code admits; None: the kind's default.
+    static_codes: bool | None = None
+    # Whether a ticket that left may come back in.
+    reentry: bool = False
+
+    def static_codes_in_force(self, kind: EventKind) -> bool:
+        """Static codes as set, else the kind's default: a flight's
+        boarding pass is printed, a concert takes rotating codes only."""
+        return kind is EventKind.FLIGHT if self.static_codes is None else self.static_codes
+
+
+@dataclass(frozen=True, slots=True)
 class EventSpec:
     event_id: int
     display_name: str
@@ -148,6 +164,8 @@ class EventSpec:
     listing: Listing = Listing()
     # Whether fans may transfer their tickets until the event starts.
     transfers: bool = True
+    # The door's rules.
+    checkin: CheckInRules = CheckInRules()
 
     @property
     def ticket_limit(self) -> int:
@@ -185,6 +203,8 @@ class Event:
     listing: Listing = Listing()
     # Whether fans may transfer their tickets until the event starts.
     transfers: bool = True
+    # The door's rules.
+    checkin: CheckInRules = CheckInRules()
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,6 +137,7 @@ async def _event_create(clients: _Clients, path: str, out: TextIO) -> None:
         f"creating event {event_id}", clients.booking_admin().CreateEvent(spec.event, timeout=clients.timeout)
     )
     out.write(f"event {event_id} created: {created.event.display_name!r}, {len(created.event.sections)} sections\n")
+    out.write(f"  at the door: {door_line(created.event.checkin)}\n")
     if spec.waiting_room is not None:
         room = await _call(
             f"event {event_id} was created, but creating its waiting room",
@@ -165,6 +166,13 @@ async def _inventory_load(
     out.write(f"event {event_id}: {done:,} seats loaded in {len(rows):,} rows\n")
 
 
+def door_line(checkin: bpb.ManagedCheckInSettings) -> str:
+    """An event's door rules as the operator reads them."""
+    codes = "static codes admit" if checkin.static_codes else "only rotating codes admit"
+    again = "re-entry allowed" if checkin.reentry else "no re-entry"
+    return f"{codes}, {again}"
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
     lines = [
@@ -183,8 +191,9 @@ async def _stats(clients: _Clients, event_id: int, out: TextIO) -> None:
     out.write(f"event {event_id}: {event.event.display_name}\n")
     out.write(
         f"per customer: {event.event.max_seats_per_customer:,} seats held at once, "
-        f"{event.event.max_tickets_per_customer:,} tickets bought and held in all\n\n"
+        f"{event.event.max_tickets_per_customer:,} tickets bought and held in all\n"
     )
+    out.write(f"at the door: {door_line(event.event.checkin)}\n\n")
     rows = [
         [
             s.section_id,

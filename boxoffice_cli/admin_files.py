@@ -158,6 +158,7 @@ _EVENT_FIELDS = {
     "description": False,
     "published": False,
     "transfers": False,
+    "checkin": False,
     "venue": False,
     "flight": False,
 }
@@ -169,6 +170,7 @@ _COUNTRY = re.compile(r"^[A-Z]{2}$")
 _SECTION_FIELDS = {"id": True, "name": False, "kind": True, "capacity": False, "overbook": False, "price": True}
 _PRICE_FIELDS = {"currency": True, "amount_minor": True}
 _REFUND_FIELDS = {"percent": True, "until": False}
+_CHECKIN_FIELDS = {"static_codes": False, "reentry": False}
 _ROOM_FIELDS = {
     "opens_at": True,
     "pre_queue_window_seconds": False,
@@ -242,6 +244,11 @@ tickets one customer may have in the event, bought and held together, whatever t
 orders and sessions. transfers (default true) lets fans transfer a ticket to a friend
 until the event starts; false forbids it. Seated sections get their seats from `boxoffice admin inventory load`.
 
+The door: checkin: {static_codes: true, reentry: true}. static_codes lets a static code
+(printed or e-mailed, no rotation) admit; left out, the kind's default: true for a flight
+(a boarding pass is printed), false for a concert (only the fan's rotating code admits).
+reentry (default false) lets a ticket that was scanned out come back in.
+
 The waiting room: presence_grace_seconds (60-86400, default 300) is how long a waiting
 fan may go unseen before they drop out of the queue (they may join again, at the back);
 safety_net (default false) admits a joining fan at once while nobody waits and a slot is
@@ -291,6 +298,11 @@ def parse_event_file(path: str, text: str) -> EventFile:
             doc.instant(refund.get("until"), "event.refund.until", request.refund_policy.refundable_until)
         if "transfers" in fields:
             request.transfers = doc.flag(fields["transfers"], "event.transfers")
+        if "checkin" in fields:
+            checkin = doc.mapping(fields["checkin"], "event.checkin", _CHECKIN_FIELDS)
+            if "static_codes" in checkin:
+                request.checkin.static_codes = doc.flag(checkin["static_codes"], "event.checkin.static_codes")
+            request.checkin.reentry = doc.flag(checkin.get("reentry"), "event.checkin.reentry")
         _listing(doc, fields, request)
     notes: list[str] = []
     if "sections" in top:

@@ -15,6 +15,7 @@ from psycopg.rows import TupleRow
 from booking_svc.adapters.postgres.base import PgBase
 from booking_svc.adapters.postgres.listing import LISTING_COLUMNS, listing_of, listing_row
 from booking_svc.model import (
+    CheckInRules,
     Event,
     EventKind,
     EventSpec,
@@ -42,8 +43,10 @@ class PgEvents(PgBase):
                 f"""
                 INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds,
                                     max_seats_per_customer, max_tickets_per_customer, refundable_until,
-                                    refund_percent, transfers, {LISTING_COLUMNS})
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                    refund_percent, transfers, checkin_static_codes, checkin_reentry,
+                                    {LISTING_COLUMNS})
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                        %s, %s)
                 ON CONFLICT (event_id) DO NOTHING
                 RETURNING event_id
                 """,
@@ -58,6 +61,8 @@ class PgEvents(PgBase):
                     spec.refund_policy.refundable_until,
                     spec.refund_policy.refund_percent,
                     spec.transfers,
+                    spec.checkin.static_codes,
+                    spec.checkin.reentry,
                     *listing_row(spec.listing),
                 ),
             )
@@ -117,7 +122,8 @@ class PgEvents(PgBase):
             f"""
             SELECT display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
                    refundable_until, refund_percent,
-                   COALESCE(max_tickets_per_customer, max_seats_per_customer), transfers, {LISTING_COLUMNS}
+                   COALESCE(max_tickets_per_customer, max_seats_per_customer), transfers,
+                   checkin_static_codes, checkin_reentry, {LISTING_COLUMNS}
               FROM events WHERE event_id = %s
             """,
             (event_id,),
@@ -161,7 +167,8 @@ class PgEvents(PgBase):
             refund_policy=RefundPolicy(row[5], row[6]),
             sections=sections,
             transfers=row[8],
-            listing=listing_of(row[9:]),
+            checkin=CheckInRules(static_codes=row[9], reentry=row[10]),
+            listing=listing_of(row[11:]),
         )
 
     async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int:

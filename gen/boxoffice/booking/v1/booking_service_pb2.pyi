@@ -301,6 +301,7 @@ class Event(_message.Message):
     FLIGHT_FIELD_NUMBER: _builtins.int
     SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     TRANSFERS_FIELD_NUMBER: _builtins.int
+    CHECKIN_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive."""
     display_name: _builtins.str
@@ -356,6 +357,12 @@ class Event(_message.Message):
         sale from its creation.
         """
 
+    @_builtins.property
+    def checkin(self) -> Global___CheckInSettings:
+        """The door's rules: which codes admit and whether a ticket comes back
+        in; static_codes is always set here (the rule in force).
+        """
+
     def __init__(
         self,
         *,
@@ -375,14 +382,50 @@ class Event(_message.Message):
         flight: Global___Flight | None = ...,
         sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
         transfers: _builtins.bool = ...,
+        checkin: Global___CheckInSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkin", b"checkin", "flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkin", b"checkin", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class CheckInSettings(_message.Message):
+    """CheckInSettings is an event's rules at the door, which the check-in
+    service applies.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATIC_CODES_FIELD_NUMBER: _builtins.int
+    REENTRY_FIELD_NUMBER: _builtins.int
+    static_codes: _builtins.bool
+    """Whether a static code (printed or e-mailed: no rotation) admits; a
+    rotating code always does. Unset in a request takes the kind's default:
+    true for a flight (a boarding pass is printed), false for a concert.
+    """
+    reentry: _builtins.bool
+    """Whether a ticket that left (an exit scan) may come back in; default
+    false.
+    """
+    def __init__(
+        self,
+        *,
+        static_codes: _builtins.bool | None = ...,
+        reentry: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_static_codes", b"_static_codes", "static_codes", b"static_codes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_static_codes", b"_static_codes", "reentry", b"reentry", "static_codes", b"static_codes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__static_codes: _TypeAlias = _typing.Literal["static_codes"]  # noqa: Y015
+    _WhichOneofArgType__static_codes: _TypeAlias = _typing.Literal["_static_codes", b"_static_codes"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__static_codes) -> _WhichOneofReturnType__static_codes | None: ...
+
+Global___CheckInSettings: _TypeAlias = CheckInSettings  # noqa: Y015
 
 @_typing.final
 class Venue(_message.Message):
@@ -642,6 +685,7 @@ class CreateEventRequest(_message.Message):
     FLIGHT_FIELD_NUMBER: _builtins.int
     SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     TRANSFERS_FIELD_NUMBER: _builtins.int
+    CHECKIN_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -702,6 +746,12 @@ class CreateEventRequest(_message.Message):
         then); unset: on sale from creation.
         """
 
+    @_builtins.property
+    def checkin(self) -> Global___CheckInSettings:
+        """The door's rules; unset takes the defaults (static codes as the kind's,
+        no re-entry).
+        """
+
     def __init__(
         self,
         *,
@@ -721,10 +771,11 @@ class CreateEventRequest(_message.Message):
         flight: Global___Flight | None = ...,
         sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
         transfers: _builtins.bool | None = ...,
+        checkin: Global___CheckInSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "checkin", b"checkin", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "checkin", b"checkin", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__published: _TypeAlias = _typing.Literal["published"]  # noqa: Y015
     _WhichOneofArgType__published: _TypeAlias = _typing.Literal["_published", b"_published"]  # noqa: Y015
