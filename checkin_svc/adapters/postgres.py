@@ -3,10 +3,13 @@ beside the tickets the issuer writes.
 
 An admission is one statement: the ticket is read with its void mark and,
 when it is valid and of the scanned event, a check-in row inserted unless
-one exists. The primary key decides between two gates at one instant: the
-second insert waits for the first and does nothing. Only then, for a ticket
-admitted before, a second statement reads the first check-in (a new
-statement sees the row the winner committed).
+one exists. The ticket's row is read ``FOR SHARE``: a transfer's claim or a
+cancellation voiding it (which lock the row) makes the scan wait and then
+read it void, and a claim that comes after the scan waits for it and finds
+the check-in (``TICKET_CHECKED_IN``); never both. The primary key decides
+between two gates at one instant: the second insert waits for the first and
+does nothing. Only then, for a ticket admitted before, a second statement
+reads the first check-in (a new statement sees the row the winner committed).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ _ADMIT = """
 WITH t AS (
     SELECT ticket_id, event_id, section_id, seat_label, voided_at IS NOT NULL AS void
       FROM tickets WHERE {match}
+       FOR SHARE
 ), admitted AS (
     INSERT INTO checkins (ticket_id, event_id, gate_id, device_id, checked_in_at)
     SELECT ticket_id, event_id, %(gate)s, %(device)s, %(at)s

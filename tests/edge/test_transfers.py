@@ -9,14 +9,10 @@ input changes nothing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
 
-import httpx
-import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -28,14 +24,21 @@ from checkin_svc.handler import CheckInHandler
 from checkin_svc.metrics import CheckInMetrics
 from checkin_svc.model import Scan, ScanResult
 from tests.checkin.harness import EventsAllowing
-from tests.edge.fans import admit, hold
-from tests.edge.harness import EdgeStack, edge_stack, error_of, sign_in
+from tests.edge.harness import EdgeStack, edge_stack, error_of
+from tests.edge.transfer_fans import (
+    FRIEND_EMAIL,
+    buy_tickets,
+    claim,
+    claim_secret,
+    offer,
+    signed_in,
+    stored_rows,
+    tickets_of,
+)
 from tests.payment.harness import open_pool
 from tests.support import Stores
 
 pytestmark = pytest.mark.slow
-
-FRIEND_EMAIL = "friend@example.org"
 
 
 @pytest.fixture(scope="module")
@@ -44,94 +47,21 @@ async def stack(stores: Stores) -> AsyncIterator[EdgeStack]:
         yield opened
 
 
-@contextlib.asynccontextmanager
-async def _fans(stack: EdgeStack, *names: str) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """A signed-in client for each (new) fan."""
-    async with contextlib.AsyncExitStack() as exits:
-        clients = []
-        for name in names:
-            client = await exits.enter_async_context(stack.client())
-            await sign_in(client, f"{name}-{uuid.uuid4().hex[:8]}")
-            clients.append(client)
-        yield clients
-
-
-async def _tickets(client: httpx.AsyncClient, event_id: int, count: int | None = None) -> list[dict[str, Any]]:
-    """The fan's tickets of the event (once the issuer has issued ``count``)."""
-    for _ in range(200):
-        reply = await client.get(f"/v1/events/{event_id}/tickets")
-        assert reply.status_code == 200, reply.text
-        tickets: list[dict[str, Any]] = reply.json().get("tickets", [])
-        if count is None or len(tickets) >= count:
-            return tickets
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no {count} tickets issued")
-
-
-async def _bought(client: httpx.AsyncClient, event_id: int, quantity: int) -> list[dict[str, Any]]:
-    """Admitted, held, paid and ticketed: the fan's tickets."""
-    await admit(client, event_id)
-    held = await hold(client, event_id, quantity=quantity)
-    started = await client.post(f"/v1/holds/{held['holdId']}/payment", json={"paymentMethod": "pm_card_ok"})
-    assert started.status_code == 200, started.text
-    payment_id = started.json()["payment"]["paymentId"]
-    confirmed = await client.post(f"/v1/payments/{payment_id}:confirm", headers={"Idempotency-Key": payment_id})
-    assert confirmed.json()["payment"]["state"] == "PAYMENT_STATE_SUCCEEDED", confirmed.text
-    return await _tickets(client, event_id, quantity)
-
-
-async def _transfer(client: httpx.AsyncClient, ticket_id: str, email: str = FRIEND_EMAIL) -> dict[str, Any]:
-    reply = await client.post(f"/v1/tickets/{ticket_id}:transfer", json={"email": email})
-    assert reply.status_code == 200, reply.text
-    transfer: dict[str, Any] = reply.json()["transfer"]
-    return transfer
-
-
-async def _secret(stores: Stores, transfer_id: str) -> str:
-    """The link's secret, as the mailer reads it to write the link."""
-    async with await psycopg.AsyncConnection.connect(stores.database_url) as conn:
-        cur = await conn.execute("SELECT claim_secret FROM ticket_transfers WHERE transfer_id = %s", (transfer_id,))
-        row = await cur.fetchone()
-    assert row is not None
-    return str(row[0])
-
-
-async def _rows(stores: Stores, event_id: int) -> tuple[list[Any], list[Any]]:
-    """The event's tickets and transfers as stored."""
-    async with await psycopg.AsyncConnection.connect(stores.database_url) as conn:
-        cur = await conn.execute(
-            "SELECT ticket_id, customer_id, code, voided_at, transferred_at FROM tickets WHERE event_id = %s "
-            "ORDER BY ticket_id",
-            (event_id,),
-        )
-        tickets = await cur.fetchall()
-        cur = await conn.execute(
-            "SELECT transfer_id, state, receiver_id, new_ticket_id FROM ticket_transfers WHERE event_id = %s "
-            "ORDER BY transfer_id",
-            (event_id,),
-        )
-        return tickets, await cur.fetchall()
-
-
-def _claim(client: httpx.AsyncClient, transfer_id: str, secret: str) -> Any:
-    return client.post(f"/v1/transfers/{transfer_id}:claim", json={"claimSecret": secret})
-
-
 async def test_a_claimed_transfer_reissues_the_ticket_and_voids_the_old_code(stack: EdgeStack, stores: Stores) -> None:
     event_id = await stack.event(seats=6)
-    async with _fans(stack, "sender", "friend", "other") as (sender, friend, other):
-        tickets = await _bought(sender, event_id, 2)
+    async with signed_in(stack, "sender", "friend", "other") as (sender, friend, other):
+        tickets = await buy_tickets(sender, event_id, 2)
         given, kept = tickets
-        transfer = await _transfer(sender, given["ticketId"])
+        transfer = await offer(sender, given["ticketId"])
         assert transfer["state"] == "TRANSFER_STATE_PENDING" and transfer["email"] == FRIEND_EMAIL
         assert transfer["ticketId"] == given["ticketId"] and not transfer.get("newTicketId")
         # The sender sees the pending transfer on the ticket, and still holds it.
-        listed = {t["ticketId"]: t for t in await _tickets(sender, event_id)}
+        listed = {t["ticketId"]: t for t in await tickets_of(sender, event_id)}
         assert listed[given["ticketId"]]["pendingTransfer"]["transferId"] == transfer["transferId"]
         assert "pendingTransfer" not in listed[kept["ticketId"]]
-        secret = await _secret(stores, transfer["transferId"])
+        secret = await claim_secret(stores, transfer["transferId"])
 
-        claimed = await _claim(friend, transfer["transferId"], secret)
+        claimed = await claim(friend, transfer["transferId"], secret)
         assert claimed.status_code == 200, claimed.text
         new = claimed.json()["ticket"]
         assert claimed.json()["transfer"]["state"] == "TRANSFER_STATE_CLAIMED"
@@ -143,8 +73,8 @@ async def test_a_claimed_transfer_reissues_the_ticket_and_voids_the_old_code(sta
             given["holdId"],
         )
         # The sender no longer lists it; the friend does.
-        assert [t["ticketId"] for t in await _tickets(sender, event_id)] == [kept["ticketId"]]
-        assert [t["ticketId"] for t in await _tickets(friend, event_id)] == [new["ticketId"]]
+        assert [t["ticketId"] for t in await tickets_of(sender, event_id)] == [kept["ticketId"]]
+        assert [t["ticketId"] for t in await tickets_of(friend, event_id)] == [new["ticketId"]]
         # Signed as any ticket: the mesh's key verifies the new code, naming the new ticket.
         keys = ticketcodes.read_keys(Env({})).get()
         clock = SystemClock()
@@ -177,8 +107,8 @@ async def test_a_claimed_transfer_reissues_the_ticket_and_voids_the_old_code(sta
         assert error_of(again) == (404, "NOT_FOUND", "TICKET_NOT_FOUND")
         theirs = await other.post(f"/v1/tickets/{kept['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(theirs) == (404, "NOT_FOUND", "TICKET_NOT_FOUND")
-        onward = await _transfer(sender, kept["ticketId"], "third@example.org")
-        own = await _claim(sender, onward["transferId"], await _secret(stores, onward["transferId"]))
+        onward = await offer(sender, kept["ticketId"], "third@example.org")
+        own = await claim(sender, onward["transferId"], await claim_secret(stores, onward["transferId"]))
         assert error_of(own) == (400, "FAILED_PRECONDITION", "TRANSFER_TO_SELF")
         # A second transfer of a ticket with one pending waits for its cancel.
         twice = await sender.post(f"/v1/tickets/{kept['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
@@ -186,67 +116,67 @@ async def test_a_claimed_transfer_reissues_the_ticket_and_voids_the_old_code(sta
         # Another fan cannot cancel it; its sender can, and then the link claims nothing.
         refused = await other.post(f"/v1/transfers/{onward['transferId']}:cancel", json={})
         assert error_of(refused) == (404, "NOT_FOUND", "TRANSFER_NOT_FOUND")
-        onward_secret = await _secret(stores, onward["transferId"])
+        onward_secret = await claim_secret(stores, onward["transferId"])
         cancelled = await sender.post(f"/v1/transfers/{onward['transferId']}:cancel", json={})
         assert cancelled.status_code == 200 and cancelled.json()["transfer"]["state"] == "TRANSFER_STATE_CANCELLED"
-        late = await _claim(other, onward["transferId"], onward_secret)
+        late = await claim(other, onward["transferId"], onward_secret)
         assert error_of(late) == (400, "FAILED_PRECONDITION", "TRANSFER_CANCELLED")
-        assert [t["ticketId"] for t in await _tickets(sender, event_id)] == [kept["ticketId"]]
-        assert [t["ticketId"] for t in await _tickets(friend, event_id)] == [new["ticketId"]]
+        assert [t["ticketId"] for t in await tickets_of(sender, event_id)] == [kept["ticketId"]]
+        assert [t["ticketId"] for t in await tickets_of(friend, event_id)] == [new["ticketId"]]
 
 
 async def test_concurrent_claims_reissue_once_and_a_second_claim_is_refused(stack: EdgeStack, stores: Stores) -> None:
     event_id = await stack.event(seats=4)
-    async with _fans(stack, "sender", "friend") as (sender, friend):
-        (ticket,) = await _bought(sender, event_id, 1)
-        transfer = await _transfer(sender, ticket["ticketId"])
-        secret = await _secret(stores, transfer["transferId"])
-        replies = await asyncio.gather(*(_claim(friend, transfer["transferId"], secret) for _ in range(10)))
+    async with signed_in(stack, "sender", "friend") as (sender, friend):
+        (ticket,) = await buy_tickets(sender, event_id, 1)
+        transfer = await offer(sender, ticket["ticketId"])
+        secret = await claim_secret(stores, transfer["transferId"])
+        replies = await asyncio.gather(*(claim(friend, transfer["transferId"], secret) for _ in range(10)))
         ok = [r for r in replies if r.status_code == 200]
         assert len(ok) == 1, [r.text for r in replies]
         assert {error_of(r) for r in replies if r.status_code != 200} == {
             (400, "FAILED_PRECONDITION", "TRANSFER_CLAIMED")
         }
-        tickets, transfers = await _rows(stores, event_id)
+        tickets, transfers = await stored_rows(stores, event_id)
         assert len(tickets) == 2 and sum(1 for t in tickets if t[3] is None) == 1
         assert [t[0] for t in transfers] == [uuid.UUID(transfer["transferId"])]
         assert transfers[0][1] == "CLAIMED"
         # Claimed once: asking again later says so too.
-        later = await _claim(friend, transfer["transferId"], secret)
+        later = await claim(friend, transfer["transferId"], secret)
         assert error_of(later) == (400, "FAILED_PRECONDITION", "TRANSFER_CLAIMED")
 
 
 async def test_an_event_that_forbids_transfers_refuses_them(stack: EdgeStack) -> None:
     event_id = await stack.event(seats=4, transfers=False)
-    async with _fans(stack, "sender") as (sender,):
-        (ticket,) = await _bought(sender, event_id, 1)
+    async with signed_in(stack, "sender") as (sender,):
+        (ticket,) = await buy_tickets(sender, event_id, 1)
         reply = await sender.post(f"/v1/tickets/{ticket['ticketId']}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(reply) == (400, "FAILED_PRECONDITION", "TRANSFERS_NOT_ALLOWED")
         assert reply.json()["error"]["details"][0]["metadata"] == {"event_id": str(event_id), "why": "switched_off"}
-        assert "pendingTransfer" not in (await _tickets(sender, event_id))[0]
+        assert "pendingTransfer" not in (await tickets_of(sender, event_id))[0]
 
 
 async def test_a_claim_over_the_receivers_ticket_limit_is_refused(stack: EdgeStack, stores: Stores) -> None:
     event_id = await stack.event(seats=6, max_tickets_per_customer=2)
-    async with _fans(stack, "sender", "friend") as (sender, friend):
-        (ticket,) = await _bought(sender, event_id, 1)
-        await _bought(friend, event_id, 2)
-        transfer = await _transfer(sender, ticket["ticketId"])
-        secret = await _secret(stores, transfer["transferId"])
-        before = await _rows(stores, event_id)
-        reply = await _claim(friend, transfer["transferId"], secret)
+    async with signed_in(stack, "sender", "friend") as (sender, friend):
+        (ticket,) = await buy_tickets(sender, event_id, 1)
+        await buy_tickets(friend, event_id, 2)
+        transfer = await offer(sender, ticket["ticketId"])
+        secret = await claim_secret(stores, transfer["transferId"])
+        before = await stored_rows(stores, event_id)
+        reply = await claim(friend, transfer["transferId"], secret)
         assert error_of(reply) == (400, "FAILED_PRECONDITION", "TICKET_LIMIT_REACHED")
         assert reply.json()["error"]["details"][0]["metadata"] == {"limit": "2", "tickets": "2"}
-        assert await _rows(stores, event_id) == before
-        assert [t["ticketId"] for t in await _tickets(sender, event_id)] == [ticket["ticketId"]]
+        assert await stored_rows(stores, event_id) == before
+        assert [t["ticketId"] for t in await tickets_of(sender, event_id)] == [ticket["ticketId"]]
 
 
 async def test_bad_input_is_refused_and_changes_nothing(stack: EdgeStack, stores: Stores) -> None:
     event_id = await stack.event(seats=4)
-    async with _fans(stack, "sender", "friend") as (sender, friend):
-        (ticket,) = await _bought(sender, event_id, 1)
-        transfer = await _transfer(sender, ticket["ticketId"])
-        before = await _rows(stores, event_id)
+    async with signed_in(stack, "sender", "friend") as (sender, friend):
+        (ticket,) = await buy_tickets(sender, event_id, 1)
+        transfer = await offer(sender, ticket["ticketId"])
+        before = await stored_rows(stores, event_id)
         path = f"/v1/tickets/{ticket['ticketId']}:transfer"
         cases = [
             (sender.post("/v1/tickets/not-a-uuid:transfer", json={"email": FRIEND_EMAIL}), "INVALID_FIELD"),
@@ -257,9 +187,9 @@ async def test_bad_input_is_refused_and_changes_nothing(stack: EdgeStack, stores
             (sender.post(path, json={"email": FRIEND_EMAIL, "ticketId": str(uuid.uuid4())}), None),
             (sender.post(path, json={"email": 7}), None),
             (sender.post(path, content=b"{", headers={"content-type": "application/json"}), None),
-            (_claim(friend, transfer["transferId"], ""), "FIELD_REQUIRED"),
-            (_claim(friend, transfer["transferId"], "x" * 101), "INVALID_FIELD"),
-            (_claim(friend, "not-a-uuid", "secret"), "INVALID_FIELD"),
+            (claim(friend, transfer["transferId"], ""), "FIELD_REQUIRED"),
+            (claim(friend, transfer["transferId"], "x" * 101), "INVALID_FIELD"),
+            (claim(friend, "not-a-uuid", "secret"), "INVALID_FIELD"),
             (friend.post(f"/v1/transfers/{transfer['transferId']}:claim", json={"claimSecret": 1}), None),
         ]
         for call, reason in cases:
@@ -267,9 +197,9 @@ async def test_bad_input_is_refused_and_changes_nothing(stack: EdgeStack, stores
             assert reply.status_code == 400, reply.text
             if reason is not None:
                 assert error_of(reply)[2] == reason, reply.text
-        wrong = await _claim(friend, transfer["transferId"], "not-the-secret")
+        wrong = await claim(friend, transfer["transferId"], "not-the-secret")
         assert error_of(wrong) == (404, "NOT_FOUND", "TRANSFER_NOT_FOUND")
-        missing = await _claim(friend, str(uuid.uuid4()), "secret")
+        missing = await claim(friend, str(uuid.uuid4()), "secret")
         assert error_of(missing) == (404, "NOT_FOUND", "TRANSFER_NOT_FOUND")
         unknown = await sender.post(f"/v1/tickets/{uuid.uuid4()}:transfer", json={"email": FRIEND_EMAIL})
         assert error_of(unknown) == (404, "NOT_FOUND", "TICKET_NOT_FOUND")
@@ -277,4 +207,4 @@ async def test_bad_input_is_refused_and_changes_nothing(stack: EdgeStack, stores
         async with stack.client() as anonymous:
             refused = await anonymous.post(path, json={"email": FRIEND_EMAIL})
             assert error_of(refused)[2] == "NOT_SIGNED_IN"
-        assert await _rows(stores, event_id) == before
+        assert await stored_rows(stores, event_id) == before
