@@ -27,7 +27,16 @@ from mail_svc.adapters.pace import SharedPace
 from mail_svc.adapters.relays import EmlFolder, SmtpRelay
 from mail_svc.admin import MailAdmin, MailAdminServicer
 from mail_svc.config import SMTP_URL, MailConfig, addr_spec
-from mail_svc.jobs.mailer import MAILER_GROUP, Mailer, MailHooks, MailPolicy, ResendSweep, TransferSweep, new_message_id
+from mail_svc.jobs.mailer import (
+    MAILER_GROUP,
+    Mailer,
+    MailHooks,
+    MailPolicy,
+    OfferSweep,
+    ResendSweep,
+    TransferSweep,
+    new_message_id,
+)
 from mail_svc.metrics import MailMetrics
 from mail_svc.model import Kind
 from mail_svc.ports import Relay
@@ -57,6 +66,8 @@ class MailerRole:
     metrics: MailMetrics
     # Writes to the friends of new ticket transfers.
     transfers: TransferSweep
+    # Writes to the fans offered seats from a waiting list.
+    offers: OfferSweep
 
     @property
     def components(self) -> list[Component]:
@@ -64,6 +75,7 @@ class MailerRole:
             Loop("mailer", self.consumer.run),
             Loop("mail-resends", self.sweep.run),
             Loop("mail-transfers", self.transfers.run),
+            Loop("mail-offers", self.offers.run),
             _RelayCloser(self.relay),
         ]
 
@@ -134,6 +146,7 @@ def compose_mailer(
         mailer, store, interval_seconds=config.sweep_seconds, stale_seconds=max(config.claim_idle_ms / 1000, 1.0)
     )
     transfers = TransferSweep(mailer, store, store, interval_seconds=config.transfer_interval_seconds)
+    offers = OfferSweep(mailer, store, interval_seconds=config.offer_interval_seconds)
     return MailerRole(
         config=config,
         consumer=consumer,
@@ -143,6 +156,7 @@ def compose_mailer(
         relay=relay,
         metrics=metrics,
         transfers=transfers,
+        offers=offers,
     )
 
 

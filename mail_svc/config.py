@@ -74,12 +74,15 @@ class MailConfig:
     mail_from: str
     # Messages per second handed to the relay by all the mailers together.
     rate_per_second: float
-    # Where a message's link to the tickets page points ({event_id} is filled in).
+    # Where a message's link to the event's page (the tickets, a waiting-list
+    # offer) points ({event_id} is filled in).
     tickets_url: str
     # Where a transfer's claim link points (the transfer and its secret follow in the fragment).
     claim_url: str
     # How often the mailer looks for new transfers to write to.
     transfer_interval_seconds: float
+    # How often the mailer looks for new waiting-list offers to write to.
+    offer_interval_seconds: float
     # Tries of one message within one handling while the relay says "later".
     busy_attempts: int
     busy_backoff_seconds: float
@@ -118,6 +121,9 @@ class MailConfig:
             claim_url=claim_url,
             transfer_interval_seconds=env.number(
                 "BOXOFFICE_MAIL_TRANSFER_INTERVAL_SECONDS", 1.0, minimum=0.01, maximum=600.0
+            ),
+            offer_interval_seconds=env.number(
+                "BOXOFFICE_MAIL_OFFER_INTERVAL_SECONDS", 1.0, minimum=0.01, maximum=600.0
             ),
             busy_attempts=env.integer("BOXOFFICE_MAIL_BUSY_ATTEMPTS", 4, minimum=1, maximum=20),
             busy_backoff_seconds=env.number("BOXOFFICE_MAIL_BUSY_BACKOFF_SECONDS", 0.5, minimum=0.0, maximum=60.0),

@@ -1,4 +1,5 @@
-"""What the mailer sends: a booking's tickets, or word that they are void."""
+"""What the mailer sends: a booking's tickets, or word that they are void; a
+transfer's claim link; a waiting-list offer."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ class Kind(enum.StrEnum):
     # A ticket transfer's claim link, to the friend (one per transfer: the
     # delivery's hold_id is the transfer's id).
     TRANSFER = "transfer"
+    # A waiting-list offer, to the fan it is made to (one per offer: the
+    # delivery's hold_id is the offer's hold).
+    OFFER = "offer"
 
 
 class DeliveryState(enum.StrEnum):
@@ -94,3 +98,22 @@ class TransferMail:
     secret: str
     # False once claimed or cancelled: its link claims nothing any more.
     pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OfferMail:
+    """Everything a waiting-list offer's message says: the seats held for
+    the fan (the offer's hold), their price and until when they are held."""
+
+    hold_id: str
+    event: EventInfo
+    customer_id: str
+    section_id: str
+    quantity: int
+    # The held seats' labels (none for standing sections).
+    seat_labels: tuple[str, ...]
+    amount_minor: int
+    currency: str
+    expires_at: datetime
+    # False once taken, declined or lapsed: the offer can no longer be taken.
+    open: bool

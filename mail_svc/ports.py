@@ -5,7 +5,7 @@ from __future__ import annotations
 from email.message import Message
 from typing import Protocol
 
-from mail_svc.model import BookingMail, Delivery, Kind, Recipient, TransferMail
+from mail_svc.model import BookingMail, Delivery, Kind, OfferMail, Recipient, TransferMail
 
 
 class RelayRefused(Exception):
@@ -32,6 +32,14 @@ class DeliveryStore(Protocol):
     async def transfer(self, transfer_id: str) -> TransferMail | None:
         """A ticket transfer as its message tells it (None: no such transfer)."""
 
+    async def offer(self, hold_id: str) -> OfferMail | None:
+        """A waiting-list offer (by its hold) as its message tells it (None: no such offer)."""
+
+    async def fan_recipient(self, customer_id: str) -> Recipient | None:
+        """Where a fan's e-mail goes when no payment of theirs names it for
+        the message: the verified address (and language) of the fan's latest
+        payment that had one (None: none)."""
+
     async def mark(self, hold_id: str, kind: Kind, state: str, *, error: str = "") -> None:
         """Record an attempt's outcome (SENT, FAILED, NO_ADDRESS, or PENDING
         with the relay's answer for a retry)."""
@@ -46,6 +54,15 @@ class DeliveryStore(Protocol):
 class TransferMails(Protocol):
     async def unsent_transfers(self, limit: int) -> list[tuple[str, int]]:
         """Pending transfers that have no delivery yet (id, event), oldest first."""
+
+
+class OfferMails(Protocol):
+    async def unsent_offers(self, limit: int) -> list[tuple[str, int]]:
+        """Open waiting-list offers that have no delivery yet (hold id, event), oldest first."""
+
+    async def new_delivery(self, hold_id: str, kind: Kind, event_id: int, message_id: str) -> Delivery | None:
+        """The delivery, written now (PENDING, with ``message_id``); None when
+        it exists already (another sweep wrote it: that one sends it)."""
 
 
 class PendingDeliveries(Protocol):

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import jinja2
 
 from boxoffice.money import format_money
-from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, Kind, TransferMail
+from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, Kind, OfferMail, TransferMail
 from mail_svc.qr import qr_png
 
 # The standard library's classic policy, folding no header shorter than
@@ -113,6 +113,38 @@ class Renderer:
             "claim_url": f"{self._claim_url}#{transfer.transfer_id}.{transfer.secret}",
         }
         subject, text, html = (self._templates[language, Kind.TRANSFER, part].render(context) for part in _PARTS)
+        return _message(
+            mail_from=self._from,
+            to=to,
+            subject=subject.strip(),
+            date=format_datetime(now),
+            message_id=message_id,
+            language=language,
+            text=text,
+            html=html,
+            images=[],
+        )
+
+    def render_offer(self, offer: OfferMail, *, language: str, to: str, message_id: str, now: datetime) -> Message:
+        """A waiting-list offer's message to its fan: the seats held for them,
+        their price, until when, and the link to the event's page, where the
+        offer is taken."""
+        language = language if language in LANGUAGES else DEFAULT_LANGUAGE
+        event = offer.event
+        context = {
+            "lang": language,
+            "event_name": event.name,
+            "when": local_time(event.starts_at, event.time_zone),
+            "venue": event.venue,
+            "route": event.route,
+            "section_id": offer.section_id,
+            "quantity": offer.quantity,
+            "seats": ", ".join(offer.seat_labels),
+            "price": format_money(offer.amount_minor, offer.currency),
+            "until": local_time(offer.expires_at, event.time_zone),
+            "event_url": self._tickets_url.format(event_id=event.event_id),
+        }
+        subject, text, html = (self._templates[language, Kind.OFFER, part].render(context) for part in _PARTS)
         return _message(
             mail_from=self._from,
             to=to,

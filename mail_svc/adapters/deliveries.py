@@ -1,6 +1,8 @@
 """The mailer's records in Postgres (the :class:`~mail_svc.ports.DeliveryStore`):
 its deliveries, and what a message tells of a booking and where it goes (read
-from the tickets, payments and events tables of the same database)."""
+from the tickets, payments and events tables of the same database; a
+transfer's from payment's ticket_transfers, a waiting-list offer's from
+booking's waitlist_entries, holds and hold_seats)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,25 @@ from typing import Any
 
 from boxoffice import db
 from boxoffice.runtime import Pool
-from mail_svc.model import BookingMail, Delivery, DeliveryState, EventInfo, Kind, Recipient, TicketLine, TransferMail
-from mail_svc.ports import DeliveryStore, PendingDeliveries, TransferMails
+from mail_svc.model import (
+    BookingMail,
+    Delivery,
+    DeliveryState,
+    EventInfo,
+    Kind,
+    OfferMail,
+    Recipient,
+    TicketLine,
+    TransferMail,
+)
+from mail_svc.ports import DeliveryStore, OfferMails, PendingDeliveries, TransferMails
 
 _DELIVERY = "hold_id::text, kind, event_id, message_id, state, attempts, last_error, sent_at, updated_at"
+# The kinds of a booking's own messages (its id is the delivery's hold_id).
+# An operator's view and resend of a booking's e-mails are of these alone: a
+# waiting-list offer's delivery has the same hold id once the offer is
+# bought, but it is no message of the booking's.
+_BOOKING_KINDS = "kind IN ('tickets', 'void')"
 
 
 def _delivery(row: Sequence[Any]) -> Delivery:
@@ -145,7 +162,7 @@ class PgDeliveryStore:
             cur = await conn.execute(
                 f"""
                 UPDATE mail_deliveries SET state = 'PENDING', updated_at = now()
-                 WHERE hold_id = %s AND state IN ('FAILED', 'NO_ADDRESS')
+                 WHERE hold_id = %s AND state IN ('FAILED', 'NO_ADDRESS') AND {_BOOKING_KINDS}
                 RETURNING {_DELIVERY}
                 """,
                 (hold_id,),
@@ -190,7 +207,9 @@ class PgDeliveryStore:
         """The booking's deliveries, tickets first."""
         async with db.transaction(self._pool) as conn:
             cur = await conn.execute(
-                f"SELECT {_DELIVERY} FROM mail_deliveries WHERE hold_id = %s ORDER BY kind = 'void', kind", (hold_id,)
+                f"SELECT {_DELIVERY} FROM mail_deliveries WHERE hold_id = %s AND {_BOOKING_KINDS} "
+                "ORDER BY kind = 'void', kind",
+                (hold_id,),
             )
             return [_delivery(row) for row in await cur.fetchall()]
 
@@ -225,7 +244,7 @@ class PgDeliveryStore:
             cur = await conn.execute(
                 f"""
                 UPDATE mail_deliveries SET state = 'PENDING', resend_at = now(), updated_at = now()
-                 WHERE hold_id = %s AND state IN ('PENDING', 'FAILED', 'NO_ADDRESS')
+                 WHERE hold_id = %s AND state IN ('PENDING', 'FAILED', 'NO_ADDRESS') AND {_BOOKING_KINDS}
                 RETURNING {_DELIVERY}
                 """,
                 (hold_id,),
@@ -273,6 +292,85 @@ class PgDeliveryStore:
             )
             return [(row[0], int(row[1])) for row in await cur.fetchall()]
 
+    async def offer(self, hold_id: str) -> OfferMail | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT w.event_id, w.customer_id, h.section_id, h.quantity, h.amount_minor, h.currency,
+                       h.expires_at, w.state = 'OFFERED' AND h.state = 'HELD' AND h.expires_at > now()
+                  FROM waitlist_entries w JOIN holds h ON h.hold_id = w.offer_hold_id
+                 WHERE w.offer_hold_id = %s
+                """,
+                (hold_id,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            cur = await conn.execute(
+                "SELECT label FROM hold_seats WHERE hold_id = %s ORDER BY row_label, seat_number, label", (hold_id,)
+            )
+            labels = tuple(str(r[0]) for r in await cur.fetchall())
+            event = await _event_info(conn, int(row[0]))
+        if event is None:
+            return None
+        return OfferMail(
+            hold_id=hold_id,
+            event=event,
+            customer_id=row[1],
+            section_id=row[2],
+            quantity=int(row[3]),
+            seat_labels=labels,
+            amount_minor=int(row[4]),
+            currency=row[5],
+            expires_at=row[6],
+            open=bool(row[7]),
+        )
 
-def _compliance(store: PgDeliveryStore) -> tuple[DeliveryStore, PendingDeliveries, TransferMails]:
-    return store, store, store
+    async def fan_recipient(self, customer_id: str) -> Recipient | None:
+        async with db.transaction(self._pool) as conn:
+            # The address the edge asserted (verified) when the fan last
+            # started a payment that named one.
+            cur = await conn.execute(
+                """
+                SELECT notify_email, notify_language FROM payments
+                 WHERE customer_id = %s AND notify_email IS NOT NULL
+                 ORDER BY created_at DESC LIMIT 1
+                """,
+                (customer_id,),
+            )
+            row = await cur.fetchone()
+        if row is None or not row[0]:
+            return None
+        return Recipient(row[0], row[1] or "en")
+
+    async def unsent_offers(self, limit: int) -> list[tuple[str, int]]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                """
+                SELECT w.offer_hold_id::text, w.event_id
+                  FROM waitlist_entries w JOIN holds h ON h.hold_id = w.offer_hold_id
+                 WHERE w.state = 'OFFERED' AND h.state = 'HELD' AND h.expires_at > now()
+                   AND NOT EXISTS (SELECT 1 FROM mail_deliveries d
+                                    WHERE d.hold_id = w.offer_hold_id AND d.kind = 'offer')
+                 ORDER BY w.offered_at, w.place LIMIT %s
+                """,
+                (limit,),
+            )
+            return [(row[0], int(row[1])) for row in await cur.fetchall()]
+
+    async def new_delivery(self, hold_id: str, kind: Kind, event_id: int, message_id: str) -> Delivery | None:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"""
+                INSERT INTO mail_deliveries (hold_id, kind, event_id, message_id, state)
+                VALUES (%s, %s, %s, %s, 'PENDING') ON CONFLICT (hold_id, kind) DO NOTHING
+                RETURNING {_DELIVERY}
+                """,
+                (hold_id, kind.value, event_id, message_id),
+            )
+            row = await cur.fetchone()
+        return None if row is None else _delivery(row)
+
+
+def _compliance(store: PgDeliveryStore) -> tuple[DeliveryStore, PendingDeliveries, TransferMails, OfferMails]:
+    return store, store, store, store

@@ -1,6 +1,8 @@
 """The mailer (role ``mailer``): a consumer of booking's outbox stream that
 sends one e-mail per booking and message kind: the tickets once a
 BookingConfirmed's tickets are issued, "tickets void" on BookingCancelled.
+Two sweeps write what no stream announces: a ticket transfer's claim link
+to the friend, and a waiting-list offer to its fan.
 
 Exactly once, whatever fails: the delivery record (unique per booking and
 kind, with its Message-ID) is written before the send and marked after it.
@@ -32,7 +34,7 @@ from boxoffice.streams import StreamEntry
 from boxoffice.tracing import Tracing
 from mail_svc.metrics import MailMetrics
 from mail_svc.model import BookingMail, Delivery, DeliveryState, Kind
-from mail_svc.ports import DeliveryStore, PendingDeliveries, Relay, RelayBusy, RelayRefused, TransferMails
+from mail_svc.ports import DeliveryStore, OfferMails, PendingDeliveries, Relay, RelayBusy, RelayRefused, TransferMails
 from mail_svc.render import Renderer
 
 _log = logging.getLogger("mail_svc.mailer")
@@ -130,6 +132,9 @@ class Mailer:
         if delivery.kind is Kind.TRANSFER:
             await self._deliver_transfer(delivery, created_at=created_at)
             return
+        if delivery.kind is Kind.OFFER:
+            await self._deliver_offer(delivery, created_at=created_at)
+            return
         kind = delivery.kind
         recipient = await self._store.recipient(delivery.hold_id)
         if recipient is None:
@@ -170,6 +175,31 @@ class Mailer:
             now=datetime.fromtimestamp(self._clock.now(), UTC),
         )
         await self._send(delivery, message, transfer.email, created_at=created_at)
+
+    async def _deliver_offer(self, delivery: Delivery, *, created_at: float) -> None:
+        """A waiting-list offer, to its fan, while it can still be taken."""
+        offer = await self._store.offer(delivery.hold_id)
+        if offer is None or not offer.open:
+            # Taken, declined or lapsed before its message went out.
+            await self._store.mark(
+                delivery.hold_id, Kind.OFFER, DeliveryState.FAILED, error="the offer is no longer open"
+            )
+            self._metrics.messages.labels(kind=Kind.OFFER.value, outcome="failed").inc()
+            return
+        recipient = await self._store.fan_recipient(offer.customer_id)
+        if recipient is None:
+            await self._store.mark(delivery.hold_id, Kind.OFFER, DeliveryState.NO_ADDRESS)
+            self._metrics.messages.labels(kind=Kind.OFFER.value, outcome="no_address").inc()
+            _log.info("the offer's fan has no verified address; nothing sent", extra={"hold_id": delivery.hold_id})
+            return
+        message = self._renderer.render_offer(
+            offer,
+            language=recipient.language,
+            to=recipient.email,
+            message_id=delivery.message_id,
+            now=datetime.fromtimestamp(self._clock.now(), UTC),
+        )
+        await self._send(delivery, message, recipient.email, created_at=created_at)
 
     async def _send(self, delivery: Delivery, message: Message, to: str, *, created_at: float) -> None:
         kind = delivery.kind
@@ -268,4 +298,41 @@ class TransferSweep:
                 await self.run_once()
             except (BoxofficeError, psycopg.Error, OSError) as err:
                 _log.warning("transfer mail sweep failed; will run again", extra={"error": repr(err)})
+            await asyncio.sleep(self._interval)
+
+
+class OfferSweep:
+    """Writes to the fans offered seats from a waiting list: every
+    ``interval_seconds``, the open offers (entry OFFERED, its hold HELD and
+    not lapsed) that have no delivery yet get one (PENDING, with its
+    Message-ID) and are sent by the sweep that wrote it, so that two
+    mailers never send one offer twice; a crash or a relay's "later"
+    leaves it PENDING, for the resend sweep."""
+
+    def __init__(self, mailer: Mailer, store: OfferMails, *, interval_seconds: float):
+        self._mailer = mailer
+        self._store = store
+        self._interval = interval_seconds
+
+    async def run_once(self) -> int:
+        sent = 0
+        for hold_id, event_id in await self._store.unsent_offers(100):
+            delivery = await self._store.new_delivery(
+                hold_id, Kind.OFFER, event_id, self._mailer.new_message_id(hold_id, Kind.OFFER)
+            )
+            if delivery is None:
+                continue  # another mailer's
+            try:
+                await self._mailer.deliver(delivery, created_at=time.time())
+            except RelayBusy:
+                continue
+            sent += 1
+        return sent
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except (BoxofficeError, psycopg.Error, OSError) as err:
+                _log.warning("offer mail sweep failed; will run again", extra={"error": repr(err)})
             await asyncio.sleep(self._interval)

@@ -36,8 +36,9 @@ _BOOKING = BookingMail(
 )
 
 
-# A booking's kinds (a transfer's message is tests/mail/test_transfer_mail.py's).
-@pytest.mark.parametrize("kind", [kind for kind in Kind if kind is not Kind.TRANSFER])
+# A booking's kinds (a transfer's message is tests/mail/test_transfer_mail.py's,
+# a waiting-list offer's tests/mail/test_offer_mail.py's).
+@pytest.mark.parametrize("kind", [kind for kind in Kind if kind not in (Kind.TRANSFER, Kind.OFFER)])
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_every_template_renders_in_every_language(language: str, kind: Kind) -> None:
     renderer = Renderer(mail_from="Boxoffice <tickets@boxoffice.example>", tickets_url="https://x.example/e/{event_id}")
