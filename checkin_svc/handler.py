@@ -25,7 +25,7 @@ from boxoffice.clock import Clock
 from boxoffice.errors import InvalidArgument
 from boxoffice.ticketcodes import InvalidCode, TicketClaims, TicketCodeVerifier, looks_signed
 from checkin_svc.metrics import CheckInMetrics
-from checkin_svc.model import Admission, Direction, DoorList, Scan, ScanOutcome, ScanResult, UploadedScan
+from checkin_svc.model import Admission, Direction, DoorList, DoorRules, Scan, ScanOutcome, ScanResult, UploadedScan
 from checkin_svc.ports import CheckInStore, ReEntry, StaticCodes
 
 # Gate and device ids are names a venue gives (``north-1``).
@@ -168,6 +168,11 @@ class CheckInHandler:
         """What an offline device needs: every ticket of the event, or the
         changes since its cursor (issued, voided, checked in)."""
         return await self._store.door_list(event_id, since)
+
+    async def door_rules(self, event_id: int) -> DoorRules:
+        """The event's rules, for an offline device to judge as :meth:`scan`
+        does (a static code where they are refused is ``EXPIRED_CODE``)."""
+        return DoorRules(await self._static.allowed(event_id), await self._reentry.allowed(event_id))
 
 
 def _outcome(admission: Admission, scan: Scan) -> ScanOutcome:

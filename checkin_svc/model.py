@@ -121,6 +121,16 @@ class DoorList:
 
 
 @dataclass(frozen=True, slots=True)
+class DoorRules:
+    """An event's rules at the door, as an offline device applies them."""
+
+    # Whether a static code (no rotation) admits.
+    static_codes: bool
+    # Whether a ticket that left may come back in.
+    reentry: bool
+
+
+@dataclass(frozen=True, slots=True)
 class HeldTicket:
     """A ticket with its holder and its stored code (a signed code, or a
     ``TKT-`` code of before signed codes)."""

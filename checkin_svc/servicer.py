@@ -129,7 +129,11 @@ class CheckInServicer(pb_grpc.CheckInServiceServicer):
             yield pb.ExportCheckInListResponse(
                 entries=[conv.entry_pb(entry) for entry in entries[start : start + EXPORT_CHUNK]]
             )
-        yield pb.ExportCheckInListResponse(cursor=conv.cursor_text(listed.cursor))
+        rules = await self._handler.door_rules(event_id)
+        yield pb.ExportCheckInListResponse(
+            cursor=conv.cursor_text(listed.cursor),
+            rules=pb.DoorRules(static_codes=rules.static_codes, reentry=rules.reentry),
+        )
 
     async def UploadScans(self, request: pb.UploadScansRequest, context: Context) -> pb.UploadScansResponse:
         event_id = validate.positive_id("event_id", request.event_id)

@@ -13,7 +13,8 @@ Server-Sent Events: a browser's EventSource cannot send the device's
 ``Authorization`` header, and the list is a download that ends, not a feed.
 Each line is one message of ExportCheckInList's stream in the proto3 JSON
 mapping (``{"entries": [...], "cursor": ""}``); the last line carries the
-cursor to ask from next (``?since=<cursor>``). A failure before the first
+cursor to ask from next (``?since=<cursor>``) and the event's rules at the
+door (``"rules": {"staticCodes": true}``). A failure before the first
 line is an ordinary error answer; one after it is a last line
 ``{"error": {...}}`` in Google's JSON error shape, and the list is then
 incomplete (ask again with the cursor held before).

@@ -1,7 +1,8 @@
 // What a gate phone holds to judge codes with no network: the event's
 // public keys (a JWKS), its check-in list (every ticket, void or checked in,
-// and the secret of each rotating code), and the scans it admitted on its own
-// until they are uploaded. Kept in localStorage, so that a reload offline
+// and the secret of each rotating code), the event's rules at the door (the
+// list's last line: whether a static code admits), and the scans it admitted
+// on its own until they are uploaded. Kept in localStorage, so that a reload offline
 // still judges; the list is refreshed from its cursor.
 
 import { ApiError, call } from './api.js';
@@ -35,6 +36,8 @@ export class DoorBook {
     const saved = stored(`${this.name}.list`) || {};
     this.jwks = saved.jwks || null;
     this.cursor = saved.cursor || '';
+    // {staticCodes, reentry}; until the list says, a static code is refused.
+    this.rules = saved.rules || null;
     // Ticket id -> {void, at, gate, secret, section, seat}.
     this.tickets = saved.tickets || {};
     this.queue = stored(`${this.name}.queue`) || [];
@@ -46,7 +49,7 @@ export class DoorBook {
   }
 
   save() {
-    keep(`${this.name}.list`, { jwks: this.jwks, cursor: this.cursor, tickets: this.tickets });
+    keep(`${this.name}.list`, { jwks: this.jwks, cursor: this.cursor, rules: this.rules, tickets: this.tickets });
     keep(`${this.name}.queue`, this.queue);
   }
 
@@ -99,14 +102,17 @@ export class DoorBook {
       throw new NetworkDown(String(err));
     }
     let cursor = '';
+    let rules = null;
     for (const line of text.split('\n')) {
       if (!line.trim()) continue;
       const part = JSON.parse(line);
       if (part.error) throw new Error(part.error.message);
       for (const entry of part.entries || []) this.learn(entry);
       if (part.cursor) cursor = part.cursor;
+      if (part.rules) rules = { staticCodes: part.rules.staticCodes === true, reentry: part.rules.reentry === true };
     }
     if (cursor) this.cursor = cursor;
+    if (rules) this.rules = rules;
     this.save();
   }
 
@@ -150,6 +156,9 @@ export class DoorBook {
     const claims = await this.verifier.verify(rotating ? rotating.code : text);
     if (!claims) return { result: 'INVALID', ticket: null, first: null };
     if (String(claims.eventId) !== this.eventId) return { result: 'WRONG_EVENT', ticket: null, first: null };
+    // A static code (printed, e-mailed, a screenshot's) where the event takes
+    // rotating codes only: the door's answer, EXPIRED_CODE.
+    if (!rotating && !(this.rules && this.rules.staticCodes)) return { result: 'EXPIRED_CODE', ticket: null, first: null };
     const entry = this.tickets[claims.ticketId];
     const ticket = { section: claims.sectionId, seat: claims.seatLabel };
     if (rotating) {

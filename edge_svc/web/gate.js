@@ -6,7 +6,8 @@
 // otherwise), a photo or the keyboard; each gets a big green or red verdict
 // with the seat. Online the door decides; with no network the page decides
 // from the downloaded list (signatures with the event's public keys,
-// rotating codes' macs with the list's secrets) and uploads its admissions
+// rotating codes' macs with the list's secrets, a static code only where the
+// event's rules from the list accept one) and uploads its admissions
 // once the network is back.
 
 import { I18n, chooseLanguage, loadCatalog, remember } from './i18n.js';

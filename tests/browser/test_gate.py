@@ -8,6 +8,10 @@
 - A gate link provisions the phone: the key leaves the address bar at once
   and stays in the phone's storage; without one the page says how to set it
   up. Both views are axe-clean in every language, with no console error.
+- Offline, the page applies the event's rule on static codes that the
+  check-in list brings: a static (printed, screenshot) code at an event of
+  rotating codes only is ``EXPIRED_CODE``, as the door answers online, and
+  queues nothing; where the event accepts them it admits.
 """
 
 from __future__ import annotations
@@ -151,6 +155,12 @@ async def _verdict(gate: Page, result: str) -> None:
     await expect(gate.locator("#verdict")).to_have_attribute("data-result", result)
 
 
+async def _type(gate: Page, code: str) -> None:
+    """A code typed at the gate (as a hand scanner types it)."""
+    await gate.fill("#typed", code)
+    await gate.press("#typed", "Enter")
+
+
 async def test_the_gate_scans_the_fans_rotating_code_online_and_with_the_network_cut(
     browser: Browser, mesh: Mesh, tmp_path: Path
 ) -> None:
@@ -184,9 +194,26 @@ async def test_the_gate_scans_the_fans_rotating_code_online_and_with_the_network
         await expect(gate.locator("#verdict")).to_have_class("verdict stop")
         await expect(gate.locator("#verdict-detail")).to_contain_text("north-1")
 
+        # A static code (the signed code alone: a print or a screenshot of
+        # it) at this concert, which takes rotating codes only: the door's
+        # answer online, and the list brought the rule to the phone.
+        _, rotating = await _qr_picture(fan, 1, tmp_path)
+        static = ticketcodes.split_rotating(rotating)
+        assert static is not None
+        await _type(gate, static.code)
+        await _verdict(gate, "EXPIRED_CODE")
+        rules = await gate.evaluate(f"JSON.parse(localStorage.getItem('bo.gate.{event_id}.list')).rules")
+        assert rules == {"staticCodes": False, "reentry": False}
+
         # The network cut: the phone decides from its list and queues the scan.
         await staff.context.set_offline(True)
         await expect(gate.locator("#net")).to_have_attribute("data-online", "false")
+        # Offline, the same static code is refused as the door refuses it,
+        # and nothing is queued.
+        await _type(gate, static.code)
+        await _verdict(gate, "EXPIRED_CODE")
+        await expect(gate.locator("#verdict-detail")).not_to_be_empty()
+        assert await gate.evaluate(f"localStorage.getItem('bo.gate.{event_id}.queue')") in (None, "[]")
         picture, second = await _qr_picture(fan, 1, tmp_path)
         await gate.set_input_files("#picture", str(picture))
         await _verdict(gate, "ADMITTED")
@@ -222,3 +249,38 @@ async def test_the_gate_scans_the_fans_rotating_code_online_and_with_the_network
     finally:
         await staff.context.close()
         await fan.context.close()
+
+
+async def test_offline_a_static_code_admits_only_where_the_events_rules_accept_it(browser: Browser, mesh: Mesh) -> None:
+    """The phone's own verdict on a static code, from what it holds: the
+    rules the list brought (accepted), none yet (refused, as at an event of
+    rotating codes only), or refusing ones."""
+    staff = await new_fan(browser, mesh.url)
+    try:
+        await staff.page.goto(f"{mesh.url}/gate")
+        await view(staff.page, "setup")
+        event_id = 4243
+        ticket_id = str(uuid.uuid4())
+        code = TicketCodeSigner(lambda: KEYS, SystemClock()).sign(
+            TicketClaims(ticket_id, event_id, "A", "row K, seat 7", int(time.time()))
+        )
+        ticket = {"void": False, "at": None, "gate": None, "secret": "", "section": "A", "seat": "row K, seat 7"}
+        scan = """async ([url, a]) => {
+            localStorage.setItem(`bo.gate.${a.event}.list`, JSON.stringify(a.list));
+            localStorage.removeItem(`bo.gate.${a.event}.queue`);
+            const m = await import(url);
+            const book = new m.DoorBook({ eventId: a.event, key: 'bxd_test' });
+            const verdict = await book.scanOffline(a.code, 'north-1');
+            return [verdict.result, book.queue.length];
+        }"""
+        base = {"jwks": ticketcodes.jwks(KEYS.public()), "cursor": "c", "tickets": {ticket_id: ticket}}
+        for rules, expected in (
+            ({"staticCodes": True, "reentry": False}, ["ADMITTED", 1]),
+            ({"staticCodes": False, "reentry": True}, ["EXPIRED_CODE", 0]),
+            (None, ["EXPIRED_CODE", 0]),
+        ):
+            arg = {"event": event_id, "code": code, "list": {**base, "rules": rules}}
+            assert await staff.page.evaluate(scan, [_asset("doorbook.js"), arg]) == expected, rules
+        assert staff.troubles() == []
+    finally:
+        await staff.context.close()

@@ -324,25 +324,64 @@ class ExportCheckInListResponse(_message.Message):
 
     ENTRIES_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
     cursor: _builtins.str
     """Set on the last message only: the cursor to ask from next."""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___CheckInListEntry]:
         """Tickets of this part."""
 
+    @_builtins.property
+    def rules(self) -> Global___DoorRules:
+        """Set on the last message only, with the cursor: the event's rules at the
+        door as the list was read, which an offline device applies as Scan does.
+        """
+
     def __init__(
         self,
         *,
         entries: _abc.Iterable[Global___CheckInListEntry] | None = ...,
         cursor: _builtins.str = ...,
+        rules: Global___DoorRules | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "entries", b"entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "entries", b"entries", "rules", b"rules"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExportCheckInListResponse: _TypeAlias = ExportCheckInListResponse  # noqa: Y015
+
+@_typing.final
+class DoorRules(_message.Message):
+    """DoorRules are an event's rules at the door (its `checkin` settings, the
+    kind's defaults applied).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATIC_CODES_FIELD_NUMBER: _builtins.int
+    REENTRY_FIELD_NUMBER: _builtins.int
+    static_codes: _builtins.bool
+    """Whether a static code (a signed code without rotation: printed or
+    e-mailed) admits; where it does not, Scan answers
+    SCAN_RESULT_EXPIRED_CODE. A rotating code admits either way.
+    """
+    reentry: _builtins.bool
+    """Whether a ticket that left (an exit scan) may come back in."""
+    def __init__(
+        self,
+        *,
+        static_codes: _builtins.bool = ...,
+        reentry: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reentry", b"reentry", "static_codes", b"static_codes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DoorRules: _TypeAlias = DoorRules  # noqa: Y015
 
 @_typing.final
 class OfflineScan(_message.Message):

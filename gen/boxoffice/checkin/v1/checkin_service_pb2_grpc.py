@@ -100,7 +100,8 @@ class CheckInServiceServicer:
     def ExportCheckInList(self, request, context):
         """ExportCheckInList streams every ticket of the event with its state and
         first check-in (`since` unset), or those changed since a cursor, then
-        one last message with the cursor to ask from next.
+        one last message with the cursor to ask from next and the event's rules
+        at the door.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -53,7 +53,8 @@ class CheckInServiceStub:
     ExportCheckInList: _grpc.UnaryStreamMultiCallable[_checkin_service_pb2.ExportCheckInListRequest, _checkin_service_pb2.ExportCheckInListResponse]
     """ExportCheckInList streams every ticket of the event with its state and
     first check-in (`since` unset), or those changed since a cursor, then
-    one last message with the cursor to ask from next.
+    one last message with the cursor to ask from next and the event's rules
+    at the door.
     """
     UploadScans: _grpc.UnaryUnaryMultiCallable[_checkin_service_pb2.UploadScansRequest, _checkin_service_pb2.UploadScansResponse]
     """UploadScans applies an offline device's scans in scan-time order. A scan
@@ -98,7 +99,8 @@ class CheckInServiceAsyncStub(CheckInServiceStub):
     ExportCheckInList: _aio.UnaryStreamMultiCallable[_checkin_service_pb2.ExportCheckInListRequest, _checkin_service_pb2.ExportCheckInListResponse]  # type: ignore[assignment]
     """ExportCheckInList streams every ticket of the event with its state and
     first check-in (`since` unset), or those changed since a cursor, then
-    one last message with the cursor to ask from next.
+    one last message with the cursor to ask from next and the event's rules
+    at the door.
     """
     UploadScans: _aio.UnaryUnaryMultiCallable[_checkin_service_pb2.UploadScansRequest, _checkin_service_pb2.UploadScansResponse]  # type: ignore[assignment]
     """UploadScans applies an offline device's scans in scan-time order. A scan
@@ -152,7 +154,8 @@ class CheckInServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_checkin_service_pb2.ExportCheckInListResponse], _abc.AsyncIterator[_checkin_service_pb2.ExportCheckInListResponse]]:
         """ExportCheckInList streams every ticket of the event with its state and
         first check-in (`since` unset), or those changed since a cursor, then
-        one last message with the cursor to ask from next.
+        one last message with the cursor to ask from next and the event's rules
+        at the door.
         """
 
     @_abc_1.abstractmethod
