@@ -25,6 +25,8 @@ from booking_svc.converters import event_pb, parse_event_spec, parse_rows
 from booking_svc.handler import BookingHandler
 from booking_svc.model import Event, EventSpec, RowSpec
 from booking_svc.servicer import BookingServicer
+from booking_svc.waitlist import Waitlist
+from booking_svc.waitlist_model import WaitlistStats
 from boxoffice import validate
 from boxoffice.audit import Auditor, Json, message_json
 from boxoffice.server import Registration
@@ -50,8 +52,8 @@ def _event_json(event: Event) -> Json:
     return message_json(event_pb(event))
 
 
-def stats_pb(event: Event) -> apb.GetEventStatsResponse:
-    """The event with its totals over all sections."""
+def stats_pb(event: Event, waitlist: WaitlistStats) -> apb.GetEventStatsResponse:
+    """The event with its totals over all sections, and its waiting list."""
     sections = event.sections
     return apb.GetEventStatsResponse(
         event=managed_event_pb(event),
@@ -59,15 +61,20 @@ def stats_pb(event: Event) -> apb.GetEventStatsResponse:
         sold=sum(s.sold for s in sections),
         held=sum(s.held for s in sections),
         available=sum(max(0, s.capacity + s.overbook_limit - s.sold - s.held) for s in sections),
+        waitlist_waiting=waitlist.waiting,
+        waitlist_offered=waitlist.offered,
+        waitlist_taken=waitlist.taken,
+        waitlist_lapsed=waitlist.lapsed,
     )
 
 
 class BookingAdmin:
     """The events' administration, every change audited."""
 
-    def __init__(self, *, handler: BookingHandler, auditor: Auditor) -> None:
+    def __init__(self, *, handler: BookingHandler, auditor: Auditor, waitlist: Waitlist) -> None:
         self._handler = handler
         self._audit = auditor
+        self.waitlist = waitlist
 
     async def _change(
         self, method: str, request: Message, event_id: int, change: Callable[[], Awaitable[Event]]
@@ -126,8 +133,9 @@ class BookingAdminServicer(apb_grpc.BookingAdminServiceServicer):
         return apb.BookingAdminServiceLoadInventoryResponse(seats_loaded=loaded, event=managed_event_pb(event))
 
     async def GetEventStats(self, request: apb.GetEventStatsRequest, context: Context) -> apb.GetEventStatsResponse:
-        event = await self._admin.get_event(validate.positive_id("event_id", request.event_id))
-        return stats_pb(event)
+        event_id = validate.positive_id("event_id", request.event_id)
+        event = await self._admin.get_event(event_id)
+        return stats_pb(event, await self._admin.waitlist.stats(event_id))
 
 
 class AuditedBookingServicer(BookingServicer):
@@ -136,7 +144,7 @@ class AuditedBookingServicer(BookingServicer):
     the old message (everything else is BookingServicer's own)."""
 
     def __init__(self, handler: BookingHandler, admin: BookingAdmin) -> None:
-        super().__init__(handler)
+        super().__init__(handler, admin.waitlist)
         self._admin = admin
 
     async def CreateEvent(self, request: pb.CreateEventRequest, context: Context) -> pb.CreateEventResponse:

@@ -26,6 +26,7 @@ from booking_svc.jobs.sweeper import Sweeper
 from booking_svc.metrics import BookingMetrics, RelayMetrics, SweeperMetrics
 from booking_svc.ports import SeatGate
 from booking_svc.seatmap import SeatMapCache
+from booking_svc.waitlist import Waitlist, WaitlistOfferer
 from boxoffice import audit
 from boxoffice.config import Env
 from boxoffice.db import Migration, load_migrations
@@ -117,6 +118,7 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
     admin = BookingAdmin(
         handler=handler,
         auditor=audit.Auditor(rt.pool()),
+        waitlist=Waitlist(store, store, rt.token_signer, rt.clock),
     )
     server = rt.grpc_server(
         COMPONENT, [AuditedBookingServicer(handler, admin).registration(), BookingAdminServicer(admin).registration()]
@@ -125,6 +127,7 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
         store, metrics, rt.clock, interval_seconds=config.stats_interval_seconds, sections=config.seat_gauge_sections
     )
     stock = StockPublisher(store, rt.redis(), rt.clock, interval_seconds=config.stock_interval_seconds)
+    offerer = WaitlistOfferer(store, rt.clock, metrics, interval_seconds=config.waitlist_interval_seconds)
     # The hold batcher, as a component, waits for its batches in flight on
     # the way out (it takes new calls until the server stops).
     batcher: list[Component] = [] if store.hold_batcher is None else [store.hold_batcher]
@@ -140,6 +143,7 @@ def build_server(rt: Runtime, overrides: Overrides | None = None) -> BookingServ
             Loop("booking-seat-gauges", gauges.run),
             health_publisher(rt),
             Loop("booking-stock", stock.run),
+            Loop("booking-waitlist", offerer.run),
             *batcher,
         ],
     )

@@ -75,6 +75,10 @@ class BookingConfig:
     # (booking_svc.jobs.stock): a sold-out event stops admitting within
     # about this long plus an admit tick.
     stock_interval_seconds: float
+    # How often the waiting lists' offer pass runs (booking_svc.jobs.waitlist):
+    # a seat that comes back is offered within about this long (plus the
+    # sweeper's interval for a hold that lapsed).
+    waitlist_interval_seconds: float
     # HoldSeats calls that arrive together go to Postgres as one statement:
     # at most this many per statement (1: each call alone), and at most this
     # many such statements at once; a statement goes out while another is
@@ -109,6 +113,9 @@ class BookingConfig:
             seat_gauge_sections=env.integer("BOXOFFICE_BOOKING_SEAT_GAUGE_SECTIONS", 2000, minimum=0, maximum=100_000),
             stock_interval_seconds=env.number(
                 "BOXOFFICE_BOOKING_STOCK_INTERVAL_SECONDS", 1.0, minimum=0.1, maximum=60.0
+            ),
+            waitlist_interval_seconds=env.number(
+                "BOXOFFICE_BOOKING_WAITLIST_INTERVAL_SECONDS", 1.0, minimum=0.05, maximum=60.0
             ),
             hold_batch_max=env.integer("BOXOFFICE_BOOKING_HOLD_BATCH_MAX", 64, minimum=1, maximum=500),
             hold_batches_in_flight=env.integer("BOXOFFICE_BOOKING_HOLD_BATCHES_IN_FLIGHT", 2, minimum=1, maximum=16),

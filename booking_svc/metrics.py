@@ -20,6 +20,7 @@ class BookingMetrics:
     gate: Counter
     seats: Gauge
     seat_gauges_omitted: Gauge
+    waitlist: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> BookingMetrics:
@@ -60,8 +61,17 @@ class BookingMetrics:
                 " (beyond BOXOFFICE_BOOKING_SEAT_GAUGE_SECTIONS, the latest events').",
                 registry=registry,
             ),
+            waitlist=Counter(
+                "boxoffice_booking_waitlist_offers",
+                "Waiting-list offers by outcome: offered (seats held for the next fan), taken (bought),"
+                " lapsed (ran out or declined), passed_over (the fan may not buy more).",
+                ("outcome",),
+                registry=registry,
+            ),
         )
         # The series dashboards read exist at zero from the start.
+        for outcome in ("offered", "taken", "lapsed", "passed_over"):
+            metrics.waitlist.labels(outcome)
         for result in ("held", "replayed", "error"):
             metrics.holds.labels(result)
         metrics.confirms.labels("confirmed")

@@ -28,6 +28,8 @@ from booking_svc.converters import (
 )
 from booking_svc.handler import BookingHandler
 from booking_svc.times import timestamp
+from booking_svc.waitlist import Waitlist
+from booking_svc.waitlist_wire import parse_join, waitlist_entry_pb
 from boxoffice import validate
 from boxoffice.server import Registration
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
@@ -37,8 +39,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class BookingServicer(pb_grpc.BookingServiceServicer):
-    def __init__(self, handler: BookingHandler) -> None:
+    def __init__(self, handler: BookingHandler, waitlist: Waitlist) -> None:
         self._handler = handler
+        self._waitlist = waitlist
 
     def registration(self) -> Registration:
         add: Callable[[Any, grpc.aio.Server], None] = pb_grpc.add_BookingServiceServicer_to_server
@@ -151,3 +154,18 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
         booking_id = parse_hold_id("booking_id", request.booking_id)
         hold, quote = await self._handler.cancellation_quote(booking_id=booking_id)
         return quote_pb(hold, quote)
+
+    async def JoinWaitlist(self, request: pb.JoinWaitlistRequest, context: Context) -> pb.JoinWaitlistResponse:
+        event_id, section_id, quantity = parse_join(request)
+        entry, token, newly = await self._waitlist.join(event_id=event_id, section_id=section_id, quantity=quantity)
+        return pb.JoinWaitlistResponse(entry=waitlist_entry_pb(entry, token, self._handler.now()), newly_joined=newly)
+
+    async def GetWaitlistEntry(
+        self, request: pb.GetWaitlistEntryRequest, context: Context
+    ) -> pb.GetWaitlistEntryResponse:
+        entry, token = await self._waitlist.get(event_id=validate.positive_id("event_id", request.event_id))
+        return pb.GetWaitlistEntryResponse(entry=waitlist_entry_pb(entry, token, self._handler.now()))
+
+    async def LeaveWaitlist(self, request: pb.LeaveWaitlistRequest, context: Context) -> pb.LeaveWaitlistResponse:
+        entry = await self._waitlist.leave(event_id=validate.positive_id("event_id", request.event_id))
+        return pb.LeaveWaitlistResponse(entry=waitlist_entry_pb(entry, "", self._handler.now()))

@@ -86,6 +86,10 @@ def _table() -> Mapping[str, frozenset[str]]:
         f"{_BOOKING}CancelBooking": {EDGE, OPERATOR, PAYMENT},
         # What cancelling would refund: the fan's own booking, an operator's any.
         f"{_BOOKING}GetCancellationQuote": {EDGE, OPERATOR},
+        # The waiting list: the fan's own place, the edge asserting the fan.
+        f"{_BOOKING}JoinWaitlist": {EDGE},
+        f"{_BOOKING}GetWaitlistEntry": {EDGE},
+        f"{_BOOKING}LeaveWaitlist": {EDGE},
         # Payments: the fan's own, through the edge; refunds by operators.
         f"{_PAYMENT}StartPayment": {EDGE},
         f"{_PAYMENT}ConfirmPayment": {EDGE},

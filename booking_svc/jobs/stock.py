@@ -20,7 +20,11 @@ fans) and writes each event's totals into one Redis hash:
 
 An event is sold out when it has sections and nothing is available or held
 in any of them: a hold that lapses frees its seats again (available), so
-only the last seat sold makes it. Every replica writes the same figures, so
+only the last seat sold makes it. The waiting list's seats are not for the
+room's fans: a section that fans wait for on the list counts nothing
+available or held (what comes back is theirs), and the seats open offers
+hold are not counted as held; so a sold-out event whose list has fans stays
+closed, and reopens once nobody waits and seats are free. Every replica writes the same figures, so
 several writing at once only refresh one another. Events no longer wanted
 (or gone from Postgres) are removed from the hash.
 """
@@ -30,13 +34,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 import psycopg
 import redis.asyncio as aioredis
 
-from booking_svc.model import SectionCounters
-from booking_svc.ports import BookingStore
+from booking_svc.model import SectionCounters, utc
+from booking_svc.waitlist_model import WaitlistReservations
 from boxoffice import deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
@@ -77,24 +84,39 @@ class EventStock:
         return self.available == 0 and self.held == 0 and self.sold > 0
 
 
-def stock_of(counters: list[SectionCounters]) -> dict[int, EventStock]:
-    """Each event's totals from its sections' counters."""
+def stock_of(
+    counters: list[SectionCounters], reservations: WaitlistReservations | None = None
+) -> dict[int, EventStock]:
+    """Each event's totals from its sections' counters, less what the
+    waiting list holds on to (``reservations``)."""
+    reserved = reservations or WaitlistReservations()
     totals: dict[int, EventStock] = {}
     for c in counters:
         before = totals.get(c.event_id, EventStock())
+        key = (c.event_id, c.section_id)
+        waited = key in reserved.waited
         totals[c.event_id] = EventStock(
-            available=before.available + max(0, c.capacity + c.overbook_limit - c.sold - c.held),
-            held=before.held + c.held,
+            available=before.available + (0 if waited else max(0, c.capacity + c.overbook_limit - c.sold - c.held)),
+            held=before.held + (0 if waited else max(0, c.held - reserved.offered.get(key, 0))),
             sold=before.sold + c.sold,
         )
     return totals
+
+
+class StockSource(Protocol):
+    """What the publisher reads: the sections' counters and the waiting
+    lists' hold on them."""
+
+    async def event_counters(self, event_ids: Sequence[int]) -> list[SectionCounters]: ...
+
+    async def waitlist_reservations(self, event_ids: Sequence[int], now: datetime) -> WaitlistReservations: ...
 
 
 class StockPublisher:
     """Publishes every event's seats left every ``interval_seconds``."""
 
     def __init__(
-        self, store: BookingStore, client: aioredis.Redis, clock: Clock, *, interval_seconds: float = 1.0
+        self, store: StockSource, client: aioredis.Redis, clock: Clock, *, interval_seconds: float = 1.0
     ) -> None:
         self._store = store
         self._client = client
@@ -106,7 +128,8 @@ class StockPublisher:
         with deadline.scope(max(self._interval, 1.0) * 5):
             wanted = wanted_events(await self._client.get(WANTED_KEY))
             counters = await self._store.event_counters(wanted) if wanted else []
-        stock = stock_of(counters)
+            reservations = await self._store.waitlist_reservations(wanted, utc(self._clock.now())) if wanted else None
+        stock = stock_of(counters, reservations)
         at_ms = int(self._clock.now() * 1000)
         entries = {
             str(event_id): json.dumps(

@@ -7,8 +7,7 @@
 -- States: WAITING (for seats), OFFERED (seats held for the fan), TAKEN (the
 -- offer bought), LEFT (left the list or declined the offer), LAPSED (the
 -- offer ran out untaken). The open ones (WAITING, OFFERED) are found by the
--- partial index in the list's order; HoldSeats asks it whether fans wait
--- for a section.
+-- partial index in the list's order.
 CREATE SEQUENCE waitlist_places;
 
 CREATE TABLE waitlist_entries (
@@ -28,6 +27,10 @@ CREATE TABLE waitlist_entries (
 
 CREATE INDEX waitlist_entries_open ON waitlist_entries (event_id, place)
     WHERE state IN ('WAITING', 'OFFERED');
+-- Whether fans wait for a section (or any: section_id NULL), probed by
+-- HoldSeats and the stock; and the open offers.
+CREATE INDEX waitlist_entries_waiting ON waitlist_entries (event_id, section_id) WHERE state = 'WAITING';
+CREATE INDEX waitlist_entries_offered ON waitlist_entries (event_id) WHERE state = 'OFFERED';
 CREATE UNIQUE INDEX waitlist_entries_offer ON waitlist_entries (offer_hold_id)
     WHERE offer_hold_id IS NOT NULL;
 

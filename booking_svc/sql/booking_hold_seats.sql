@@ -22,7 +22,11 @@
 -- in one batch or in two calls, never both pass on one count. Explicit
 -- seats must exist (UNKNOWN_SEAT, detail the ids), share one section
 -- (SEATS_IN_SEVERAL_SECTIONS) and be free or held by a lapsed hold
--- (SEAT_UNAVAILABLE, detail the ids taken). Best available
+-- (SEAT_UNAVAILABLE, detail the ids taken). While fans wait on the event's
+-- waiting list for the section (or for any section), its seats are theirs:
+-- every hold but the list's own offers fails SOLD_OUT (detail 0), and an
+-- offer (offer_seconds set) lapses after that many seconds instead of the
+-- event's hold time. Best available
 -- takes the lowest free seats no concurrent picker is looking at (SKIP
 -- LOCKED), then lapsed holds' seats, adjacent seats of one row when the
 -- window has them (UNKNOWN_SECTION; SOLD_OUT, NOT_ENOUGH_SEATS with the
@@ -362,6 +366,12 @@ BEGIN
                 h_status[i] := 'SEATS_IN_SEVERAL_SECTIONS';
                 CONTINUE;
             END IF;
+            -- Fans waiting on the list for this section come first.
+            IF req.offer_seconds IS NULL AND booking_waitlist_waits(req.event_id, v_section) THEN
+                h_status[i] := 'SOLD_OUT';
+                h_detail[i] := '0';
+                CONTINUE;
+            END IF;
             FOR k IN h_offset[i] + 1 .. h_offset[i] + v_seat_counts[i] LOOP
                 v_seat := s_seats[k];
                 -- Free: available, or held by a hold that has lapsed (and
@@ -387,6 +397,12 @@ BEGIN
             IF v_c IS NULL THEN
                 h_status[i] := 'UNKNOWN_SECTION';
                 h_detail[i] := v_section;
+                CONTINUE;
+            END IF;
+            -- Fans waiting on the list for this section come first.
+            IF req.offer_seconds IS NULL AND booking_waitlist_waits(req.event_id, v_section) THEN
+                h_status[i] := 'SOLD_OUT';
+                h_detail[i] := '0';
                 CONTINUE;
             END IF;
             IF (c_rows[v_c]).kind = 'SEATED' THEN
@@ -500,7 +516,7 @@ BEGIN
         h_n[i] := v_need;
         h_amount[i] := (c_rows[v_c]).price_minor * v_need;
         h_currency[i] := (c_rows[v_c]).currency;
-        h_expires[i] := p_now + make_interval(secs => (e_rows[v_e]).hold_ttl_seconds);
+        h_expires[i] := p_now + make_interval(secs => COALESCE(req.offer_seconds, (e_rows[v_e]).hold_ttl_seconds));
         h_seat_from[i] := cardinality(o_seats) + 1;
         h_seat_count[i] := cardinality(v_ids);
         u_active[v_u] := u_active[v_u] + v_need;

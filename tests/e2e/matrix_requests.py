@@ -100,6 +100,8 @@ class World:
     claimable_transfer_id: str
     claim_secret: str
     cancellable_transfer_id: str
+    # An event sold out (its one seat held by another fan), for the waiting list.
+    waitlist_event_id: int
 
 
 async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider) -> World:
@@ -175,8 +177,21 @@ async def make_world(stubs: Stubs, tokens: TokenSigner, sandbox: SandboxProvider
         return str(reply.transfer.transfer_id)
 
     claimable = await transfer(to_claim)
+    # An event whose one seat another fan holds: FAN may join its waiting list.
+    waitlist_event_id = await open_event(stubs.booking, stubs.queue, name="Matrix, sold out", seats=1)
+    other = "fan-matrix-other"
+    other_token, _ = tokens.issue(event_id=waitlist_event_id, customer_id=other, ttl_seconds=3600)
+    await stubs.booking_as_edge.HoldSeats(
+        bpb.HoldSeatsRequest(
+            access_token=other_token,
+            event_id=waitlist_event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=1),
+        ),
+        metadata=as_fan(other),
+    )
     return World(
         event_id=event_id,
+        waitlist_event_id=waitlist_event_id,
         new_event_id=int(uuid.uuid4().int % 10**12) + 10**6,
         token=token,
         holds=holds,
@@ -368,6 +383,11 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
         bpb.CancelBookingRequest(hold_id=w.paid_hold_id, customer_id=FAN, reason="matrix"), writes=True
     ),
     f"{_BOOKING}GetCancellationQuote": lambda w: Call(bpb.GetCancellationQuoteRequest(booking_id=w.paid_hold_id)),
+    f"{_BOOKING}JoinWaitlist": lambda w: Call(
+        bpb.JoinWaitlistRequest(event_id=w.waitlist_event_id, section_id="A", quantity=1), writes=True
+    ),
+    f"{_BOOKING}GetWaitlistEntry": lambda w: Call(bpb.GetWaitlistEntryRequest(event_id=w.waitlist_event_id)),
+    f"{_BOOKING}LeaveWaitlist": lambda w: Call(bpb.LeaveWaitlistRequest(event_id=w.waitlist_event_id), writes=True),
     # Payments.
     f"{_PAYMENT}StartPayment": lambda w: Call(
         ppb.StartPaymentRequest(access_token=w.token, hold_id=_hold_id("start")(w), payment_method="pm_card_ok"),

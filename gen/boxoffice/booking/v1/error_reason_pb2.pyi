@@ -128,7 +128,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     seats, comma-separated.
     """
     ERROR_REASON_SOLD_OUT: _ErrorReason.ValueType  # 101
-    """HoldSeats: the section has no seat left for anyone, holds included
+    """HoldSeats: the section has no seat left for anyone, holds included, or
+    fans wait on the event's waiting list for what comes back of it
     (RESOURCE_EXHAUSTED). Metadata: `event_id`, `section_id`.
     """
     ERROR_REASON_NOT_ENOUGH_SEATS: _ErrorReason.ValueType  # 102
@@ -384,7 +385,8 @@ nothing was held (FAILED_PRECONDITION). Metadata: `seat_ids`, the taken
 seats, comma-separated.
 """
 ERROR_REASON_SOLD_OUT: ErrorReason.ValueType  # 101
-"""HoldSeats: the section has no seat left for anyone, holds included
+"""HoldSeats: the section has no seat left for anyone, holds included, or
+fans wait on the event's waiting list for what comes back of it
 (RESOURCE_EXHAUSTED). Metadata: `event_id`, `section_id`.
 """
 ERROR_REASON_NOT_ENOUGH_SEATS: ErrorReason.ValueType  # 102
