@@ -27,7 +27,7 @@ from tests.k8s.support import (
 )
 
 HERE = Path(__file__).parent
-CASES = (HERE / "alerts.promtool.yaml", HERE / "edge_alerts.promtool.yaml")
+CASES = (HERE / "alerts.promtool.yaml", HERE / "edge_alerts.promtool.yaml", HERE / "door_alerts.promtool.yaml")
 DASHBOARD = K8S / "components/monitoring/dashboards/boxoffice.json"
 # The series every boxoffice target has besides the code's own metrics.
 TARGET_SERIES = frozenset({"up"})
