@@ -15,7 +15,8 @@ written), and never calls the mesh. The figures come from:
   (joins refused, per reason); ``queue_events`` (the opening);
 - booking's ``holds``, ``sections``, ``section_totals`` and ``seats``;
 - payment's ``payments``, ``refunds`` and ``tickets``;
-- check-in's ``checkins`` and ``checkin_conflicts`` (the door).
+- check-in's ``checkins`` and ``checkin_conflicts`` (the door);
+- booking's ``waitlist_entries`` (the waiting list).
 
 Exit codes: 0 done (whatever the reconciliation found), 2 a usage error or
 an event without a waiting room, 1 Postgres could not be read.
@@ -340,6 +341,28 @@ def _door(conn: psycopg.Connection[Any], event: Event) -> Json:
     }
 
 
+def _waitlist(conn: psycopg.Connection[Any], event: Event) -> Json:
+    """The waiting list, as GetEventStats counts it: fans waiting now, offers
+    open now, offers bought, offers that lapsed untaken or were declined."""
+    waiting, offered, taken, lapsed = _one(
+        conn,
+        """
+        SELECT count(*) FILTER (WHERE state = 'WAITING'),
+               count(*) FILTER (WHERE state = 'OFFERED'),
+               count(*) FILTER (WHERE state = 'TAKEN'),
+               count(*) FILTER (WHERE state = 'LAPSED' OR (state = 'LEFT' AND offer_hold_id IS NOT NULL))
+          FROM waitlist_entries WHERE event_id = %s
+        """,
+        (event.event_id,),
+    )
+    return {
+        "waiting": int(waiting),
+        "offers_open": int(offered),
+        "offers_taken": int(taken),
+        "offers_lapsed": int(lapsed),
+    }
+
+
 def gather(conn: psycopg.Connection[Any], event_id: int) -> Json:
     """Every figure of the report, read in the connection's transaction."""
     found = conn.execute(b"SELECT opens_at FROM queue_events WHERE event_id = %s", (event_id,)).fetchone()
@@ -354,6 +377,7 @@ def gather(conn: psycopg.Connection[Any], event_id: int) -> Json:
         "refusals": _refusals(conn, event),
         "tickets": _tickets(conn, event),
         "door": _door(conn, event),
+        "waitlist": _waitlist(conn, event),
         "reconciliation": reconciliation(conn, event.event_id),
     }
 

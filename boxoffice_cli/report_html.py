@@ -273,6 +273,17 @@ def to_html(report: Json) -> str:
     door = report["door"]
     door_rows = [(k.replace("_", " "), _num(v)) for k, v in door.items()]
     out.append("<section><h2>At the door</h2>" + _table(["tickets", "count"], door_rows, numeric=(1,)) + "</section>")
+    waitlist = report.get("waitlist") or {}
+    waitlist_rows = [
+        (label, _num(int(waitlist.get(key, 0))))
+        for label, key in (
+            ("waiting", "waiting"),
+            ("offers open", "offers_open"),
+            ("offers taken", "offers_taken"),
+            ("offers lapsed or declined", "offers_lapsed"),
+        )
+    ]
+    out.append("<section><h2>Waiting list</h2>" + _table(["fans", "count"], waitlist_rows, numeric=(1,)) + "</section>")
     out.append("<section><h2>Reconciliation</h2>")
     for line in recon["lines"]:
         verdict = (

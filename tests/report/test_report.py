@@ -126,7 +126,7 @@ def _scalar(stores: Stores, sql: str, *params: object) -> Any:
 async def test_every_funnel_figure_equals_the_direct_counts(on_sale: OnSale, stores: Stores) -> None:
     r, e = on_sale.report, on_sale.event_id
     funnel, redis_progress = r["funnel"], on_sale.redis["progress"]
-    assert set(r) == {"event_id", "funnel", "wait_seconds", "refusals", "tickets", "door", "reconciliation"}
+    assert set(r) == {"event_id", "funnel", "wait_seconds", "refusals", "tickets", "door", "waitlist", "reconciliation"}
     # Nobody has come to the door yet: every valid ticket is a no-show so far.
     valid = _scalar(stores, "SELECT count(*) FROM tickets WHERE event_id = %s AND voided_at IS NULL", e)
     assert r["door"] == {
@@ -294,7 +294,16 @@ async def test_the_command_writes_json_csv_and_a_self_contained_html(
     out = io.StringIO()
     assert report_cli.main([str(on_sale.event_id), "--format", "json"], env, out) == 0
     as_json = json.loads(out.getvalue())
-    assert list(as_json) == ["event_id", "funnel", "wait_seconds", "refusals", "tickets", "door", "reconciliation"]
+    assert list(as_json) == [
+        "event_id",
+        "funnel",
+        "wait_seconds",
+        "refusals",
+        "tickets",
+        "door",
+        "waitlist",
+        "reconciliation",
+    ]
     assert as_json["funnel"]["admitted"] == on_sale.report["funnel"]["admitted"]
     out = io.StringIO()
     assert report_cli.main([str(on_sale.event_id), "--format", "csv"], env, out) == 0
@@ -343,3 +352,51 @@ async def test_tickets_not_delivered_are_counted_from_the_mailers_records(on_sal
         planted = report_cli.gather(conn, e)["tickets"]["tickets_not_delivered"]
         conn.rollback()
     assert planted == {"refused": 2, "no_address": 1}
+
+
+async def test_the_waiting_list_is_counted_from_its_entries(on_sale: OnSale, stores: Stores) -> None:
+    # Nobody joined the scenario's waiting list.
+    empty = {"waiting": 0, "offers_open": 0, "offers_taken": 0, "offers_lapsed": 0}
+    assert on_sale.report["waitlist"] == empty
+    e = on_sale.event_id
+    with psycopg.connect(stores.database_url) as conn:
+        # Planted in a transaction that is rolled back: three waiting, an
+        # offer open, two bought, one lapsed and one declined (left with its
+        # offer), one who left while waiting, and another event's entry.
+        other = e + 1
+        conn.execute(
+            b"""
+            INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
+                                time_zone, venue_name, venue_city)
+            VALUES (%s, 'Another', 'CONCERT', now() + interval '30 days', 300, 4, 'UTC', 'Hall', 'Town')
+            ON CONFLICT (event_id) DO NOTHING
+            """,
+            (other,),
+        )
+        planted = [
+            *[("WAITING", False, e)] * 3,
+            ("OFFERED", True, e),
+            *[("TAKEN", True, e)] * 2,
+            ("LAPSED", True, e),
+            ("LEFT", True, e),
+            ("LEFT", False, e),
+            ("WAITING", False, other),
+        ]
+        for n, (state, offered, event_id) in enumerate(planted):
+            conn.execute(
+                b"""
+                INSERT INTO waitlist_entries (event_id, customer_id, section_id, quantity, state, joined_at,
+                                              offer_hold_id, offered_at)
+                VALUES (%s, %s, 'A', 1, %s, now(), %s, CASE WHEN %s THEN now() END)
+                """,
+                (event_id, f"report-wl-{n}-{uuid.uuid4().hex[:8]}", state, uuid.uuid4() if offered else None, offered),
+            )
+        report = report_cli.gather(conn, e)
+        conn.rollback()
+    assert report["waitlist"] == {"waiting": 3, "offers_open": 1, "offers_taken": 2, "offers_lapsed": 2}
+    page = report_cli.render(report, "html")
+    assert "<h2>Waiting list</h2>" in page
+    for label, count in (("waiting", 3), ("offers open", 1), ("offers taken", 2), ("offers lapsed or declined", 2)):
+        assert f"<td>{label}</td><td class=n>{count}</td>" in page
+    rows = dict(csv.reader(io.StringIO(report_cli.render(report, "csv"))))
+    assert rows["waitlist.offers_lapsed"] == "2"
