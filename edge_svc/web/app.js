@@ -5,7 +5,7 @@
 // hold's id and payment idempotency keys are kept in the browser.
 
 import { api, ApiError, seconds } from './api.js';
-import { I18n, chooseLanguage, loadCatalog, remember, roundAhead } from './i18n.js';
+import { roundAhead, startLanguage } from './i18n.js';
 import { Waiting } from './waiting.js';
 import { Catalogue } from './catalogue.js';
 import { Cancellations } from './cancel.js';
@@ -930,22 +930,6 @@ function renderTickets() {
 
 // -- start ---------------------------------------------------------------------------
 
-async function setLanguage(lang) {
-  const messages = await loadCatalog(config.catalogs[lang]);
-  state.i18n = new I18n(lang, messages);
-  const select = $('lang');
-  select.replaceChildren(
-    ...config.languages.map((code) => {
-      const option = document.createElement('option');
-      option.value = code;
-      option.lang = code;
-      option.textContent = t(`languages.${code}`);
-      return option;
-    }),
-  );
-  select.value = lang;
-}
-
 async function resume(read) {
   let position;
   try {
@@ -960,27 +944,25 @@ async function resume(read) {
 }
 
 async function start() {
-  const lang = chooseLanguage(config.languages, navigator.languages || [navigator.language]);
   // The catalog and the fan's state are read at once, not one after another.
   const match = /^\/e\/([0-9]{1,19})\/?$/.exec(window.location.pathname);
   state.eventId = match ? match[1] : null;
   takeStaffPass();
   cancellations = new Cancellations({ i18n: () => state.i18n, $, errorText, cancelled: bookingCancelled });
-  const language = setLanguage(lang);
+  const language = startLanguage(config, $('lang'), (i18n) => {
+    state.i18n = i18n;
+    render();
+    if (state.view === 'tickets') renderTickets();
+    if (state.view === 'shop' && state.map && $('map-focus').textContent) state.map.announce();
+  }).then((i18n) => {
+    state.i18n = i18n;
+  });
   const eventRead = match ? api.event(state.eventId).then((r) => r.event) : null;
   const sessionRead = match ? api.session().then((r) => r.customerId, () => null) : null;
   // The fan's place once someone is signed in (read for nobody, it is a 401 the browser logs).
   const positionRead = sessionRead ? sessionRead.then((me) => (me ? api.position(state.eventId) : null)) : null;
   positionRead?.catch(() => null);
   eventRead?.catch(() => null);
-  $('lang').addEventListener('change', async () => {
-    const chosen = $('lang').value;
-    remember(chosen);
-    await setLanguage(chosen);
-    render();
-    if (state.view === 'tickets') renderTickets();
-    if (state.view === 'shop' && state.map && $('map-focus').textContent) state.map.announce();
-  });
   $('sign-in').addEventListener('submit', signIn);
   $('join').addEventListener('click', join);
   $('fan-draw-register').addEventListener('click', registerForFanDraw);

@@ -10,7 +10,7 @@
 // event's rules from the list accept one) and uploads its admissions
 // once the network is back.
 
-import { I18n, chooseLanguage, loadCatalog, remember } from './i18n.js';
+import { startLanguage } from './i18n.js';
 import { DoorBook, NetworkDown } from './doorbook.js';
 
 const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
@@ -202,21 +202,6 @@ function stopCamera() {
 
 // -- start ---------------------------------------------------------------------------
 
-async function setLanguage(lang) {
-  state.i18n = new I18n(lang, await loadCatalog(config.catalogs[lang]));
-  const select = $('lang');
-  select.replaceChildren(
-    ...config.languages.map((code) => {
-      const option = document.createElement('option');
-      option.value = code;
-      option.lang = code;
-      option.textContent = t(`languages.${code}`);
-      return option;
-    }),
-  );
-  select.value = lang;
-}
-
 async function start() {
   state.device = provision();
   // A gate link opened on a page already open: provision, then start again.
@@ -225,10 +210,8 @@ async function start() {
     provision();
     window.location.reload();
   });
-  await setLanguage(chooseLanguage(config.languages, navigator.languages || [navigator.language]));
-  $('lang').addEventListener('change', async () => {
-    remember($('lang').value);
-    await setLanguage($('lang').value);
+  state.i18n = await startLanguage(config, $('lang'), (i18n) => {
+    state.i18n = i18n;
     render();
   });
   $('loading').hidden = true;

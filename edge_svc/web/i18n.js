@@ -1,6 +1,7 @@
 // Messages from one catalog per language (messages/<lang>.json), chosen
 // from the browser's languages (Accept-Language) or the fan's choice, and
-// numbers, money, dates and durations through Intl in that locale.
+// numbers, money, dates and durations through Intl in that locale; and the
+// pages' language picker.
 
 const STORE_KEY = 'bo.lang';
 
@@ -107,6 +108,36 @@ export async function loadCatalog(url) {
   const reply = await fetch(url, { credentials: 'same-origin' });
   if (!reply.ok) throw new Error(`catalog ${url}: HTTP ${reply.status}`);
   return reply.json();
+}
+
+// The language of a page (the fan's page and the gate's): its catalog, and
+// the picker `select` listing the page's languages, each named in the
+// chosen one.
+async function openLanguage(config, select, lang) {
+  const i18n = new I18n(lang, await loadCatalog(config.catalogs[lang]));
+  select.replaceChildren(
+    ...config.languages.map((code) => {
+      const option = document.createElement('option');
+      option.value = code;
+      option.lang = code;
+      option.textContent = i18n.t(`languages.${code}`);
+      return option;
+    }),
+  );
+  select.value = lang;
+  return i18n;
+}
+
+// Opens the page in the language chosen last, else the browser's first one
+// that the page has (the I18n it resolves to); a language chosen in the
+// picker is remembered and `changed` is given its I18n.
+export function startLanguage(config, select, changed) {
+  select.addEventListener('change', async () => {
+    const chosen = select.value;
+    remember(chosen);
+    changed(await openLanguage(config, select, chosen));
+  });
+  return openLanguage(config, select, chooseLanguage(config.languages, navigator.languages || [navigator.language]));
 }
 
 // "about 12,000": exact up to 20, then to the nearest 5 below 100, then two
