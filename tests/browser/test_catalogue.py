@@ -129,7 +129,10 @@ async def test_a_fan_searches_a_flight_from_the_home_page_and_reaches_its_seat_m
     await expect(item).to_contain_text("On sale")
     # A word search without the accents finds it too.
     await page.fill("#search-q", f"chuyen bay dem {tag}")
-    await page.keyboard.press("Enter")
+    # Its answer awaited: the flight search's list shows the same one listing.
+    async with page.expect_response(lambda reply: "/v1/events?q=" in reply.url) as searched:
+        await page.keyboard.press("Enter")
+    assert (await searched.value).ok
     await expect(page.locator("#results .listing")).to_have_count(1)
     await expect(page.locator("#results .listing a")).to_have_attribute("href", f"/e/{event_id}")
     # Its link, by keyboard, to the event page; then in to the seat map.
