@@ -5,49 +5,26 @@ and in their language, after the tickets' own message: from the real mesh
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
-import pytest
 import redis.asyncio as aioredis
 
-from tests.edge.harness import EdgeStack, edge_stack
-from tests.mail.harness import mailer_of, relay_environ
-from tests.mail.relay import PASSWORD, RelayState, smtp_relay
-from tests.mail.test_through_the_mesh import _buy
-from tests.payment.harness import open_redis
+from tests.edge.harness import EdgeStack
+from tests.mail.mesh import buy, mesh_mailer
+from tests.mail.relay import RelayState
 from tests.support import Stores
-
-_PREFIX = f"mail-cancel-{secrets.token_hex(3)}"
-
-
-@pytest.fixture
-async def stack(stores: Stores) -> AsyncIterator[EdgeStack]:
-    async with edge_stack(stores, prefix=_PREFIX) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def redis(stores: Stores) -> AsyncIterator[aioredis.Redis]:
-    async with open_redis(stores) as opened:
-        yield opened
-
-
-@pytest.fixture
-def relay(stores: Stores) -> Iterator[tuple[int, RelayState]]:
-    identity = stores.pki.issue(f"smtp-{secrets.token_hex(3)}", "spiffe://test/smtp")
-    with smtp_relay(identity) as started:
-        yield started
 
 
 async def test_a_fans_cancel_sends_the_tickets_void_message(
-    stores: Stores, stack: EdgeStack, redis: aioredis.Redis, relay: tuple[int, RelayState], tmp_path: Path
+    stores: Stores,
+    mesh: EdgeStack,
+    prefix: str,
+    redis: aioredis.Redis,
+    relay: tuple[int, RelayState],
+    environ: dict[str, str],
 ) -> None:
-    port, state = relay
-    event_id = await stack.event(seats=8, max_active=5, refund_percent=100)
-    async with stack.client() as fan:
-        hold_id = await _buy(stack, fan, event_id, "fan-cancel-mail", "fan.cancel@example.test")
+    _, state = relay
+    event_id = await mesh.event(seats=8, max_active=5, refund_percent=100)
+    async with mesh.client() as fan:
+        hold_id = await buy(mesh, fan, event_id, "fan-cancel-mail", "fan.cancel@example.test")
         codes = [t["code"] for t in (await fan.get(f"/v1/events/{event_id}/tickets")).json()["tickets"]]
         quote = (await fan.get(f"/v1/bookings/{hold_id}/cancellation")).json()
         cancelled = await fan.post(
@@ -56,14 +33,8 @@ async def test_a_fans_cancel_sends_the_tickets_void_message(
             headers={"Idempotency-Key": "cancel-mail"},
         )
         assert cancelled.status_code == 200, cancelled.text
-    streams = [key async for key in redis.scan_iter(match=f"ticket-issued-{_PREFIX}-*")]
-    assert len(streams) == 1
-    password = tmp_path / "password"
-    password.write_text(PASSWORD)
-    environ = relay_environ(stores, port, streams[0].decode(), str(password))
-    async with mailer_of(stores, environ) as role:
-        while await role.consumer.read_once(block_ms=100):
-            pass
+    async with mesh_mailer(stores, redis, prefix, environ):
+        pass
     messages = state.messages()
     kinds = sorted(m["Message-ID"] for m in messages)
     assert len(messages) == 2, kinds

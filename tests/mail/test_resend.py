@@ -58,7 +58,11 @@ async def _resend(stores: Stores, stack: PaymentStack, *args: str) -> str:
     return done.out
 
 
-async def _failed_booking(stores: Stores, pool: Pool, redis: aioredis.Redis, environ: dict[str, str]) -> Booking:
+async def _failed_booking(
+    stores: Stores, pool: Pool, redis: aioredis.Redis, relay: RelayState, environ: dict[str, str]
+) -> Booking:
+    """A booking whose tickets' message the relay refused for good (550)."""
+    relay.rcpt_answers[:] = ["550 5.1.1 No such user here"]
     booking = await make_booking(pool, email=ADDRESS)
     async with mailer_of(stores, environ) as role:
         await publish(redis, role.config.stream, booking)
@@ -75,8 +79,7 @@ async def test_a_550_is_shown_by_the_resend_command_and_sent_once_the_relay_acce
     stack: PaymentStack,
 ) -> None:
     _, state = relay
-    state.rcpt_answers[:] = ["550 5.1.1 No such user here"]
-    booking = await _failed_booking(stores, pool, redis, environ)
+    booking = await _failed_booking(stores, pool, redis, state, environ)
 
     def ours() -> list[EmailMessage]:
         # The sweeps also send what other tests of this database left due
@@ -155,9 +158,7 @@ async def test_bad_input_answers_a_clear_error_and_changes_nothing(
     stack: PaymentStack,
     operator: Any,
 ) -> None:
-    _, state = relay
-    state.rcpt_answers[:] = ["550 5.1.1 No such user here"]
-    await _failed_booking(stores, pool, redis, environ)
+    await _failed_booking(stores, pool, redis, relay[1], environ)
     before = await _records(pool)
     unknown = str(uuid.uuid4())
     cases = [

@@ -7,10 +7,8 @@ nothing."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from email.message import EmailMessage
-from pathlib import Path
 
 import pytest
 
@@ -20,33 +18,15 @@ from boxoffice.config import Env
 from boxoffice.runtime import Pool
 from payment_svc.adapters.transfers import PgTransferStore
 from payment_svc.model import Transfer
-from tests.mail.harness import Booking, mailer_of, make_booking, relay_environ
-from tests.mail.relay import PASSWORD, RelayState, smtp_relay
-from tests.payment.harness import open_pool
+from tests.mail.harness import Booking, mailer_of, make_booking
+from tests.mail.relay import RelayState
 from tests.support import Stores
 
 
 @pytest.fixture
-async def pool(stores: Stores) -> AsyncIterator[Pool]:
-    async with open_pool(stores) as opened:
-        yield opened
-
-
-@pytest.fixture
-def relay(stores: Stores) -> Iterator[tuple[int, RelayState]]:
-    identity = stores.pki.issue(f"smtp-{secrets.token_hex(3)}", "spiffe://test/smtp")
-    with smtp_relay(identity) as started:
-        yield started
-
-
-@pytest.fixture
-def environ(stores: Stores, relay: tuple[int, RelayState], tmp_path: Path) -> dict[str, str]:
-    password = tmp_path / "smtp-password"
-    password.write_text(PASSWORD + "\n")
-    return {
-        **relay_environ(stores, relay[0], f"mail-test-{secrets.token_hex(4)}", str(password)),
-        "BOXOFFICE_MAIL_CLAIM_URL": "https://tickets.example/claim",
-    }
+def environ(environ: dict[str, str]) -> dict[str, str]:
+    """The relay's settings (conftest.py), and the claim page's address."""
+    return {**environ, "BOXOFFICE_MAIL_CLAIM_URL": "https://tickets.example/claim"}
 
 
 def _text(message: EmailMessage) -> str:
