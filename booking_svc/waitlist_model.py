@@ -89,21 +89,27 @@ class WaitlistStats:
 @dataclass(frozen=True, slots=True)
 class WaitlistReservations:
     """Per (event, section): whether fans wait for it, and the seats open
-    offers hold in it."""
+    offers hold in it (and how many fans hold them)."""
 
     waited: frozenset[tuple[int, str]] = frozenset()
     offered: Mapping[tuple[int, str], int] = field(default_factory=dict)
+    # Per event: the fans holding an open offer (shoppers the room did not
+    # admit, whom its cap on shoppers counts).
+    offers: Mapping[int, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rows: Iterable[tuple[int, str, bool, int]]) -> WaitlistReservations:
+    def of(cls, rows: Iterable[tuple[int, str, bool, int, int]]) -> WaitlistReservations:
         waited: set[tuple[int, str]] = set()
         offered: dict[tuple[int, str], int] = {}
-        for event_id, section_id, waits, seats in rows:
+        offers: dict[int, int] = {}
+        for event_id, section_id, waits, seats, fans in rows:
             if waits:
                 waited.add((event_id, section_id))
             if seats:
                 offered[(event_id, section_id)] = seats
-        return cls(frozenset(waited), offered)
+            if fans:
+                offers[event_id] = offers.get(event_id, 0) + fans
+        return cls(frozenset(waited), offered, offers)
 
 
 # Try to offer an entry seats of a section: None when the offer was made,

@@ -154,6 +154,7 @@ class QueueStore(Protocol):
         slot_share: float = 1.0,
         generation: int = 0,
         sold_out: bool | None = None,
+        outside: int = 0,
     ) -> TickResult | None:
         """One admit tick of the event's ``lane`` at the target rate (0: the
         configured one), filling at most ``slot_share`` of the free slots;
@@ -161,7 +162,9 @@ class QueueStore(Protocol):
         generation marker is missing or below ``generation`` (Postgres's)
         lost its data: nothing is done and the result says ``room_lost``.
         ``sold_out`` (None: not known now) sets the room's sold-out flag
-        first; while the flag is set nobody is admitted."""
+        first; while the flag is set nobody is admitted. ``outside`` counts
+        shoppers the room did not admit (fans holding waiting-list offers)
+        against its cap."""
 
     async def record_presence(self, event_id: int, customer_ids: Sequence[str], *, now_ms: int) -> int | None:
         """The waiting fans among ``customer_ids`` are seen now; how many
@@ -243,6 +246,16 @@ class BookingHealthSource(Protocol):
         """The recent health, or None when nothing fresh was published."""
 
 
+@dataclass(frozen=True, slots=True)
+class StockVerdict:
+    """What booking published of an event lately (``adapters.booking_stock``)."""
+
+    sold_out: bool
+    # Fans holding an open waiting-list offer: shoppers the room did not
+    # admit, whom its cap on shoppers counts.
+    offers: int = 0
+
+
 class BookingStockSource(Protocol):
     """Whether events are sold out, as booking publishes it
     (``adapters.booking_stock``)."""
@@ -250,9 +263,10 @@ class BookingStockSource(Protocol):
     async def want(self, event_ids: Sequence[int]) -> None:
         """Ask booking to publish these events' seats."""
 
-    async def sold_out(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, bool]:
-        """The recent verdict of each event that has one (sold out or not);
-        events without one are left out."""
+    async def read(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, StockVerdict]:
+        """The recent verdict of each event that has one (sold out or not,
+        and the fans holding waiting-list offers); events without one are
+        left out."""
 
 
 class CodeUse(enum.Enum):

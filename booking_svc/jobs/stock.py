@@ -12,11 +12,13 @@ fans) and writes each event's totals into one Redis hash:
 
 - key :data:`STOCK_KEY` (``boxoffice:booking:stock``);
 - field: the event id (decimal);
-- value: a JSON object ``{"at_ms", "available", "held", "sold"}``: when it
-  was read (Unix ms) and the event's seats over all its sections:
+- value: a JSON object ``{"at_ms", "available", "held", "sold", "offers"}``:
+  when it was read (Unix ms) and the event's seats over all its sections:
   available (capacity and overbooking left, never below 0 per section),
   held (holds not ended yet, lapsed ones included until the sweeper or a
-  new hold ends them) and sold.
+  new hold ends them), sold, and the fans holding an open waiting-list
+  offer (shoppers the room did not admit, which its cap on shoppers
+  counts).
 
 An event is sold out when it has sections and nothing is available or held
 in any of them: a hold that lapses frees its seats again (available), so
@@ -35,7 +37,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -78,6 +80,8 @@ class EventStock:
     available: int = 0
     held: int = 0
     sold: int = 0
+    # Fans holding an open waiting-list offer.
+    offers: int = 0
 
     @property
     def sold_out(self) -> bool:
@@ -100,7 +104,10 @@ def stock_of(
             held=before.held + (0 if waited else max(0, c.held - reserved.offered.get(key, 0))),
             sold=before.sold + c.sold,
         )
-    return totals
+    return {
+        event_id: replace(each, offers=reserved.offers.get(event_id, 0)) if reserved.offers.get(event_id) else each
+        for event_id, each in totals.items()
+    }
 
 
 class StockSource(Protocol):
@@ -133,7 +140,13 @@ class StockPublisher:
         at_ms = int(self._clock.now() * 1000)
         entries = {
             str(event_id): json.dumps(
-                {"at_ms": at_ms, "available": each.available, "held": each.held, "sold": each.sold},
+                {
+                    "at_ms": at_ms,
+                    "available": each.available,
+                    "held": each.held,
+                    "sold": each.sold,
+                    "offers": each.offers,
+                },
                 separators=(",", ":"),
             )
             for event_id, each in stock.items()

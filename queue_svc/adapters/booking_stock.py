@@ -4,11 +4,13 @@
 The contract, shared with ``booking_svc.jobs.stock`` (which writes it): the
 admitter names the events it wants in :data:`WANTED_KEY` (their ids,
 comma-separated); booking answers in one Redis hash, :data:`STOCK_KEY`; one field per event (its id in decimal),
-whose value is a JSON object ``{"at_ms", "available", "held", "sold"}``:
-when booking read it (Unix ms) and the event's seats over all its sections
-(available: capacity and overbooking left; held: holds not ended yet;
-sold). An event is sold out when it sold seats and has none available or
-held. An entry older than the reader's maximum age (booking not
+whose value is a JSON object ``{"at_ms", "available", "held", "sold",
+"offers"}``: when booking read it (Unix ms) and the event's seats over all
+its sections (available: capacity and overbooking left; held: holds not
+ended yet; sold) and the fans holding an open waiting-list offer (absent:
+none). An event is sold out when it sold seats and has none available or
+held; the offers' fans shop outside the room, and its cap on shoppers
+counts them. An entry older than the reader's maximum age (booking not
 publishing) says nothing: the room keeps its flag as it is.
 """
 
@@ -21,6 +23,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from queue_svc.ports import StockVerdict
+
 _log = logging.getLogger("queue_svc.adapters.booking_stock")
 
 # The key booking publishes each event's seats under (booking_svc.jobs.stock).
@@ -29,18 +33,26 @@ STOCK_KEY = "boxoffice:booking:stock"
 WANTED_KEY = "boxoffice:booking:stock:events"
 
 
-def sold_out(raw: Any, *, now_ms: int, max_age_ms: int) -> bool | None:
+def verdict(raw: Any, *, now_ms: int, max_age_ms: int) -> StockVerdict | None:
     """One entry's verdict: None when it is missing, malformed or stale."""
     if raw is None:
         return None
     try:
         entry = json.loads(raw)
         at_ms, available, held, sold = (int(entry[k]) for k in ("at_ms", "available", "held", "sold"))
-    except (ValueError, KeyError, TypeError):
+        offers = max(0, int(entry.get("offers", 0)))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if now_ms - at_ms > max_age_ms:
         return None
-    return available <= 0 and held <= 0 and sold > 0
+    return StockVerdict(available <= 0 and held <= 0 and sold > 0, offers)
+
+
+def sold_out(raw: Any, *, now_ms: int, max_age_ms: int) -> bool | None:
+    """One entry's sold-out verdict: None when it is missing, malformed or
+    stale."""
+    found = verdict(raw, now_ms=now_ms, max_age_ms=max_age_ms)
+    return None if found is None else found.sold_out
 
 
 class RedisBookingStock:
@@ -58,7 +70,7 @@ class RedisBookingStock:
         except (aioredis.RedisError, OSError) as err:
             _log.warning("booking stock not asked for", extra={"error": repr(err)})
 
-    async def sold_out(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, bool]:
+    async def read(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, StockVerdict]:
         """Each event's verdict that booking published lately; an event
         with none (or Redis not answering) is left out: not known now."""
         if not event_ids:
@@ -68,9 +80,13 @@ class RedisBookingStock:
         except (aioredis.RedisError, OSError) as err:
             _log.warning("booking stock not read", extra={"error": repr(err)})
             return {}
-        verdicts: dict[int, bool] = {}
+        verdicts: dict[int, StockVerdict] = {}
         for event_id, raw in zip(event_ids, values, strict=True):
-            verdict = sold_out(raw, now_ms=now_ms, max_age_ms=self._max_age_ms)
-            if verdict is not None:
-                verdicts[event_id] = verdict
+            found = verdict(raw, now_ms=now_ms, max_age_ms=self._max_age_ms)
+            if found is not None:
+                verdicts[event_id] = found
         return verdicts
+
+    async def sold_out(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, bool]:
+        """:meth:`read`'s sold-out verdicts alone."""
+        return {event_id: found.sold_out for event_id, found in (await self.read(event_ids, now_ms=now_ms)).items()}

@@ -342,6 +342,7 @@ class RedisQueueStore:
         slot_share: float = 1.0,
         generation: int = 0,
         sold_out: bool | None = None,
+        outside: int = 0,
     ) -> TickResult | None:
         args: list[Arg] = [
             now_ms,
@@ -353,6 +354,7 @@ class RedisQueueStore:
             min(max(slot_share, 0.0), 1.0),
             generation,
             "" if sold_out is None else int(sold_out),
+            max(outside, 0),
         ]
         keys = self.keys(event_id, lane)
         reply = await self._batcher.call(self._admit, (*keys.common, keys.lifecycle, keys.generation), args)

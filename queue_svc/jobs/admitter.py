@@ -42,7 +42,14 @@ from boxoffice.errors import BoxofficeError
 from queue_svc.config import QueueSettings
 from queue_svc.metrics import AdmitterMetrics
 from queue_svc.model import RateReason, TickResult, WaitingRoomConfig, lane_weights
-from queue_svc.ports import BookingHealthSource, BookingStockSource, Leadership, QueueStore, WaitingRoomRepository
+from queue_svc.ports import (
+    BookingHealthSource,
+    BookingStockSource,
+    Leadership,
+    QueueStore,
+    StockVerdict,
+    WaitingRoomRepository,
+)
 from queue_svc.rate import BookingHealth, NoShowWindow, RatePolicy, target_rate
 
 _log = logging.getLogger("queue_svc.jobs.admitter")
@@ -187,12 +194,12 @@ class Admitter:
             except BoxofficeError as err:
                 _log.warning("cannot refresh the waiting rooms", extra={"reason": err.reason})
         health = await self._read_health() if self._event_ids else None
-        sold_out = await self._read_stock() if self._event_ids else {}
+        stock = await self._read_stock() if self._event_ids else {}
         # All events at once: their scripts share pipelines, and on a Redis
         # Cluster a shard that does not answer holds back only its own events.
         ticked = await asyncio.gather(
             *(
-                self.tick_event(event_id, epoch, health=health, sold_out=sold_out.get(event_id))
+                self.tick_event(event_id, epoch, health=health, stock=stock.get(event_id))
                 for event_id in self._event_ids
             )
         )
@@ -220,11 +227,11 @@ class Admitter:
         with deadline.scope(max(self._settings.tick_seconds, 1.0)):
             return await self._health.read(now_ms=int(self._clock.now() * 1000))
 
-    async def _read_stock(self) -> dict[int, bool]:
+    async def _read_stock(self) -> dict[int, StockVerdict]:
         if self._stock is None:
             return {}
         with deadline.scope(max(self._settings.tick_seconds, 1.0)):
-            return await self._stock.sold_out(self._event_ids, now_ms=int(self._clock.now() * 1000))
+            return await self._stock.read(self._event_ids, now_ms=int(self._clock.now() * 1000))
 
     def target(self, event_id: int) -> tuple[float, RateReason]:
         """The rate the next tick of the event runs at, and why."""
@@ -244,7 +251,15 @@ class Admitter:
         self._targets[event_id] = target_rate(config, no_show_ratio=ratio, health=health, policy=self._policy)
 
     async def _admit(
-        self, event_id: int, *, now_ms: int, epoch: int, rate: float, reason: RateReason, sold_out: bool | None = None
+        self,
+        event_id: int,
+        *,
+        now_ms: int,
+        epoch: int,
+        rate: float,
+        reason: RateReason,
+        sold_out: bool | None = None,
+        outside: int = 0,
     ) -> TickResult | None:
         """One tick of the event: one admit script, or with lanes one per
         lane, each at its part of the rate and of the free slots (the
@@ -262,6 +277,7 @@ class Admitter:
                 reason=reason,
                 generation=generation,
                 sold_out=sold_out,
+                outside=outside,
             )
         views = config.lane_views()
         base = rate if rate > 0 else float(config.admission_rate_per_second)
@@ -280,6 +296,7 @@ class Admitter:
                 slot_share=share,
                 generation=generation,
                 sold_out=sold_out,
+                outside=outside,
             )
 
         for view in views:
@@ -304,7 +321,7 @@ class Admitter:
         return _lanes_total(event_id, results, latest)
 
     async def tick_event(
-        self, event_id: int, epoch: int, *, health: BookingHealth | None = None, sold_out: bool | None = None
+        self, event_id: int, epoch: int, *, health: BookingHealth | None = None, stock: StockVerdict | None = None
     ) -> TickResult | None:
         began = time.perf_counter()
         rate, reason = self.target(event_id)
@@ -312,7 +329,13 @@ class Admitter:
         try:
             with deadline.scope(max(self._settings.tick_seconds, 1.0)):
                 result = await self._admit(
-                    event_id, now_ms=now_ms, epoch=epoch, rate=rate, reason=reason, sold_out=sold_out
+                    event_id,
+                    now_ms=now_ms,
+                    epoch=epoch,
+                    rate=rate,
+                    reason=reason,
+                    sold_out=None if stock is None else stock.sold_out,
+                    outside=0 if stock is None else stock.offers,
                 )
         except BoxofficeError as err:
             if event_id not in self._failing:

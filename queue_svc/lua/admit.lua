@@ -35,7 +35,9 @@
 --       9 whether booking says the event is sold out ('1' yes, '0' no, ''
 --       not known now: the room's flag stays as it is); the flag is the
 --       config's field 'soldout', and while it is '1' nobody is admitted
---       (the tick still ends what is due)
+--       (the tick still ends what is due), 10 shoppers outside the room
+--       that the cap counts (fans holding a waiting-list offer; 0 when
+--       absent)
 -- Reply: {code, admitted, expired, active, queue_length, admitted_through,
 --         admitted_total, highest_epoch, dropped, no_shows_total,
 --         claimed_total, sold_out (the flag after this tick, 1/0)}
@@ -130,7 +132,7 @@ else
   -- The allowance grows at the rate and holds at most one second's worth
   -- (the carry may be below zero: what the safety net took ahead of time).
   local allowance = math.min(rate, carry + rate * elapsed / 1000)
-  local free = tonumber(cfg[4]) - active
+  local free = tonumber(cfg[4]) - active - tonumber(ARGV[10] or '0')
   local n = math.min(free, math.floor(allowance))
   local share = tonumber(ARGV[7] or '1')
   if share < 1 then

@@ -257,4 +257,5 @@ async def test_a_sold_out_event_with_fans_waiting_is_not_for_the_room(stores: St
         stock = stock_of(
             await booking.store.event_counters([event_id]), await booking.store.waitlist_reservations([event_id], now)
         )
-        assert stock[event_id].sold_out
+        # The seat is the offer's, and its fan counts against the room's cap.
+        assert stock[event_id].sold_out and stock[event_id].offers == 1

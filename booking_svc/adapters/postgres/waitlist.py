@@ -360,18 +360,20 @@ class PgWaitlist(PgBase):
         rows = await self._statement(
             """
             SELECT sc.event_id, sc.section_id, booking_waitlist_waits(sc.event_id, sc.section_id),
-                   COALESCE((SELECT sum(h.quantity) FROM waitlist_entries w
-                               JOIN holds h ON h.hold_id = w.offer_hold_id
-                              WHERE w.event_id = sc.event_id AND w.state = 'OFFERED'
-                                AND h.section_id = sc.section_id AND h.state = 'HELD'
-                                AND h.expires_at > %s), 0)::integer
+                   COALESCE(o.seats, 0)::integer, COALESCE(o.fans, 0)::integer
               FROM sections sc
+              LEFT JOIN LATERAL (
+                    SELECT sum(h.quantity) AS seats, count(*) AS fans FROM waitlist_entries w
+                      JOIN holds h ON h.hold_id = w.offer_hold_id
+                     WHERE w.event_id = sc.event_id AND w.state = 'OFFERED'
+                       AND h.section_id = sc.section_id AND h.state = 'HELD' AND h.expires_at > %s
+                   ) o ON true
              WHERE sc.event_id = ANY (%s)
             """,
             (now, list(event_ids)),
             repeatable=True,
         )
-        return WaitlistReservations.of((int(r[0]), str(r[1]), bool(r[2]), int(r[3])) for r in rows)
+        return WaitlistReservations.of((int(r[0]), str(r[1]), bool(r[2]), int(r[3]), int(r[4])) for r in rows)
 
 
 def _not_on_list(event_id: int) -> NotFound:
