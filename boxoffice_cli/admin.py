@@ -183,6 +183,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def waitlist_figures(stats: bpb.GetEventStatsResponse) -> list[list[str]]:
+    """The waiting list's rows of the stats table."""
+    return [
+        ["fans waiting", f"{stats.waitlist_waiting:,}"],
+        ["offers open", f"{stats.waitlist_offered:,}"],
+        ["offers taken", f"{stats.waitlist_taken:,}"],
+        ["offers lapsed or declined", f"{stats.waitlist_lapsed:,}"],
+    ]
+
+
 async def _stats(clients: _Clients, event_id: int, out: TextIO) -> None:
     event = await _call(
         f"stats of event {event_id}",
@@ -208,6 +218,7 @@ async def _stats(clients: _Clients, event_id: int, out: TextIO) -> None:
     ]
     rows.append(["total", "", "", f"{event.capacity:,}", f"{event.sold:,}", f"{event.held:,}", f"{event.available:,}"])
     out.write(_table(["section", "kind", "price", "capacity", "sold", "held", "available"], rows))
+    out.write("\n" + _table(["waiting list", ""], waitlist_figures(event)))
     try:
         room = await clients.queue_admin().GetWaitingRoomStats(
             qpb.GetWaitingRoomStatsRequest(event_id=event_id), timeout=clients.timeout

@@ -14,6 +14,7 @@ import io
 import os
 import sys
 import textwrap
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -214,6 +215,48 @@ async def test_stats_show_each_price_in_its_currencys_decimals(mesh: Mesh) -> No
         line.split()[0]: line.split()[2:4] for line in stats.out.splitlines() if line.startswith(("A ", "FLOOR "))
     }
     assert prices == {"A": ["65.00", "EUR"], "FLOOR": ["3000", "JPY"]}, stats.out
+
+
+async def test_stats_show_the_waiting_list(mesh: Mesh) -> None:
+    event_id = _new_event_id()
+    assert (await mesh.admin("event", "create", mesh.file("event.yaml", event_yaml(event_id)))).code == 0
+
+    def figures(text: str) -> dict[str, str]:
+        labels = ("fans waiting", "offers open", "offers taken", "offers lapsed or declined")
+        return {label: line.split()[-1] for line in text.splitlines() for label in labels if line.startswith(label)}
+
+    stats = await mesh.admin("stats", str(event_id))
+    assert stats.code == 0, stats.err
+    assert any(line.split() == ["waiting", "list"] for line in stats.out.splitlines()), stats.out
+    empty = {"fans waiting": "0", "offers open": "0", "offers taken": "0", "offers lapsed or declined": "0"}
+    assert figures(stats.out) == empty, stats.out
+    # The list's entries as booking keeps them: three waiting, an offer
+    # open, two bought, one lapsed, one who left while waiting.
+    planted = [
+        *[("WAITING", False)] * 3,
+        ("OFFERED", True),
+        *[("TAKEN", True)] * 2,
+        ("LAPSED", True),
+        ("LEFT", False),
+    ]
+    async with mesh.rt.pool().connection() as conn:
+        for n, (state, offered) in enumerate(planted):
+            await conn.execute(
+                """
+                INSERT INTO waitlist_entries (event_id, customer_id, section_id, quantity, state, joined_at,
+                                              offer_hold_id, offered_at)
+                VALUES (%s, %s, 'A', 1, %s, now(), %s, CASE WHEN %s THEN now() END)
+                """,
+                (event_id, f"stats-fan-{n}", state, str(uuid.uuid4()) if offered else None, offered),
+            )
+    stats = await mesh.admin("stats", str(event_id))
+    assert stats.code == 0, stats.err
+    assert figures(stats.out) == {
+        "fans waiting": "3",
+        "offers open": "1",
+        "offers taken": "2",
+        "offers lapsed or declined": "1",
+    }, stats.out
 
 
 async def test_a_bad_event_file_names_its_lines_and_creates_nothing(mesh: Mesh) -> None:
