@@ -318,8 +318,10 @@ def _tickets(conn: psycopg.Connection[Any], event: Event) -> Json:
 
 
 def _door(conn: psycopg.Connection[Any], event: Event) -> Json:
-    """At the door: valid tickets, checked in, no-shows (valid, never checked
-    in), tickets voided after their check-in, conflicts offline devices met."""
+    """At the door: valid tickets (those sold and not voided), checked in,
+    no-shows (valid, never checked in), tickets voided after their check-in,
+    conflicts offline devices met, and the valid tickets checked in at each
+    gate (their first check-in's), which add up to the checked in."""
     valid, entered, voided_inside = _one(
         conn,
         """
@@ -332,12 +334,23 @@ def _door(conn: psycopg.Connection[Any], event: Event) -> Json:
         (event.event_id,),
     )
     conflicts = _one(conn, "SELECT count(*) FROM checkin_conflicts WHERE event_id = %s", (event.event_id,))[0]
+    gates = _rows(
+        conn,
+        """
+        SELECT c.gate_id, count(*)
+          FROM tickets t JOIN checkins c ON c.ticket_id = t.ticket_id
+         WHERE t.event_id = %s AND t.voided_at IS NULL
+         GROUP BY c.gate_id ORDER BY c.gate_id
+        """,
+        (event.event_id,),
+    )
     return {
         "valid_tickets": int(valid),
         "checked_in": int(entered),
         "no_shows": int(valid) - int(entered),
         "checked_in_then_voided": int(voided_inside),
         "conflicts": int(conflicts),
+        "checked_in_by_gate": [{"gate": str(gate), "checked_in": int(count)} for gate, count in gates],
     }
 
 

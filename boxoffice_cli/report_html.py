@@ -271,8 +271,18 @@ def to_html(report: Json) -> str:
         + f'<p class="sub">Bookings cancelled: {_num(tickets["bookings_cancelled"])}.</p></section>'
     )
     door = report["door"]
-    door_rows = [(k.replace("_", " "), _num(v)) for k, v in door.items()]
-    out.append("<section><h2>At the door</h2>" + _table(["tickets", "count"], door_rows, numeric=(1,)) + "</section>")
+    door_rows = [(k.replace("_", " "), _num(v)) for k, v in door.items() if k != "checked_in_by_gate"]
+    gate_rows = [(g["gate"], _num(g["checked_in"])) for g in door["checked_in_by_gate"]]
+    out.append(
+        "<section><h2>At the door</h2>"
+        + _table(["tickets", "count"], door_rows, numeric=(1,))
+        + (
+            _table(["gate", "checked in"], gate_rows, numeric=(1,))
+            if gate_rows
+            else '<p class="sub">Nobody checked in yet.</p>'
+        )
+        + "</section>"
+    )
     waitlist = report.get("waitlist") or {}
     waitlist_rows = [
         (label, _num(int(waitlist.get(key, 0))))

@@ -111,4 +111,41 @@ async def test_the_reports_door_figures_count_checkins_no_shows_and_conflicts(do
         )
     with psycopg.connect(stores.database_url) as conn:
         figures = report_cli._door(conn, report_cli.Event(event, now))
-    assert figures == {"valid_tickets": 2, "checked_in": 1, "no_shows": 1, "checked_in_then_voided": 1, "conflicts": 1}
+    assert figures == {
+        "valid_tickets": 2,
+        "checked_in": 1,
+        "no_shows": 1,
+        "checked_in_then_voided": 1,
+        "conflicts": 1,
+        "checked_in_by_gate": [{"gate": "north-1", "checked_in": 1}],
+    }
+
+
+async def test_the_reports_door_figures_per_gate_add_up_to_the_checked_in(door: Door, stores: Stores) -> None:
+    """Each valid ticket counts once, at the gate of its first check-in: an
+    offline gate's later admission of it is a conflict, not a second count,
+    and a ticket voided after its check-in counts at no gate."""
+    event = new_event()
+    tickets = [await door.ticket(event) for _ in range(5)]
+    now = datetime.now(UTC)
+    for ticket in (tickets[0], tickets[1], tickets[3]):
+        await door.handler.scan(Scan(event, ticket[1], "north-1", "online", now))
+    await door.handler.upload(
+        [
+            Scan(event, tickets[2][1], "south-1", "offline", now - timedelta(seconds=30)),
+            Scan(event, tickets[0][1], "south-1", "offline", now + timedelta(seconds=5)),
+        ]
+    )
+    async with db.transaction(door.pool) as conn:
+        await conn.execute("UPDATE tickets SET voided_at = now() WHERE ticket_id = %s", (tickets[3][0],))
+    with psycopg.connect(stores.database_url) as conn:
+        figures = report_cli._door(conn, report_cli.Event(event, now))
+    assert figures == {
+        "valid_tickets": 4,
+        "checked_in": 3,
+        "no_shows": 1,
+        "checked_in_then_voided": 1,
+        "conflicts": 1,
+        "checked_in_by_gate": [{"gate": "north-1", "checked_in": 2}, {"gate": "south-1", "checked_in": 1}],
+    }
+    assert sum(g["checked_in"] for g in figures["checked_in_by_gate"]) == figures["checked_in"]

@@ -135,6 +135,7 @@ async def test_every_funnel_figure_equals_the_direct_counts(on_sale: OnSale, sto
         "no_shows": valid,
         "checked_in_then_voided": 0,
         "conflicts": 0,
+        "checked_in_by_gate": [],
     }
     # Every entry Redis logged was copied (none left, the trimmed count is the rows').
     assert on_sale.redis["left"] == 0
@@ -400,3 +401,20 @@ async def test_the_waiting_list_is_counted_from_its_entries(on_sale: OnSale, sto
         assert f"<td>{label}</td><td class=n>{count}</td>" in page
     rows = dict(csv.reader(io.StringIO(report_cli.render(report, "csv"))))
     assert rows["waitlist.offers_lapsed"] == "2"
+
+
+async def test_the_html_shows_the_door_per_gate(on_sale: OnSale) -> None:
+    from boxoffice_cli.report_html import to_html
+
+    # Nobody has come to the door of the simulated on-sale.
+    assert '<p class="sub">Nobody checked in yet.</p>' in to_html(on_sale.report)
+    report = copy.deepcopy(on_sale.report)
+    report["door"] |= {
+        "checked_in": 1250,
+        "checked_in_by_gate": [{"gate": "north-1", "checked_in": 1200}, {"gate": "south-1", "checked_in": 50}],
+    }
+    page = to_html(report)
+    assert "<th>gate</th><th>checked in</th>" in page
+    assert "<tr><td>north-1</td><td class=n>1,200</td></tr><tr><td>south-1</td><td class=n>50</td></tr>" in page
+    assert "<td>checked in</td><td class=n>1,250</td>" in page and "checked in by gate" not in page
+    assert "Nobody checked in yet." not in page
