@@ -32,6 +32,7 @@ from edge_svc.endpoints.operations import Operations
 from edge_svc.endpoints.queue import Queue
 from edge_svc.endpoints.sessions import Sessions
 from edge_svc.endpoints.transfers import Transfers
+from edge_svc.endpoints.waitlist import Waitlist
 from edge_svc.http import EdgeApp
 from edge_svc.identity import OidcVerifier, SessionCookies, key_source
 from edge_svc.mesh import BOOKING, CHECKIN, PAYMENT, QUEUE, GrpcMesh, Mesh
@@ -164,15 +165,17 @@ def compose(rt: Runtime, overrides: Overrides | None = None) -> Edge:
         signouts=signouts,
     )
     callers = Callers(deps)
+    queue = Queue(deps, callers)
     endpoints = mount(
         Sessions(deps, callers),
         Catalogue(deps),
-        Queue(deps, callers),
+        queue,
         Draws(deps, callers),
         Checkout(deps, callers),
         Bookings(deps, callers),
         CheckIn(deps, callers),
         Transfers(deps, callers),
+        Waitlist(deps, callers, queue),
         Operations(deps),
         Pages(dev_sign_in=config.dev_sign_in),
     )

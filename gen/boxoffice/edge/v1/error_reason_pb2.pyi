@@ -227,6 +227,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     token instead of a device key: a fan is never a gate (PERMISSION_DENIED).
     No metadata.
     """
+    ERROR_REASON_WAITLIST_QUEUE_REQUIRED: _ErrorReason.ValueType  # 122
+    """Joining an event's waiting list needs a place in the event's queue
+    first, when the event has one (the queue's sign-in and lane access are
+    the list's): join the queue, then the list (PERMISSION_DENIED). Nothing
+    changed. Metadata: `event_id`.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason the edge (the HTTP/JSON front door for
@@ -445,5 +451,11 @@ ERROR_REASON_NOT_A_DEVICE: ErrorReason.ValueType  # 121
 """A gate device's route was called with a fan's session cookie or bearer
 token instead of a device key: a fan is never a gate (PERMISSION_DENIED).
 No metadata.
+"""
+ERROR_REASON_WAITLIST_QUEUE_REQUIRED: ErrorReason.ValueType  # 122
+"""Joining an event's waiting list needs a place in the event's queue
+first, when the event has one (the queue's sign-in and lane access are
+the list's): join the queue, then the list (PERMISSION_DENIED). Nothing
+changed. Metadata: `event_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
