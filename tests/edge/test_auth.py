@@ -31,7 +31,7 @@ from boxoffice.clock import SystemClock
 from edge_svc.config import DEV_SESSION_KID, OidcConfig
 from edge_svc.identity import FileKeys, OidcVerifier
 from tests.e2e.harness import eventually
-from tests.edge.fans import ACCESS_HEADER, ADMITTED, NOT_IN_QUEUE, admit, expect, hold, signed_in, state_of
+from tests.edge.fans import ACCESS_HEADER, ADMITTED, NOT_IN_QUEUE, admit, buy, expect, hold, signed_in, state_of
 from tests.edge.harness import EdgeStack, edge_stack
 from tests.support import Stores
 
@@ -353,6 +353,41 @@ async def test_a_good_bearer_token_works_end_to_end(oidc: Oidc, alg: str) -> Non
         )
         got = await app.get(f"/v1/holds/{made['holdId']}", headers={ACCESS_HEADER: token})
         assert got.status_code == 200 and got.json()["hold"]["holdId"] == made["holdId"]
+
+
+async def test_an_app_gets_its_waitlist_offers_token_in_the_body(oidc: Oidc) -> None:
+    """A waiting-list offer's access token, like an admission's: in the
+    body for a bearer client (a browser gets only the cookie: test_waitlist)."""
+    event_id = await oidc.stack.event(seats=1, refund_percent=100)
+    buyer = oidc.stack.client(headers=oidc.bearer(oidc.token({"sub": f"buyer-{uuid.uuid4().hex[:8]}"})))
+    subject = f"app-{uuid.uuid4().hex[:8]}"
+    app = oidc.stack.client(headers=oidc.bearer(oidc.token({"sub": subject})))
+    async with buyer, app:
+        await admit(buyer, event_id)
+        booking_id = await buy(buyer, event_id, 1)
+        assert (await app.post(f"/v1/events/{event_id}/queue:join", json={})).status_code == 200
+        joined = await app.post(f"/v1/events/{event_id}/waitlist:join", json={"quantity": 1})
+        assert joined.status_code == 200, joined.text
+        quote = (await buyer.get(f"/v1/bookings/{booking_id}/cancellation")).json()
+        cancelled = await buyer.post(
+            f"/v1/bookings/{booking_id}:cancel",
+            json={"quotedRefund": quote["refund"]},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        )
+        assert cancelled.status_code == 200, cancelled.text
+
+        async def offer() -> dict[str, Any] | None:
+            reply = await app.get(f"/v1/events/{event_id}/waitlist")
+            assert reply.status_code == 200, reply.text
+            entry: dict[str, Any] = reply.json()["entry"]
+            return entry if entry["state"] == "WAITLIST_STATE_OFFERED" else None
+
+        entry = await eventually(offer, "the app's fan is offered the seat", seconds=30)
+        token = entry["accessToken"]
+        assert token.startswith("v1."), entry
+        app.cookies.clear()
+        held = await app.get(f"/v1/holds/{entry['offer']['holdId']}", headers={ACCESS_HEADER: token})
+        assert held.status_code == 200 and held.json()["hold"]["customerId"] == subject, held.text
 
 
 async def test_bad_bearer_tokens_are_refused(oidc: Oidc) -> None:

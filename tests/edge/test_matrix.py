@@ -13,6 +13,8 @@ what the route reads or changes (signed in, with their own access token).
 - SHOPPER routes answer 401 without a session or a token, and another fan's
   token answers 403 CUSTOMER_MISMATCH or 404, never the owner's data.
 - PROVIDER: no signature or a forged one answers 401 and records nothing.
+- A FAN route that needs a thing of the caller's own (the waiting list's
+  join: a place in the queue) answers fans without one as it says (403).
 - DEVICE: no key answers 401 DEVICE_KEY_MISSING, a fan's session (even with
   an access token) 403 NOT_A_DEVICE; the owner is a gate device of the
   event, by its key. Another event's device key is 403 DEVICE_WRONG_EVENT.
@@ -43,6 +45,7 @@ from gen.boxoffice.queue.v1 import queue_admin_service_pb2_grpc as apb_grpc
 from payment_svc.webhooks import signature_header
 from tests.edge.fans import ACCESS_HEADER, admit, hold, problem, signed_in
 from tests.edge.harness import EdgeStack, edge_stack
+from tests.edge.waitlists import still_waiting, waiter
 from tests.support import Stores
 
 CALLERS = ("anonymous", "provider", "fan", "intruder", "owner")
@@ -85,6 +88,9 @@ class World:
     claimable_transfer_id: str
     claim_secret: str
     cancellable_transfer_id: str
+    # A sold-out event; the waiter has a place in its queue and on its list.
+    waitlist_event_id: int
+    waiter: Fan
 
 
 async def _tickets(client: httpx.AsyncClient, event_id: int, count: int) -> list[dict[str, Any]]:
@@ -156,6 +162,7 @@ async def world(stores: Stores) -> AsyncIterator[World]:
                 )
                 assert made.status_code == 200, made.text
                 transfers.append(made.json()["transfer"]["transferId"])
+        waitlist_event_id, waiter_name, waiter_session = await waiter(stack)
         gates = stack.operators["checkin"].stub(cpb_grpc.CheckInAdminServiceStub, role=access.OPERATOR)
         other_event = await stack.event(seats=1, max_active=1)
         keys = [
@@ -183,6 +190,8 @@ async def world(stores: Stores) -> AsyncIterator[World]:
             claimable_transfer_id=transfers[0],
             claim_secret=await _claim_secret(stores, transfers[0]),
             cancellable_transfer_id=transfers[1],
+            waitlist_event_id=waitlist_event_id,
+            waiter=Fan(waiter_name, waiter_session),
         )
 
 
@@ -211,6 +220,8 @@ class Case:
     owner: str = "owner"
     # A FAN route about one fan's thing: other fans get 404.
     owned: bool = False
+    # A FAN route needing a thing of the caller's own: other fans' (status, reason).
+    others: tuple[int, str] | None = None
     # Checked after every other caller and before the owner: nothing changed.
     unchanged: Callable[[World, httpx.AsyncClient], Awaitable[None]] | None = None
     # What the route changes, read before the first caller and again before
@@ -380,6 +391,21 @@ MATRIX: dict[str, Case] = {
     "GetClaimPage": Case(),
     "HandleProviderWebhook": Case(body=_webhook_body),
     "GetTicketRotation": Case(params=lambda w: {"ticket_id": w.ticket_id}, owner="payer", owned=True),
+    "JoinWaitlist": Case(
+        params=lambda w: {"event_id": str(w.waitlist_event_id)},
+        body=lambda w: {"sectionId": "A", "quantity": 1},
+        owner="waiter",
+        others=(403, "WAITLIST_QUEUE_REQUIRED"),
+        unchanged=lambda w, c: still_waiting(c, w.waitlist_event_id),
+    ),
+    "GetWaitlistEntry": Case(params=lambda w: {"event_id": str(w.waitlist_event_id)}, owner="waiter", owned=True),
+    "LeaveWaitlist": Case(
+        params=lambda w: {"event_id": str(w.waitlist_event_id)},
+        body=lambda w: {},
+        owner="waiter",
+        owned=True,
+        unchanged=lambda w, c: still_waiting(c, w.waitlist_event_id),
+    ),
     "GetCheckInKeys": Case(params=_event),
     "Scan": Case(
         params=_event, body=lambda w: {"code": w.ticket_code, "gateId": "matrix-1"}, device=True, state=_checked_in
@@ -501,6 +527,8 @@ async def test_matrix(world: World, route: Route) -> None:
         for answer in (fan, intruder):
             if case.owned:
                 assert answer.status == 404 and answer.reason.endswith("NOT_FOUND"), answer
+            elif case.others is not None:
+                assert (answer.status, answer.reason) == case.others, answer
             else:
                 assert answer.status == 200 or (answer.status, answer.reason) == (403, "CUSTOMER_MISMATCH"), answer
         assert mine.status == 200, mine
