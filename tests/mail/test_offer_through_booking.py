@@ -92,7 +92,8 @@ async def test_a_seat_offered_down_the_list_is_written_to_its_fan_once(
             pb.CancelBookingRequest(hold_id=sold.hold_id, customer_id="buyer", reason="test")
         )
         offerer = WaitlistOfferer(booking.store, booking.clock, booking.metrics, interval_seconds=60)
-        [done] = await offerer.pass_once()
+        # (The pass also settles what other tests of this database left.)
+        [done] = [p for p in await offerer.pass_once() if p.event_id == event_id]
         assert [o.customer_id for o in done.offers] == [fan]
         entry = await _entry(booking, event_id, fan)
         assert entry.state == pb.WAITLIST_STATE_OFFERED
