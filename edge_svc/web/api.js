@@ -78,6 +78,9 @@ export const api = {
   transfer: (ticketId, email) => call('POST', `/v1/tickets/${enc(ticketId)}:transfer`, { body: { email } }),
   claimTransfer: (transferId, secret) => call('POST', `/v1/transfers/${enc(transferId)}:claim`, { body: { claimSecret: secret } }),
   cancelTransfer: (transferId) => call('POST', `/v1/transfers/${enc(transferId)}:cancel`, { body: {} }),
+  joinWaitlist: (id, body) => call('POST', `/v1/events/${enc(id)}/waitlist:join`, { body }),
+  waitlistEntry: (id) => call('GET', `/v1/events/${enc(id)}/waitlist`),
+  leaveWaitlist: (id) => call('POST', `/v1/events/${enc(id)}/waitlist:leave`, { body: {} }),
   watchUrl: (id) => `/v1/events/${enc(id)}/queue/position:watch`,
 };
 

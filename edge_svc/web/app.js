@@ -17,6 +17,7 @@ import { roomView } from './room.js';
 import { shopView } from './shop.js';
 import { checkoutView } from './checkout.js';
 import { ticketsView } from './tickets.js';
+import { WaitingList } from './waitlist.js';
 
 const config = JSON.parse(document.querySelector('meta[name="bo-config"]').content);
 const VIEWS = ['home', 'event', 'waiting', 'shop', 'hold', 'tickets', 'claim'];
@@ -29,6 +30,20 @@ const room = roomView(page);
 const shop = shopView(page);
 const checkout = checkoutView(page);
 const tickets = ticketsView(page);
+// The event's waiting list, offered where the event or the room is sold out;
+// its offer is a hold in the fan's name, paid for as any hold.
+const waitlist = new WaitingList({
+  $,
+  i18n: () => state.i18n,
+  errorText,
+  eventId: () => state.eventId,
+  event: () => state.event,
+  queue: () => event.joinQueue(),
+  buy: (offer) => {
+    page.session('hold', offer.holdId);
+    checkout.open(offer);
+  },
+});
 // The views' ways into each other.
 Object.assign(page, {
   show,
@@ -44,6 +59,7 @@ Object.assign(page, {
   openHold: checkout.open,
   openTickets: tickets.open,
   shownTickets: tickets.shown,
+  waitlist,
 });
 
 function show(view) {

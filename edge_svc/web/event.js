@@ -48,6 +48,7 @@ export function eventView(page) {
     $('staff-note').hidden = !state.me || !state.staffPass;
     $('join').disabled = soldOut();
     $('show-tickets').hidden = !state.me || state.tickets.length === 0;
+    page.waitlist.offer(!!state.me && soldOut(), $('join-status'));
     renderFanDraw();
   }
 

@@ -15,7 +15,7 @@ export const wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 // The page's state and the helpers every view uses. app.js adds show(view)
 // and render(), and the views' ways in: openEvent, enterWaiting, admitted,
 // backToQueue, joinQueue, soldOut, openShop, openHold, openTickets,
-// shownTickets and resume.
+// shownTickets and resume; and the event's waiting list (waitlist.js).
 export function newPage(config) {
   const state = {
     i18n: null,

@@ -80,6 +80,7 @@ export function roomView(page) {
     const roomSoldOut = p.admissionState === 'ADMISSION_STATE_SOLD_OUT';
     const [key, cls] = page.soldOut() ? ['room.soldOut', 'soldout'] : ROOM[p.admissionState] || ['room.open', 'open'];
     $('sold-out').hidden = !roomSoldOut;
+    page.waitlist.offer(roomSoldOut || page.soldOut(), $('sold-out'));
     $('live').textContent = state.link ? t(`link.${state.link}`) : '';
     const room = $('room-state');
     room.textContent = t(key);

@@ -168,6 +168,7 @@ def test_every_string_comes_from_each_catalog() -> None:
         f"cancel.not.{reason}"
         for reason in ("REFUND_NOT_ALLOWED", "REFUND_WINDOW_CLOSED", "BOOKING_NOT_CONFIRMED", "unknown")
     }
+    used |= {f"wl.state.WAITLIST_STATE_{state}" for state in ("TAKEN", "LEFT", "LAPSED")}
     missing = sorted(key for key in used if key not in keys["en"])
     assert missing == [], missing
 
