@@ -38,7 +38,11 @@ const waitlist = new WaitingList({
   errorText,
   eventId: () => state.eventId,
   event: () => state.event,
-  queue: () => event.joinQueue(),
+  // The list is for fans with a place in the queue: one who has none takes one.
+  queue: async () => {
+    const { position } = await api.position(state.eventId);
+    if (position.state === 'QUEUE_STATE_NOT_IN_QUEUE') await event.joinQueue();
+  },
   buy: (offer) => {
     page.session('hold', offer.holdId);
     checkout.open(offer);

@@ -20,8 +20,8 @@ const OFFERED = 'WAITLIST_STATE_OFFERED';
 export class WaitingList {
   // $: the page's getElementById; i18n(): the current I18n; errorText(err):
   // the page's words for an error; eventId() and event(): the event shown;
-  // queue(): takes a place in the event's queue (asked first when the fan
-  // has none); buy(hold): opens the page's checkout for the offer's hold.
+  // queue(): makes sure the fan has a place in the event's queue (joining
+  // asks for one); buy(hold): opens the page's checkout for the offer's hold.
   constructor({ $, i18n, errorText, eventId, event, queue, buy }) {
     Object.assign(this, { $, i18n, errorText, eventId, event, queue, buy });
     this.panel = $('waitlist');
@@ -112,16 +112,8 @@ export class WaitingList {
     const section = this.$('waitlist-section').value;
     if (section) body.sectionId = section;
     try {
-      let answer;
-      try {
-        answer = await api.joinWaitlist(this.eventId(), body);
-      } catch (err) {
-        if (!(err instanceof ApiError) || err.reason !== 'WAITLIST_QUEUE_REQUIRED') throw err;
-        // The list is for fans with a place in the queue: take one, then join.
-        await this.queue();
-        answer = await api.joinWaitlist(this.eventId(), body);
-      }
-      this.entry = answer.entry;
+      await this.queue();
+      this.entry = (await api.joinWaitlist(this.eventId(), body)).entry;
       this.said = '';
     } catch (err) {
       this.message(this.errorText(err));
