@@ -16,7 +16,7 @@ from boxoffice import access
 from boxoffice_cli.admin_files import BadFile, parse_event_file
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
-from tests.e2e.test_admin_command import Mesh, mesh  # noqa: F401 (the fixture)
+from tests.e2e.admin_mesh import Mesh, mesh  # noqa: F401 (the fixture)
 from tests.edge.asserting import edge_mesh_client
 
 FLIGHT = """\

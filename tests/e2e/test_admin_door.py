@@ -11,12 +11,12 @@ import pytest
 from boxoffice.clock import SystemClock
 from boxoffice_cli.admin_files import BadFile, parse_event_file
 from checkin_svc.adapters.events import DoorSettings, PgEventSettings
+from tests.e2e.admin_mesh import Mesh, event_yaml, mesh, new_event_id  # noqa: F401 (the fixture)
 from tests.e2e.test_admin_catalogue import CONCERT, FLIGHT
-from tests.e2e.test_admin_command import Mesh, _new_event_id, event_yaml, mesh  # noqa: F401 (the fixture)
 
 
 def _door(text: str, rules: str) -> str:
-    """``text`` (an event file of test_admin_command) with a door block."""
+    """``text`` (an event file of admin_mesh) with a door block."""
     return text.replace(
         "          max_seats_per_customer: 4\n", f"          checkin: {rules}\n          max_seats_per_customer: 4\n"
     )
@@ -55,7 +55,7 @@ def test_a_bad_door_rule_names_its_line(block: str, problem: str) -> None:
 
 async def test_the_door_rules_reach_the_door_and_read_back(mesh: Mesh) -> None:  # noqa: F811
     door = PgEventSettings(mesh.rt.pool(), SystemClock())
-    set_id, default_id = _new_event_id(), _new_event_id()
+    set_id, default_id = new_event_id(), new_event_id()
     created = await mesh.admin(
         "event", "create", mesh.file("set.yaml", _door(event_yaml(set_id), "{static_codes: true, reentry: true}"))
     )
@@ -81,7 +81,7 @@ async def test_the_door_rules_reach_the_door_and_read_back(mesh: Mesh) -> None: 
 
 
 async def test_a_bad_door_rule_exits_2_and_creates_nothing(mesh: Mesh) -> None:  # noqa: F811
-    event_id = _new_event_id()
+    event_id = new_event_id()
     path = mesh.file("bad.yaml", _door(event_yaml(event_id), "{static_codes: sometimes, reentry: true}"))
     result = await mesh.admin("event", "create", path)
     assert result.code == 2, result

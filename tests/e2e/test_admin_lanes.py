@@ -15,7 +15,7 @@ from boxoffice.errors import from_rpc_error
 from gen.boxoffice.queue.v1 import queue_admin_service_pb2 as apb
 from gen.boxoffice.queue.v1 import queue_service_pb2 as qpb
 from queue_svc import passes
-from tests.e2e.test_admin_command import Mesh, _iso, _new_event_id, edge_queue, event_yaml, mesh, stored_room
+from tests.e2e.admin_mesh import Mesh, edge_queue, event_yaml, iso, mesh, new_event_id, stored_room
 
 __all__ = ["mesh"]
 
@@ -37,7 +37,7 @@ async def _join(mesh: Mesh, event_id: int, fan: str, **fields: str) -> qpb.JoinQ
 
 
 async def test_codes_and_a_staff_pass_from_the_command_open_their_lanes(mesh: Mesh) -> None:
-    event_id = _new_event_id()
+    event_id = new_event_id()
     created = await mesh.admin(
         "event",
         "create",
@@ -50,7 +50,7 @@ async def test_codes_and_a_staff_pass_from_the_command_open_their_lanes(mesh: Me
         ("staff", apb.WAITING_ROOM_LANE_ENTRY_STAFF, 5),
     ]
 
-    until = _iso(datetime.now(UTC) + timedelta(days=1))
+    until = iso(datetime.now(UTC) + timedelta(days=1))
     made = await mesh.admin("codes", "create", str(event_id), "presale", "--count", "3", "--until", until)
     assert made.code == 0, made.err
     codes = made.out.split()
@@ -69,7 +69,7 @@ async def test_codes_and_a_staff_pass_from_the_command_open_their_lanes(mesh: Me
     crew = await _join(mesh, event_id, "crew", staff_pass=staff_pass)
     assert isinstance(crew, qpb.JoinQueueResponse) and crew.position.lane == "staff"
 
-    closes = _iso(datetime.now(UTC) + timedelta(hours=2))
+    closes = iso(datetime.now(UTC) + timedelta(hours=2))
     drawn = await mesh.admin("draw", "create", str(event_id), "presale", "--closes", closes, "--winners", "100")
     assert drawn.code == 0 and "commitment" in drawn.out, drawn.err
     commitment = drawn.out.split()[-1]
@@ -117,7 +117,7 @@ async def test_bad_lane_commands_exit_2_before_anything_is_sent(mesh: Mesh, args
 
 
 async def test_a_bad_lane_in_the_event_file_names_its_line_and_creates_nothing(mesh: Mesh) -> None:
-    event_id = _new_event_id()
+    event_id = new_event_id()
     bad = """
           lanes:
             - {name: Pre Sale, entry: code, share_percent: 30}
@@ -131,6 +131,6 @@ async def test_a_bad_lane_in_the_event_file_names_its_line_and_creates_nothing(m
           lanes:
             - {name: a, entry: open, share_percent: 60}
             - {name: b, entry: open, share_percent: 40}"""
-    other = _new_event_id()
+    other = new_event_id()
     result = await mesh.admin("event", "create", mesh.file("event2.yaml", event_yaml(other, room_extra=too_much)))
     assert result.code == 1 and "config.lanes" in result.err
