@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
@@ -21,12 +22,25 @@ from boxoffice.runtime import Pool
 from boxoffice.streams import ConsumerHooks
 from mail_svc import app as mail_app
 from mail_svc.jobs.mailer import MailHooks
+from mail_svc.model import EventInfo
 from mail_svc.ports import Relay
 from payment_svc.adapters.tickets import PgTicketStore
 from payment_svc.jobs.issuer import ISSUER_GROUP
 from payment_svc.ports import ConfirmedBooking, TicketUnit
 from tests.mail.relay import USER
 from tests.support import Stores, make_runtime, running
+
+# A flight (a route, no venue) whose name wants escaping in HTML, for the
+# templates' tests.
+FLIGHT = EventInfo(
+    event_id=7,
+    name="Zero-fare <flight>",
+    kind="FLIGHT",
+    starts_at=datetime(2027, 5, 1, 23, 45, tzinfo=UTC),
+    time_zone="America/Sao_Paulo",
+    venue="",
+    route="VJ123 SGN → GRU",
+)
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ import pytest
 from boxoffice import db
 from boxoffice.runtime import Pool
 from mail_svc.adapters.deliveries import PgDeliveryStore
-from mail_svc.model import LANGUAGES, DeliveryState, EventInfo, Kind, OfferMail
+from mail_svc.model import LANGUAGES, DeliveryState, Kind, OfferMail
 from mail_svc.render import Renderer
-from tests.mail.harness import mailer_of, make_booking
+from tests.mail.harness import FLIGHT, mailer_of, make_booking
 from tests.mail.relay import RelayState
 from tests.support import Stores
 
@@ -318,15 +318,7 @@ def test_the_offer_template_renders_in_every_language(language: str) -> None:
     """A flight's offer (a route, no venue), its name escaped in the HTML."""
     offer = OfferMail(
         hold_id="9b1d3c1e-6a43-4d9e-8d6f-7a5f0f1b2c3d",
-        event=EventInfo(
-            event_id=7,
-            name="Zero-fare <flight>",
-            kind="FLIGHT",
-            starts_at=datetime(2027, 5, 1, 23, 45, tzinfo=UTC),
-            time_zone="America/Sao_Paulo",
-            venue="",
-            route="VJ123 SGN → GRU",
-        ),
+        event=FLIGHT,
         customer_id="fan-7",
         section_id="ECO",
         quantity=2,

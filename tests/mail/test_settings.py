@@ -15,21 +15,14 @@ from boxoffice_cli import main as cli
 from mail_svc import app as mail_app
 from mail_svc.adapters.relays import EmlFolder
 from mail_svc.config import MailConfig
-from mail_svc.model import LANGUAGES, BookingMail, EventInfo, Kind, TicketLine
+from mail_svc.model import LANGUAGES, BookingMail, Kind, TicketLine
 from mail_svc.render import Renderer
+from tests.mail.harness import FLIGHT
 from tests.support import Stores, tls_environ
 
 _BOOKING = BookingMail(
     hold_id="9b1d3c1e-6a43-4d9e-8d6f-7a5f0f1b2c3d",
-    event=EventInfo(
-        event_id=7,
-        name="Zero-fare <flight>",
-        kind="FLIGHT",
-        starts_at=datetime(2027, 5, 1, 23, 45, tzinfo=UTC),
-        time_zone="America/Sao_Paulo",
-        venue="",
-        route="VJ123 SGN → GRU",
-    ),
+    event=FLIGHT,
     tickets=(TicketLine(1, "TKT-0001", "ECO", "12A"), TicketLine(2, "TKT-0002", "ECO", "")),
     amount_minor=0,
     currency="VND",
