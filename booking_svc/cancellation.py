@@ -19,6 +19,7 @@ from boxoffice.errors import FailedPrecondition
 WINDOW_CLOSED = "REFUND_WINDOW_CLOSED"
 NOT_ALLOWED = "REFUND_NOT_ALLOWED"
 NOT_CONFIRMED = "BOOKING_NOT_CONFIRMED"
+TRANSFERRED = "TICKETS_TRANSFERRED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +38,15 @@ class CancellationQuote:
     percent: int
 
 
-def quote(hold: Hold, policy: RefundPolicy, at: datetime) -> CancellationQuote:
+def quote(hold: Hold, policy: RefundPolicy, at: datetime, *, transferred_away: int = 0) -> CancellationQuote:
     """The quote for cancelling ``hold`` at ``at``: allowed only for a
-    confirmed booking while the policy grants a refund for it."""
+    confirmed booking while the policy grants a refund for it and none of
+    its tickets is held by a friend who claimed it (``transferred_away``)."""
     until = policy.refundable_until
     if hold.state is not HoldState.CONFIRMED:
         return CancellationQuote(False, 0, until, NOT_CONFIRMED, at, policy.refund_percent)
+    if transferred_away > 0:
+        return CancellationQuote(False, 0, until, TRANSFERRED, at, policy.refund_percent)
     if until is None or policy.refund_for(hold.amount.amount_minor, until) <= 0:
         return CancellationQuote(False, 0, until, NOT_ALLOWED, at, policy.refund_percent)
     if at > until:

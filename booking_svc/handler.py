@@ -21,6 +21,7 @@ from booking_svc.config import BookingConfig
 from booking_svc.metrics import BookingMetrics
 from booking_svc.model import (
     CatalogueEntry,
+    ClaimedTransfer,
     Event,
     EventSpec,
     Hold,
@@ -295,7 +296,8 @@ class BookingHandler:
                 f"booking {booking_id} does not exist", reason="HOLD_NOT_FOUND", metadata={"hold_id": str(booking_id)}
             )
         event = await self._store.get_event(hold.event_id)
-        return hold, quote(hold, event.refund_policy, self.now())
+        away = await self._store.tickets_transferred_away(hold.hold_id, hold.customer_id)
+        return hold, quote(hold, event.refund_policy, self.now(), transferred_away=away)
 
     async def cancel_booking(
         self,
@@ -313,7 +315,10 @@ class BookingHandler:
         grants nothing refuses the cancel, so a refund never voids a booking
         for nothing and never leaves one confirmed; but money already given
         back at the provider (``refunded_at_provider``, PaymentService only)
-        cancels it whatever the policy, granting nothing more."""
+        cancels it whatever the policy, granting nothing more. The fan's own
+        cancel (through the edge, or payment's with the fan's quote) is
+        refused while a friend holds one of the booking's tickets by a
+        claimed transfer (TICKETS_TRANSFERRED); an operator's refund is not."""
         if refunded_at_provider and caller.current().role != access.PAYMENT:
             raise validate.invalid("refunded_at_provider", "is for PaymentService only")
         if caller.current().is_edge:
@@ -328,7 +333,13 @@ class BookingHandler:
             refund_required=caller.current().role == access.PAYMENT and not refunded_at_provider,
             refunded_at_provider=refunded_at_provider,
             quoted_refund=quoted_refund,
+            by_fan=caller.current().is_edge or quoted_refund is not None,
         )
         if self._config.seat_gate:
             await self._gate.clear(hold.event_id, [s.seat_id for s in hold.seats])
         return hold, refund
+
+    async def record_ticket_transfer(self, transfer: ClaimedTransfer) -> bool:
+        """Record a transfer a claim committed in PaymentService (its only
+        caller); True when it was recorded before."""
+        return await self._store.record_transfer(transfer)

@@ -349,3 +349,19 @@ class SectionCounterPage:
 class SweepResult:
     holds: int
     seats: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedTransfer:
+    """A ticket transfer a claim committed in PaymentService: the ticket of
+    booking ``hold_id`` (its ``unit``; ``generation``, the re-issued
+    ticket's) passed from ``sender_id`` to ``receiver_id``."""
+
+    transfer_id: UUID
+    event_id: int
+    hold_id: UUID
+    unit: int
+    generation: int
+    sender_id: str
+    receiver_id: str
+    claimed_at: datetime

@@ -13,6 +13,7 @@ from typing import Protocol
 from booking_svc.model import (
     CatalogueEntry,
     CatalogueQuery,
+    ClaimedTransfer,
     Event,
     EventSpec,
     Hold,
@@ -88,6 +89,7 @@ class BookingStore(Protocol):
         refund_required: bool = False,
         refunded_at_provider: bool = False,
         quoted_refund: Money | None = None,
+        by_fan: bool = False,
     ) -> tuple[Hold, int]:
         """Cancel a confirmed booking: its seats go back, a BookingCancelled
         event carries the refund the event's policy grants. With
@@ -96,8 +98,21 @@ class BookingStore(Protocol):
         ``refunded_at_provider`` the refund is zero (it was made at the provider).
         With ``quoted_refund`` the grant is at most the quote, and a policy
         that now grants less refuses the cancel and changes nothing (see
-        :func:`booking_svc.cancellation.granted_for_quote`). A booking
-        cancelled already is returned as it is, with the refund it got."""
+        :func:`booking_svc.cancellation.granted_for_quote`). With ``by_fan``
+        (the buyer's own cancel) a booking one of whose tickets another fan
+        holds by a claimed transfer is refused (FAILED_PRECONDITION,
+        TICKETS_TRANSFERRED) and nothing changes. A booking cancelled already
+        is returned as it is, with the refund it got."""
+
+    async def record_transfer(self, transfer: ClaimedTransfer) -> bool:
+        """Record a claimed transfer (idempotent by its id: True when it was
+        recorded before); NOT_FOUND HOLD_NOT_FOUND for a booking not of its
+        event, FAILED_PRECONDITION TRANSFER_RECORD_MISMATCH for its id with
+        other details."""
+
+    async def tickets_transferred_away(self, hold_id: uuid.UUID, buyer: str) -> int:
+        """How many of the booking's tickets others than ``buyer`` hold by
+        claimed transfers."""
 
     async def sweep(self, *, now: datetime, batch_size: int) -> SweepResult: ...
 

@@ -27,6 +27,7 @@ from booking_svc.converters import (
     seat_map_pb,
 )
 from booking_svc.handler import BookingHandler
+from booking_svc.model import ClaimedTransfer
 from booking_svc.times import timestamp
 from booking_svc.waitlist import Waitlist
 from booking_svc.waitlist_wire import parse_join, waitlist_entry_pb
@@ -169,3 +170,21 @@ class BookingServicer(pb_grpc.BookingServiceServicer):
     async def LeaveWaitlist(self, request: pb.LeaveWaitlistRequest, context: Context) -> pb.LeaveWaitlistResponse:
         entry = await self._waitlist.leave(event_id=validate.positive_id("event_id", request.event_id))
         return pb.LeaveWaitlistResponse(entry=waitlist_entry_pb(entry, "", self._handler.now()))
+
+    async def RecordTicketTransfer(
+        self, request: pb.RecordTicketTransferRequest, context: Context
+    ) -> pb.RecordTicketTransferResponse:
+        if not request.HasField("claimed_at"):
+            raise validate.required("claimed_at")
+        transfer = ClaimedTransfer(
+            transfer_id=parse_hold_id("transfer_id", request.transfer_id),
+            event_id=validate.positive_id("event_id", request.event_id),
+            hold_id=parse_hold_id("booking_id", request.booking_id),
+            unit=validate.int_range("unit", request.unit, minimum=1, maximum=100_000),
+            generation=validate.int_range("generation", request.generation, minimum=1, maximum=1_000_000),
+            sender_id=validate.text("sender_customer_id", request.sender_customer_id, max_length=128),
+            receiver_id=validate.text("receiver_customer_id", request.receiver_customer_id, max_length=128),
+            claimed_at=timestamp("claimed_at", request.claimed_at),
+        )
+        before = await self._handler.record_ticket_transfer(transfer)
+        return pb.RecordTicketTransferResponse(recorded_before=before)

@@ -80,6 +80,8 @@ def _table() -> Mapping[str, frozenset[str]]:
         # Only payment moves a hold towards a sale.
         f"{_BOOKING}ExtendHold": {PAYMENT},
         f"{_BOOKING}ConfirmHold": {PAYMENT},
+        # Payment tells booking of the transfers its claims committed.
+        f"{_BOOKING}RecordTicketTransfer": {PAYMENT},
         # A fan cancels their own booking; an operator anyone's; payment
         # cancels the booking whose payment it refunds (the cancellation
         # policy decides the refund).

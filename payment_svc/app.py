@@ -4,7 +4,9 @@ Roles (``ROLES``):
 
 - ``payment-svc`` (role ``server``): PaymentService, its provider (the
   sandbox and its webhook delivery, or Stripe: ``BOXOFFICE_PAYMENT_PROVIDER``),
-  the reconciler, and the consumer that refunds cancelled bookings; it
+  the reconciler, the consumer that refunds cancelled bookings, and the
+  loop that tells booking of claimed ticket transfers it has not
+  acknowledged (:class:`~payment_svc.transfers.TicketTransfers`); it
   also serves the mailer's MailAdminService (``mail_svc.app.compose_admin``);
 - ``issuer``: the ticket issuer.
 
@@ -211,12 +213,14 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
     )
     # Claims re-issue tickets with codes signed as the issuer signs them.
     codes = ticketcodes.TicketCodeSigner(ticketcodes.read_keys(rt.env).get, rt.clock)
+    transfer_store = PgTransferStore(pool, codes=codes)
+    transfers = TicketTransfers(transfer_store, rt.clock, booking)
     servicer = PaymentServicer(
         handler=handler,
         webhooks=webhooks,
         idempotent=Idempotent(idempotency, lease_seconds=config.idempotency_lease_seconds),
-        cancellation=FanCancellation(payments=handler, store=store, booking=booking),
-        transfers=TicketTransfers(PgTransferStore(pool, codes=codes), rt.clock),
+        cancellation=FanCancellation(payments=handler, store=store, booking=booking, transfers=transfer_store),
+        transfers=transfers,
     )
     # The mailer's admin contract is served here (the contract says why).
     mail_admin = mail_app.compose_admin(rt)
@@ -243,7 +247,11 @@ def compose_server(rt: Runtime, overrides: Overrides | None = None) -> PaymentSe
         sink = GrpcWebhookSink(lambda: rt.channel(COMPONENT, server.local_address))
         loops.append(Loop("sandbox-webhooks", WebhookDelivery(sandbox, sink, pool).run))
         closers.append(sink.close)
-    loops += [Loop("payment-reconciler", reconciler.run), Loop("cancellation-refunds", cancellations.run)]
+    loops += [
+        Loop("payment-reconciler", reconciler.run),
+        Loop("cancellation-refunds", cancellations.run),
+        Loop("transfers-to-booking", transfers.run),
+    ]
     return PaymentServer(
         config=config,
         server=server,

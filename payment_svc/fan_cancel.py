@@ -10,6 +10,12 @@ goes to the provider here, as the booking's one cancellation refund: the
 same refund the BookingCancelled consumer (:mod:`payment_svc.jobs.cancellations`)
 adopts when it comes second, or that this call adopts when the consumer came
 first, so however many cancels race, the money goes back once.
+
+A booking one of whose tickets a friend claimed by transfer is not the
+fan's to cancel (it would void the friend's ticket): while booking's cancel
+runs, the booking's lock keeps claims of its tickets out, and booking is
+first told of any claimed transfer it has not acknowledged yet, so its
+refusal (TICKETS_TRANSFERRED) never misses one.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from boxoffice.errors import NotFound, PermissionDenied
 from boxoffice.tokens import asserted_customer
 from payment_svc.handler import PaymentHandler
 from payment_svc.model import Payment, RefundOrder, RefundSource, RefundState
-from payment_svc.ports import BookingClient, PaymentStore
+from payment_svc.ports import BookingClient, PaymentStore, TransferStore
 
 # What a fan's cancel says to the booking and the refund.
 FAN_CANCEL_REASON = "cancelled by the customer"
@@ -40,10 +46,13 @@ def refund_key(hold_id: str) -> str:
 
 
 class FanCancellation:
-    def __init__(self, *, payments: PaymentHandler, store: PaymentStore, booking: BookingClient) -> None:
+    def __init__(
+        self, *, payments: PaymentHandler, store: PaymentStore, booking: BookingClient, transfers: TransferStore
+    ) -> None:
         self._payments = payments
         self._store = store
         self._booking = booking
+        self._transfers = transfers
 
     async def paid_booking(self, booking_id: str) -> Payment:
         """The payment that bought the asserted fan's booking. Another fan's
@@ -60,13 +69,20 @@ class FanCancellation:
         refund, and refund what the cancellation granted."""
         hold_id = payment.hold_id
         try:
-            cancelled = await self._booking.cancel_booking(
-                hold_id, payment.customer_id, FAN_CANCEL_REASON, quoted_refund=(quoted_minor, quoted_currency)
-            )
+            # No claim of the booking's tickets commits meanwhile, and booking
+            # knows every one that did: it refuses (TICKETS_TRANSFERRED) when
+            # a friend holds one of them.
+            async with self._transfers.cancelling_booking(hold_id) as untold:
+                for transfer in untold:
+                    await self._booking.record_ticket_transfer(transfer)
+                cancelled = await self._booking.cancel_booking(
+                    hold_id, payment.customer_id, FAN_CANCEL_REASON, quoted_refund=(quoted_minor, quoted_currency)
+                )
         except (NotFound, PermissionDenied):
             raise NotFound("no such booking", reason="HOLD_NOT_FOUND", metadata={"hold_id": hold_id}) from None
         # BookingService's refusals (REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED,
-        # BOOKING_NOT_CONFIRMED, a quote it cannot take) pass on as raised.
+        # BOOKING_NOT_CONFIRMED, TICKETS_TRANSFERRED, a quote it cannot
+        # take) pass on as raised.
         granted = min(cancelled.refund_minor, quoted_minor)
         existing = await self._store.cancellation_refund(payment.payment_id)
         if existing is None and granted <= 0:

@@ -149,6 +149,22 @@ class Transfer:
     new_ticket_id: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedTransfer:
+    """A claimed transfer as BookingService is told of it: the ticket of
+    booking ``hold_id`` (its ``unit``; ``generation``, the re-issued
+    ticket's) passed from ``sender_id`` to ``receiver_id``."""
+
+    transfer_id: str
+    event_id: int
+    hold_id: str
+    unit: int
+    generation: int
+    sender_id: str
+    receiver_id: str
+    claimed_at: datetime
+
+
 def provider_key(hold_id: str, attempt: int) -> str:
     """The provider idempotency key of a hold's n-th payment attempt."""
     return f"hold_{hold_id}_attempt_{attempt}"

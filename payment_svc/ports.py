@@ -6,13 +6,14 @@ implement them; tests substitute stand-ins through :mod:`payment_svc.app`."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from boxoffice.errors import Aborted, BoxofficeError
-from payment_svc.model import Payment, PaymentState, Refund, RefundOrder, Ticket, Transfer
+from payment_svc.model import ClaimedTransfer, Payment, PaymentState, Refund, RefundOrder, Ticket, Transfer
 from payment_svc.webhooks import WebhookEvent
 
 # -- payments and refunds
@@ -211,6 +212,20 @@ class TransferStore(Protocol):
     async def cancel(self, *, transfer_id: str, sender_id: str, now: datetime) -> Transfer:
         """Withdraw the sender's pending transfer."""
 
+    async def untold(self, limit: int, transfer_id: str | None = None) -> list[ClaimedTransfer]:
+        """Claimed transfers BookingService has not acknowledged yet, oldest
+        first (``transfer_id``: that one, if it is)."""
+
+    async def mark_told(self, transfer_ids: Sequence[str]) -> None:
+        """BookingService recorded these transfers."""
+
+    def cancelling_booking(self, hold_id: str) -> AbstractAsyncContextManager[list[ClaimedTransfer]]:
+        """For a fan's cancel of the booking: while open, no transfer of its
+        tickets is claimed (the booking's lock); gives its claimed transfers
+        BookingService has not acknowledged yet. When the block (the cancel)
+        ends without an error, marks them told and withdraws the booking's
+        pending transfers."""
+
 
 # -- BookingService
 
@@ -262,6 +277,9 @@ class BookingClient(Protocol):
         self, hold_id: str, idempotency_key: str, payment_id: str, amount_minor: int, currency: str
     ) -> HoldView:
         """Turn the hold into a booking; FAILED_PRECONDITION when it is gone."""
+
+    async def record_ticket_transfer(self, transfer: ClaimedTransfer) -> None:
+        """Tell booking of a claimed transfer (idempotent by its id)."""
 
     async def cancel_booking(
         self,

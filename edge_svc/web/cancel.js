@@ -133,7 +133,7 @@ export class Cancellations {
       this.$('cancel-title').focus();
     } catch (err) {
       open.busy = false;
-      if (err instanceof ApiError && ['REFUND_WINDOW_CLOSED', 'REFUND_NOT_ALLOWED'].includes(err.reason)) {
+      if (err instanceof ApiError && ['REFUND_WINDOW_CLOSED', 'REFUND_NOT_ALLOWED', 'TICKETS_TRANSFERRED'].includes(err.reason)) {
         // Nothing was cancelled: what cancelling does now, quoted again.
         return this.quote(open.bookingId, this.errorText(err));
       }

@@ -14,6 +14,7 @@ from boxoffice.errors import from_rpc_error
 from boxoffice.tls import ClientChannel
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
 from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as pb_grpc
+from payment_svc.model import ClaimedTransfer
 from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView
 
 _HOLD_STATES = {
@@ -101,6 +102,21 @@ class GrpcBookingClient:
             request.quoted_refund.CopyFrom(pb.Money(amount_minor=quoted_refund[0], currency_code=quoted_refund[1]))
         reply = await self._call("CancelBooking", request)
         return CancelledBooking(_hold_view(reply.hold), reply.refund_amount.amount_minor)
+
+    async def record_ticket_transfer(self, transfer: ClaimedTransfer) -> None:
+        claimed_at = timestamp_pb2.Timestamp()
+        claimed_at.FromDatetime(transfer.claimed_at)
+        request = pb.RecordTicketTransferRequest(
+            transfer_id=transfer.transfer_id,
+            event_id=transfer.event_id,
+            booking_id=transfer.hold_id,
+            unit=transfer.unit,
+            generation=transfer.generation,
+            sender_customer_id=transfer.sender_id,
+            receiver_customer_id=transfer.receiver_id,
+            claimed_at=claimed_at,
+        )
+        await self._call("RecordTicketTransfer", request)
 
     async def close(self) -> None:
         await self._channel.close()

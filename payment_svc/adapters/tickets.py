@@ -169,6 +169,16 @@ class PgTicketStore:
             await conn.execute(
                 "UPDATE tickets SET voided_at = now() WHERE hold_id = %s AND voided_at IS NULL", (hold_id,)
             )
+            # Offers of the booking's tickets not claimed yet are withdrawn:
+            # their links claim nothing (TRANSFER_CANCELLED).
+            await conn.execute(
+                """
+                UPDATE ticket_transfers x SET state = 'CANCELLED', ended_at = now(), claim_secret = ''
+                  FROM tickets t
+                 WHERE t.ticket_id = x.ticket_id AND t.hold_id = %s AND x.state = 'PENDING'
+                """,
+                (hold_id,),
+            )
 
     @db.repeated_when_lost
     async def mark_processed(self, consumer: str, source_event_id: str) -> None:

@@ -9,6 +9,15 @@ ticket's row, then the claimer's own lock in the event, so that two claims
 by one fan never pass the ticket limit on one count. A transaction cut by a
 lost connection before it committed runs once more (``db.repeated_when_lost``).
 
+A claimed transfer is then told to BookingService (``booking_told_at`` marks
+it acknowledged; :meth:`PgTransferStore.untold` lists the others for the
+retry loop), and a fan's cancel of a booking holds the booking's lock while
+it tells booking of the booking's untold transfers and cancels, then
+withdraws the booking's pending transfers
+(:meth:`PgTransferStore.cancelling_booking`), so no claim commits in between;
+and a claim of a ticket whose booking is no longer confirmed (an operator's
+refund before the issuer voided it) is TICKET_VOID.
+
 The event's settings (its ``transfers`` switch, its start, its ticket
 limit) and the claimer's live holds and paid bookings not ticketed yet are
 read from booking's tables in the claim's own transaction, read only; a
@@ -17,8 +26,10 @@ ticket the door admitted already (check-in's table) is not passed on.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +40,7 @@ from boxoffice.errors import AlreadyExists, FailedPrecondition, NotFound
 from boxoffice.runtime import Pool
 from boxoffice.ticketcodes import TicketClaims, TicketCodeSigner
 from payment_svc.adapters.tickets import TICKET_COLUMNS, TRANSFER_COLUMNS, ticket_of, transfer_of
-from payment_svc.model import Ticket, Transfer, TransferState
+from payment_svc.model import ClaimedTransfer, Ticket, Transfer, TransferState
 from payment_svc.ports import TransferStore
 
 
@@ -193,7 +204,9 @@ class PgTransferStore:
             assert old_row is not None
             old = ticket_of(old_row[:13])
             generation, source_event_id, transferred = int(old_row[13]), old_row[14], bool(old_row[15])
-            if old.voided_at is not None:
+            cur = await conn.execute("SELECT state FROM holds WHERE hold_id = %s", (old.hold_id,))
+            booking = await cur.fetchone()
+            if old.voided_at is not None or (booking is not None and booking[0] != "CONFIRMED"):
                 raise FailedPrecondition(
                     "the ticket is void: its booking was cancelled",
                     reason="TICKET_VOID",
@@ -283,6 +296,70 @@ class PgTransferStore:
             cancelled = await cur.fetchone()
             assert cancelled is not None
             return transfer_of(cancelled)
+
+    async def untold(self, limit: int, transfer_id: str | None = None) -> list[ClaimedTransfer]:
+        async with db.transaction(self._pool) as conn:
+            cur = await conn.execute(
+                f"{_CLAIMED} AND (%s::uuid IS NULL OR x.transfer_id = %s::uuid) ORDER BY x.ended_at LIMIT %s",
+                (transfer_id, transfer_id, limit),
+            )
+            return [_claimed(row) for row in await cur.fetchall()]
+
+    async def mark_told(self, transfer_ids: Sequence[str]) -> None:
+        if not transfer_ids:
+            return
+        async with db.transaction(self._pool) as conn:
+            await _mark_told(conn, transfer_ids)
+
+    @contextlib.asynccontextmanager
+    async def cancelling_booking(self, hold_id: str) -> AsyncIterator[list[ClaimedTransfer]]:
+        async with db.transaction(self._pool) as conn:
+            # The lock a claim takes before it re-issues a ticket of the booking.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7))", (hold_id,))
+            cur = await conn.execute(f"{_CLAIMED} AND t.hold_id = %s ORDER BY x.ended_at", (hold_id,))
+            untold = [_claimed(row) for row in await cur.fetchall()]
+            yield untold
+            await _mark_told(conn, [t.transfer_id for t in untold])
+            # Cancelled: offers of its tickets not claimed yet are withdrawn now.
+            await conn.execute(
+                """
+                UPDATE ticket_transfers x SET state = 'CANCELLED', ended_at = now(), claim_secret = ''
+                  FROM tickets t
+                 WHERE t.ticket_id = x.ticket_id AND t.hold_id = %s AND x.state = 'PENDING'
+                """,
+                (hold_id,),
+            )
+
+
+# Claimed transfers BookingService has not acknowledged, with the booking,
+# unit and generation of the ticket each re-issued.
+_CLAIMED = """
+SELECT x.transfer_id::text, x.event_id, t.hold_id::text, t.unit, t.generation, x.sender_id, x.receiver_id, x.ended_at
+  FROM ticket_transfers x JOIN tickets t ON t.ticket_id = x.new_ticket_id
+ WHERE x.state = 'CLAIMED' AND x.booking_told_at IS NULL
+"""
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedTransfer:
+    return ClaimedTransfer(
+        transfer_id=str(row[0]),
+        event_id=int(row[1]),
+        hold_id=str(row[2]),
+        unit=int(row[3]),
+        generation=int(row[4]),
+        sender_id=str(row[5]),
+        receiver_id=str(row[6]),
+        claimed_at=row[7],
+    )
+
+
+async def _mark_told(conn: psycopg.AsyncConnection[Any], transfer_ids: Sequence[str]) -> None:
+    if transfer_ids:
+        await conn.execute(
+            "UPDATE ticket_transfers SET booking_told_at = now() "
+            "WHERE transfer_id = ANY(%s::uuid[]) AND booking_told_at IS NULL",
+            (list(transfer_ids),),
+        )
 
 
 def _compliance(store: PgTransferStore) -> TransferStore:

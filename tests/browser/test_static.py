@@ -166,7 +166,13 @@ def test_every_string_comes_from_each_catalog() -> None:
     used |= {f"avail.{state}" for state in ("ON_SALE", "FEW_LEFT", "SOLD_OUT", "NOT_YET_ON_SALE")}
     used |= {
         f"cancel.not.{reason}"
-        for reason in ("REFUND_NOT_ALLOWED", "REFUND_WINDOW_CLOSED", "BOOKING_NOT_CONFIRMED", "unknown")
+        for reason in (
+            "REFUND_NOT_ALLOWED",
+            "REFUND_WINDOW_CLOSED",
+            "BOOKING_NOT_CONFIRMED",
+            "TICKETS_TRANSFERRED",
+            "unknown",
+        )
     }
     used |= {f"wl.state.WAITLIST_STATE_{state}" for state in ("TAKEN", "LEFT", "LAPSED")}
     missing = sorted(key for key in used if key not in keys["en"])

@@ -388,6 +388,19 @@ REQUESTS: dict[str, Callable[[World], Call]] = {
     ),
     f"{_BOOKING}GetWaitlistEntry": lambda w: Call(bpb.GetWaitlistEntryRequest(event_id=w.waitlist_event_id)),
     f"{_BOOKING}LeaveWaitlist": lambda w: Call(bpb.LeaveWaitlistRequest(event_id=w.waitlist_event_id), writes=True),
+    f"{_BOOKING}RecordTicketTransfer": lambda w: Call(
+        bpb.RecordTicketTransferRequest(
+            transfer_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"matrix-transfer-{w.paid_hold_id}")),
+            event_id=w.event_id,
+            booking_id=w.paid_hold_id,
+            unit=1,
+            generation=1,
+            sender_customer_id=FAN,
+            receiver_customer_id=FRIEND,
+            claimed_at=ts(datetime.now(UTC)),
+        ),
+        writes=True,
+    ),
     # Payments.
     f"{_PAYMENT}StartPayment": lambda w: Call(
         ppb.StartPaymentRequest(access_token=w.token, hold_id=_hold_id("start")(w), payment_method="pm_card_ok"),

@@ -43,7 +43,7 @@ from payment_svc.adapters.sandbox import SandboxProvider
 from payment_svc.handler import PaymentHooks
 from payment_svc.jobs.issuer import TicketIssuer
 from payment_svc.jobs.reconciler import Reconciler
-from payment_svc.model import Payment
+from payment_svc.model import ClaimedTransfer, Payment
 from payment_svc.ports import BookingClient, CancelledBooking, HoldState, HoldView, IdempotencyStore
 from tests.edge.asserting import edge_mesh_client
 from tests.support import ManualClock, Stores, make_runtime, running
@@ -100,6 +100,8 @@ class FakeBooking:
     restore_calls: list[datetime] = field(default_factory=list)
     # What the event's refund policy grants on a cancellation, in percent.
     refund_percent: int = 100
+    # The claimed transfers payment told of, by id.
+    transfers: dict[str, ClaimedTransfer] = field(default_factory=dict)
 
     def add_hold(
         self, *, event_id: int, customer_id: str, amount_minor: int = 5000, seats: list[int] | None = None
@@ -202,6 +204,9 @@ class FakeBooking:
         await insert_outbox(self.pool, hold_id, "BookingCancelled", payload)
         hold.view = dataclasses.replace(v, state=HoldState.CANCELLED)
         return CancelledBooking(hold.view, refund)
+
+    async def record_ticket_transfer(self, transfer: ClaimedTransfer) -> None:
+        self.transfers.setdefault(transfer.transfer_id, transfer)
 
 
 def fake_booking(rt: Runtime) -> FakeBooking:

@@ -16,6 +16,7 @@ from psycopg.rows import TupleRow
 
 from booking_svc.adapters.postgres import outcomes
 from booking_svc.adapters.postgres.base import PgBase, retry_deadlock_once, retry_tx_once
+from booking_svc.adapters.postgres.transfers import transferred_away
 from booking_svc.cancellation import granted_for_quote
 from booking_svc.model import Hold, HoldState, Money, RefundPolicy
 from boxoffice import deadline
@@ -167,6 +168,7 @@ class PgHoldChanges(PgBase):
         refund_required: bool = False,
         refunded_at_provider: bool = False,
         quoted_refund: Money | None = None,
+        by_fan: bool = False,
     ) -> tuple[Hold, int]:
         async def work() -> tuple[Hold, int]:
             async with transaction(self._pool) as conn:
@@ -180,6 +182,14 @@ class PgHoldChanges(PgBase):
                         reason="BOOKING_NOT_CONFIRMED",
                         metadata={"hold_id": str(hold_id), "state": hold.state_at(now).value},
                     )
+                if by_fan:
+                    away = await transferred_away(conn, hold_id, hold.customer_id)
+                    if away > 0:
+                        raise FailedPrecondition(
+                            "a friend claimed a ticket of this booking: cancelling it would void theirs",
+                            reason="TICKETS_TRANSFERRED",
+                            metadata={"hold_id": str(hold_id), "tickets": str(away)},
+                        )
                 cur = await conn.execute(
                     "SELECT refundable_until, refund_percent FROM events WHERE event_id = %s", (hold.event_id,)
                 )

@@ -1789,8 +1789,8 @@ class GetCancellationQuoteResponse(_message.Message):
     """Whether the booking may be cancelled now (for a refund)."""
     reason: _builtins.str
     """When not allowed, why: the name of a published ErrorReason
-    (REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED, BOOKING_NOT_CONFIRMED); empty
-    when allowed.
+    (REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED, BOOKING_NOT_CONFIRMED,
+    TICKETS_TRANSFERRED); empty when allowed.
     """
     refund_percent: _builtins.int
     """The event's refund percent, 0 to 100."""
@@ -1838,6 +1838,80 @@ class GetCancellationQuoteResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetCancellationQuoteResponse: _TypeAlias = GetCancellationQuoteResponse  # noqa: Y015
+
+@_typing.final
+class RecordTicketTransferRequest(_message.Message):
+    """RecordTicketTransferRequest is a transfer a claim committed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSFER_ID_FIELD_NUMBER: _builtins.int
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    BOOKING_ID_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    SENDER_CUSTOMER_ID_FIELD_NUMBER: _builtins.int
+    RECEIVER_CUSTOMER_ID_FIELD_NUMBER: _builtins.int
+    CLAIMED_AT_FIELD_NUMBER: _builtins.int
+    transfer_id: _builtins.str
+    """The transfer (a UUID): the record's key."""
+    event_id: _builtins.int
+    """The booking's event."""
+    booking_id: _builtins.str
+    """The booking the ticket is of: the id of a hold (a UUID)."""
+    unit: _builtins.int
+    """The ticket's unit in the booking, from 1."""
+    generation: _builtins.int
+    """The re-issued ticket's generation (1 for a ticket's first transfer)."""
+    sender_customer_id: _builtins.str
+    """Who gave the ticket."""
+    receiver_customer_id: _builtins.str
+    """Who claimed it."""
+    @_builtins.property
+    def claimed_at(self) -> _timestamp_pb2.Timestamp:
+        """When the claim committed."""
+
+    def __init__(
+        self,
+        *,
+        transfer_id: _builtins.str = ...,
+        event_id: _builtins.int = ...,
+        booking_id: _builtins.str = ...,
+        unit: _builtins.int = ...,
+        generation: _builtins.int = ...,
+        sender_customer_id: _builtins.str = ...,
+        receiver_customer_id: _builtins.str = ...,
+        claimed_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["claimed_at", b"claimed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["booking_id", b"booking_id", "claimed_at", b"claimed_at", "event_id", b"event_id", "generation", b"generation", "receiver_customer_id", b"receiver_customer_id", "sender_customer_id", b"sender_customer_id", "transfer_id", b"transfer_id", "unit", b"unit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordTicketTransferRequest: _TypeAlias = RecordTicketTransferRequest  # noqa: Y015
+
+@_typing.final
+class RecordTicketTransferResponse(_message.Message):
+    """RecordTicketTransferResponse says whether the transfer was known already."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDED_BEFORE_FIELD_NUMBER: _builtins.int
+    recorded_before: _builtins.bool
+    """The transfer was recorded by an earlier call; nothing changed."""
+    def __init__(
+        self,
+        *,
+        recorded_before: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recorded_before", b"recorded_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordTicketTransferResponse: _TypeAlias = RecordTicketTransferResponse  # noqa: Y015
 
 @_typing.final
 class WaitlistEntry(_message.Message):

@@ -102,6 +102,11 @@ class BookingServiceStub:
                 request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.SerializeToString,
                 response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.FromString,
                 _registered_method=True)
+        self.RecordTicketTransfer = channel.unary_unary(
+                '/boxoffice.booking.v1.BookingService/RecordTicketTransfer',
+                request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.RecordTicketTransferRequest.SerializeToString,
+                response_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.RecordTicketTransferResponse.FromString,
+                _registered_method=True)
         self.JoinWaitlist = channel.unary_unary(
                 '/boxoffice.booking.v1.BookingService/JoinWaitlist',
                 request_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.JoinWaitlistRequest.SerializeToString,
@@ -263,7 +268,10 @@ class BookingServiceServicer:
         refund a GetCancellationQuote answered), the cancel grants at most that
         and refuses, changing nothing, when the policy now grants less:
         FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
-        closed since the quote.
+        closed since the quote. A fan's own cancel (through the edge, or with
+        quoted_refund) of a booking one of whose tickets a friend claimed by
+        transfer is FAILED_PRECONDITION TICKETS_TRANSFERRED, changing nothing;
+        an operator's (or a refund's) cancels it, voiding every ticket of it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -275,9 +283,29 @@ class BookingServiceServicer:
         time until which it holds, or not allowed with the reason (a published
         ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
         policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
-        confirmed one). Through the edge, only the asserted fan's own booking:
+        confirmed one, TICKETS_TRANSFERRED when a friend claimed one of its
+        tickets). Through the edge, only the asserted fan's own booking:
         another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
         an operator's, any. A booking's id is its hold's id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordTicketTransfer(self, request, context):
+        """RecordTicketTransfer tells booking of a ticket transfer that a claim
+        committed in PaymentService: the ticket of booking booking_id (its unit,
+        the new ticket's generation) passed from sender_customer_id to
+        receiver_customer_id. While the booking stays confirmed, HoldSeats counts
+        the ticket against the receiver's ticket limit and no longer against the
+        sender's, and a fan's own cancel of the booking (and its quote) is
+        refused with TICKETS_TRANSFERRED while one of its tickets is held by
+        someone other than its buyer. Idempotent by transfer_id: the same
+        transfer again changes nothing (recorded_before); the id with other
+        fields is FAILED_PRECONDITION TRANSFER_RECORD_MISMATCH. NOT_FOUND
+        HOLD_NOT_FOUND for a booking that does not exist or is of another event.
+        Internal: PaymentService calls it once a claim commits, and again until
+        it is answered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -390,6 +418,11 @@ def add_BookingServiceServicer_to_server(servicer, server):
                     servicer.GetCancellationQuote,
                     request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.FromString,
                     response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.SerializeToString,
+            ),
+            'RecordTicketTransfer': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordTicketTransfer,
+                    request_deserializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.RecordTicketTransferRequest.FromString,
+                    response_serializer=gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.RecordTicketTransferResponse.SerializeToString,
             ),
             'JoinWaitlist': grpc.unary_unary_rpc_method_handler(
                     servicer.JoinWaitlist,
@@ -761,6 +794,33 @@ class BookingService:
             '/boxoffice.booking.v1.BookingService/GetCancellationQuote',
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteRequest.SerializeToString,
             gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.GetCancellationQuoteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordTicketTransfer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/boxoffice.booking.v1.BookingService/RecordTicketTransfer',
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.RecordTicketTransferRequest.SerializeToString,
+            gen_dot_boxoffice_dot_booking_dot_v1_dot_booking__service__pb2.RecordTicketTransferResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -138,7 +138,10 @@ class BookingServiceStub:
     refund a GetCancellationQuote answered), the cancel grants at most that
     and refuses, changing nothing, when the policy now grants less:
     FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
-    closed since the quote.
+    closed since the quote. A fan's own cancel (through the edge, or with
+    quoted_refund) of a booking one of whose tickets a friend claimed by
+    transfer is FAILED_PRECONDITION TICKETS_TRANSFERRED, changing nothing;
+    an operator's (or a refund's) cancels it, voiding every ticket of it.
     """
     GetCancellationQuote: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetCancellationQuoteRequest, _booking_service_pb2.GetCancellationQuoteResponse]
     """GetCancellationQuote says what cancelling a confirmed booking would do
@@ -146,9 +149,25 @@ class BookingServiceStub:
     time until which it holds, or not allowed with the reason (a published
     ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
     policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
-    confirmed one). Through the edge, only the asserted fan's own booking:
+    confirmed one, TICKETS_TRANSFERRED when a friend claimed one of its
+    tickets). Through the edge, only the asserted fan's own booking:
     another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
     an operator's, any. A booking's id is its hold's id.
+    """
+    RecordTicketTransfer: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.RecordTicketTransferRequest, _booking_service_pb2.RecordTicketTransferResponse]
+    """RecordTicketTransfer tells booking of a ticket transfer that a claim
+    committed in PaymentService: the ticket of booking booking_id (its unit,
+    the new ticket's generation) passed from sender_customer_id to
+    receiver_customer_id. While the booking stays confirmed, HoldSeats counts
+    the ticket against the receiver's ticket limit and no longer against the
+    sender's, and a fan's own cancel of the booking (and its quote) is
+    refused with TICKETS_TRANSFERRED while one of its tickets is held by
+    someone other than its buyer. Idempotent by transfer_id: the same
+    transfer again changes nothing (recorded_before); the id with other
+    fields is FAILED_PRECONDITION TRANSFER_RECORD_MISMATCH. NOT_FOUND
+    HOLD_NOT_FOUND for a booking that does not exist or is of another event.
+    Internal: PaymentService calls it once a claim commits, and again until
+    it is answered.
     """
     JoinWaitlist: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.JoinWaitlistRequest, _booking_service_pb2.JoinWaitlistResponse]
     """JoinWaitlist puts the asserted fan on the waiting list of a sold-out
@@ -283,7 +302,10 @@ class BookingServiceAsyncStub(BookingServiceStub):
     refund a GetCancellationQuote answered), the cancel grants at most that
     and refuses, changing nothing, when the policy now grants less:
     FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
-    closed since the quote.
+    closed since the quote. A fan's own cancel (through the edge, or with
+    quoted_refund) of a booking one of whose tickets a friend claimed by
+    transfer is FAILED_PRECONDITION TICKETS_TRANSFERRED, changing nothing;
+    an operator's (or a refund's) cancels it, voiding every ticket of it.
     """
     GetCancellationQuote: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetCancellationQuoteRequest, _booking_service_pb2.GetCancellationQuoteResponse]  # type: ignore[assignment]
     """GetCancellationQuote says what cancelling a confirmed booking would do
@@ -291,9 +313,25 @@ class BookingServiceAsyncStub(BookingServiceStub):
     time until which it holds, or not allowed with the reason (a published
     ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
     policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
-    confirmed one). Through the edge, only the asserted fan's own booking:
+    confirmed one, TICKETS_TRANSFERRED when a friend claimed one of its
+    tickets). Through the edge, only the asserted fan's own booking:
     another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
     an operator's, any. A booking's id is its hold's id.
+    """
+    RecordTicketTransfer: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.RecordTicketTransferRequest, _booking_service_pb2.RecordTicketTransferResponse]  # type: ignore[assignment]
+    """RecordTicketTransfer tells booking of a ticket transfer that a claim
+    committed in PaymentService: the ticket of booking booking_id (its unit,
+    the new ticket's generation) passed from sender_customer_id to
+    receiver_customer_id. While the booking stays confirmed, HoldSeats counts
+    the ticket against the receiver's ticket limit and no longer against the
+    sender's, and a fan's own cancel of the booking (and its quote) is
+    refused with TICKETS_TRANSFERRED while one of its tickets is held by
+    someone other than its buyer. Idempotent by transfer_id: the same
+    transfer again changes nothing (recorded_before); the id with other
+    fields is FAILED_PRECONDITION TRANSFER_RECORD_MISMATCH. NOT_FOUND
+    HOLD_NOT_FOUND for a booking that does not exist or is of another event.
+    Internal: PaymentService calls it once a claim commits, and again until
+    it is answered.
     """
     JoinWaitlist: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.JoinWaitlistRequest, _booking_service_pb2.JoinWaitlistResponse]  # type: ignore[assignment]
     """JoinWaitlist puts the asserted fan on the waiting list of a sold-out
@@ -495,7 +533,10 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         refund a GetCancellationQuote answered), the cancel grants at most that
         and refuses, changing nothing, when the policy now grants less:
         FAILED_PRECONDITION REFUND_WINDOW_CLOSED once the refund window has
-        closed since the quote.
+        closed since the quote. A fan's own cancel (through the edge, or with
+        quoted_refund) of a booking one of whose tickets a friend claimed by
+        transfer is FAILED_PRECONDITION TICKETS_TRANSFERRED, changing nothing;
+        an operator's (or a refund's) cancels it, voiding every ticket of it.
         """
 
     @_abc_1.abstractmethod
@@ -509,9 +550,31 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         time until which it holds, or not allowed with the reason (a published
         ErrorReason name: REFUND_WINDOW_CLOSED, REFUND_NOT_ALLOWED when the
         policy grants nothing, BOOKING_NOT_CONFIRMED when the booking is not a
-        confirmed one). Through the edge, only the asserted fan's own booking:
+        confirmed one, TICKETS_TRANSFERRED when a friend claimed one of its
+        tickets). Through the edge, only the asserted fan's own booking:
         another's answers NOT_FOUND HOLD_NOT_FOUND, as one that does not exist;
         an operator's, any. A booking's id is its hold's id.
+        """
+
+    @_abc_1.abstractmethod
+    def RecordTicketTransfer(
+        self,
+        request: _booking_service_pb2.RecordTicketTransferRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_booking_service_pb2.RecordTicketTransferResponse, _abc.Awaitable[_booking_service_pb2.RecordTicketTransferResponse]]:
+        """RecordTicketTransfer tells booking of a ticket transfer that a claim
+        committed in PaymentService: the ticket of booking booking_id (its unit,
+        the new ticket's generation) passed from sender_customer_id to
+        receiver_customer_id. While the booking stays confirmed, HoldSeats counts
+        the ticket against the receiver's ticket limit and no longer against the
+        sender's, and a fan's own cancel of the booking (and its quote) is
+        refused with TICKETS_TRANSFERRED while one of its tickets is held by
+        someone other than its buyer. Idempotent by transfer_id: the same
+        transfer again changes nothing (recorded_before); the id with other
+        fields is FAILED_PRECONDITION TRANSFER_RECORD_MISMATCH. NOT_FOUND
+        HOLD_NOT_FOUND for a booking that does not exist or is of another event.
+        Internal: PaymentService calls it once a claim commits, and again until
+        it is answered.
         """
 
     @_abc_1.abstractmethod

@@ -239,7 +239,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ConfirmHold of a hold that had lapsed, when buying it now would pass the
     limit (the customer held others since); the payment is refunded.
     Metadata: `limit`, `held` (seats in the customer's live holds), `bought`
-    (seats in their confirmed bookings), all decimal; ConfirmHold adds
+    (seats in their confirmed bookings, plus tickets of confirmed bookings
+    they received by claimed transfers, minus those they gave), all decimal;
+    ConfirmHold adds
     `hold_id`.
     """
     ERROR_REASON_PAGE_TOKEN_INVALID: _ErrorReason.ValueType  # 125
@@ -263,6 +265,20 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_WAITLIST_ENTRY_NOT_FOUND: _ErrorReason.ValueType  # 141
     """GetWaitlistEntry or LeaveWaitlist for a fan not on the event's waiting
     list (NOT_FOUND).
+    """
+    ERROR_REASON_TICKETS_TRANSFERRED: _ErrorReason.ValueType  # 160
+    """CancelBooking by the fan (through the edge, or PaymentService's fan
+    cancel with a quoted refund) of a booking one of whose tickets a friend
+    claimed by transfer and holds: cancelling would void the friend's ticket,
+    so nothing is cancelled (FAILED_PRECONDITION); the friend may transfer it
+    back, and an operator may still refund the booking. Also
+    GetCancellationQuote's reason then. Metadata: `hold_id`, `tickets` (how
+    many of its tickets others hold, decimal).
+    """
+    ERROR_REASON_TRANSFER_RECORD_MISMATCH: _ErrorReason.ValueType  # 161
+    """RecordTicketTransfer with a transfer id recorded before for another
+    booking, unit, generation or customers (FAILED_PRECONDITION); nothing
+    changed. Metadata: `transfer_id`.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -496,7 +512,9 @@ released, expired or cancelled hold gives its seats back to it. Also
 ConfirmHold of a hold that had lapsed, when buying it now would pass the
 limit (the customer held others since); the payment is refunded.
 Metadata: `limit`, `held` (seats in the customer's live holds), `bought`
-(seats in their confirmed bookings), all decimal; ConfirmHold adds
+(seats in their confirmed bookings, plus tickets of confirmed bookings
+they received by claimed transfers, minus those they gave), all decimal;
+ConfirmHold adds
 `hold_id`.
 """
 ERROR_REASON_PAGE_TOKEN_INVALID: ErrorReason.ValueType  # 125
@@ -520,5 +538,19 @@ seats for sale: the fan can hold them through the queue instead
 ERROR_REASON_WAITLIST_ENTRY_NOT_FOUND: ErrorReason.ValueType  # 141
 """GetWaitlistEntry or LeaveWaitlist for a fan not on the event's waiting
 list (NOT_FOUND).
+"""
+ERROR_REASON_TICKETS_TRANSFERRED: ErrorReason.ValueType  # 160
+"""CancelBooking by the fan (through the edge, or PaymentService's fan
+cancel with a quoted refund) of a booking one of whose tickets a friend
+claimed by transfer and holds: cancelling would void the friend's ticket,
+so nothing is cancelled (FAILED_PRECONDITION); the friend may transfer it
+back, and an operator may still refund the booking. Also
+GetCancellationQuote's reason then. Metadata: `hold_id`, `tickets` (how
+many of its tickets others hold, decimal).
+"""
+ERROR_REASON_TRANSFER_RECORD_MISMATCH: ErrorReason.ValueType  # 161
+"""RecordTicketTransfer with a transfer id recorded before for another
+booking, unit, generation or customers (FAILED_PRECONDITION); nothing
+changed. Metadata: `transfer_id`.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -318,6 +318,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (FAILED_PRECONDITION): a ticket that was used is not passed on.
     Metadata: `ticket_id`.
     """
+    ERROR_REASON_TICKETS_TRANSFERRED: _ErrorReason.ValueType  # 160
+    """CancelBooking of a booking one of whose tickets a friend claimed by
+    transfer and holds (passed on from BookingService.CancelBooking):
+    cancelling would void the friend's ticket, so nothing is cancelled or
+    refunded (FAILED_PRECONDITION); the friend may transfer it back, and an
+    operator may still refund the booking. Metadata: `hold_id`, `tickets`
+    (how many of its tickets others hold, decimal).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists every reason PaymentService can answer, as
@@ -628,5 +636,13 @@ ERROR_REASON_TICKET_CHECKED_IN: ErrorReason.ValueType  # 141
 """TransferTicket or ClaimTransfer of a ticket already admitted at the door
 (FAILED_PRECONDITION): a ticket that was used is not passed on.
 Metadata: `ticket_id`.
+"""
+ERROR_REASON_TICKETS_TRANSFERRED: ErrorReason.ValueType  # 160
+"""CancelBooking of a booking one of whose tickets a friend claimed by
+transfer and holds (passed on from BookingService.CancelBooking):
+cancelling would void the friend's ticket, so nothing is cancelled or
+refunded (FAILED_PRECONDITION); the friend may transfer it back, and an
+operator may still refund the booking. Metadata: `hold_id`, `tickets`
+(how many of its tickets others hold, decimal).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -173,8 +173,12 @@ class PaymentServiceServicer:
         accepted (BookingService.GetCancellationQuote): the cancel never refunds
         more, and when the refund window closed since the quote it answers
         FAILED_PRECONDITION REFUND_WINDOW_CLOSED and changes nothing; a policy
-        that grants nothing answers FAILED_PRECONDITION REFUND_NOT_ALLOWED.
-        Cancelling a cancelled booking answers its cancellation again.
+        that grants nothing answers FAILED_PRECONDITION REFUND_NOT_ALLOWED, and
+        a booking one of whose tickets a friend claimed by transfer and holds
+        FAILED_PRECONDITION TICKETS_TRANSFERRED (cancelling would void the
+        friend's ticket); a cancel that goes through withdraws the booking's
+        pending transfers. Cancelling a cancelled booking answers its
+        cancellation again.
         Idempotent by key, scoped to the fan: a replay returns the first answer,
         the same key with other parameters is INVALID_ARGUMENT
         IDEMPOTENCY_KEY_REUSED, and a duplicate while the first is in flight is
