@@ -4,7 +4,9 @@ joins it (taking a place in the queue first), sees their place, and once a
 buyer cancels, the offer appears (its seat, price and countdown); "Buy"
 goes through the page's own payment to the ticket. Axe-clean in every
 language at each step, with no console error but the contract's answers
-of a fan who is not on the list yet (404) and an event with no fan draw."""
+of a fan who is not on the list yet (404) and an event with no fan draw.
+A fan waiting in the room when the last seat sells is offered the list
+there, joins it for any section and leaves it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tests.browser.harness import Mesh, admitted_client, new_fan
 from tests.browser.pages import view
 from tests.browser.test_fan import every_language
 from tests.e2e.harness import eventually
+from tests.edge.fans import buy
 from tests.edge.harness import sign_in
 
 
@@ -105,3 +108,47 @@ async def test_a_fan_joins_the_waiting_list_of_a_sold_out_event_and_buys_the_off
     assert fan.troubles(*expected) == [] and fan.foreign() == []
     await fan.context.close()
     await buyer.aclose()
+
+
+async def test_a_waiting_fan_told_sold_out_joins_the_list_and_leaves_it(browser: Browser, mesh: Mesh) -> None:
+    event_id = await mesh.event(seats=2, max_active=1)
+    buyer = await admitted_client(mesh, f"last-buyer-{uuid.uuid4().hex[:6]}", event_id)
+    fan = await new_fan(browser, mesh.url)
+    page = fan.page
+    try:
+        # The one slot is the buyer's: the fan waits; the list is not offered yet.
+        await page.goto(f"{mesh.url}/e/{event_id}")
+        await view(page, "event")
+        await expect(page.locator("#waitlist")).to_be_hidden()
+        await page.fill("#sign-in-name", f"fan-wl-{uuid.uuid4().hex[:6]}")
+        await page.click("#sign-in button[type=submit]")
+        await page.click("#join")
+        await view(page, "waiting")
+        await expect(page.locator("#live")).to_contain_text("Live")
+        await expect(page.locator("#waitlist")).to_be_hidden()
+        await buy(buyer, event_id, 2)
+        # Sold out: the waiting room says so and offers the list.
+        await expect(page.locator("#sold-out")).to_be_visible(timeout=30_000)
+        await expect(page.locator("#waitlist-form")).to_be_visible()
+        await page.select_option("#waitlist-quantity", "2")
+        await page.click("#waitlist-join")
+        await expect(page.locator("#waitlist-status")).to_have_text(
+            "You are next on the waiting list. You asked for 2 seats in any section."
+        )
+        await every_language(page, "waitlist-4-waiting-room")
+        # Leaving the list: it says so, and the fan may join again.
+        await page.click("#waitlist-leave")
+        await expect(page.locator("#waitlist-status")).to_have_text(
+            "You left the waiting list. You can join it again, at the back."
+        )
+        await expect(page.locator("#waitlist-form")).to_be_visible()
+        await expect(page.locator("#waitlist-leave")).to_be_hidden()
+        await expect(page.locator("#waitlist-title")).to_be_focused()
+        await every_language(page, "waitlist-5-left")
+        assert await page.evaluate("document.body.dataset.view") == "waiting"
+        # The page asked for the fan's entry before they joined (404: not on the list).
+        assert fan.troubles(f"404 GET /v1/events/{event_id}/waitlist", f"404 GET /v1/events/{event_id}/fan-draw") == []
+        assert fan.foreign() == []
+    finally:
+        await buyer.aclose()
+        await fan.context.close()
