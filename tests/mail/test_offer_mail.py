@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
@@ -30,6 +30,22 @@ from mail_svc.render import Renderer
 from tests.mail.harness import FLIGHT, mailer_of, make_booking
 from tests.mail.relay import RelayState
 from tests.support import Stores
+
+# The customer ids of the offers planted here.
+_FANS = "wl-fan-%"
+
+
+@pytest.fixture(autouse=True)
+async def _planted_offers_end(pool: Pool) -> AsyncIterator[None]:
+    """Each test's planted entries and holds go when it ends: booking's offer
+    pass, which other tests of this database run, takes only its own."""
+    yield
+    async with db.transaction(pool) as conn:
+        await conn.execute(
+            "DELETE FROM hold_seats WHERE hold_id IN (SELECT hold_id FROM holds WHERE customer_id LIKE %s)", (_FANS,)
+        )
+        await conn.execute("DELETE FROM holds WHERE customer_id LIKE %s", (_FANS,))
+        await conn.execute("DELETE FROM waitlist_entries WHERE customer_id LIKE %s", (_FANS,))
 
 
 @dataclass(frozen=True)
