@@ -4,7 +4,7 @@ part, as one MIME message."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from email.header import Header
 from email.message import Message
@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import jinja2
 
 from boxoffice.money import format_money
-from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, Kind, OfferMail, TransferMail
+from mail_svc.model import DEFAULT_LANGUAGE, LANGUAGES, BookingMail, EventInfo, Kind, OfferMail, TransferMail
 from mail_svc.qr import qr_png
 
 # The standard library's classic policy, folding no header shorter than
@@ -70,60 +70,27 @@ class Renderer:
         event = booking.event
         qr_ids = {ticket.code: f"qr-{ticket.unit}" for ticket in booking.tickets}
         context = {
-            "lang": language,
-            "event_name": event.name,
-            "when": local_time(event.starts_at, event.time_zone),
-            "venue": event.venue,
-            "route": event.route,
             "tickets": booking.tickets,
             "qr_ids": qr_ids,
             "total": format_money(booking.amount_minor, booking.currency),
             "tickets_url": self._tickets_url.format(event_id=event.event_id),
             "booking": booking.hold_id,
         }
-        subject, text, html = (self._templates[language, kind, part].render(context) for part in _PARTS)
-        subject = subject.strip()
-        return _message(
-            mail_from=self._from,
-            to=to,
-            subject=subject,
-            date=format_datetime(now),
-            message_id=message_id,
-            language=language,
-            text=text,
-            html=html,
-            images=[(qr_ids[t.code], f"{t.code}.png", qr_png(t.code)) for t in booking.tickets]
-            if kind is Kind.TICKETS
-            else [],
+        images = (
+            [(qr_ids[t.code], f"{t.code}.png", qr_png(t.code)) for t in booking.tickets] if kind is Kind.TICKETS else []
         )
+        return self._compose(language, kind, event, context, to=to, message_id=message_id, now=now, images=images)
 
     def render_transfer(self, transfer: TransferMail, *, to: str, message_id: str, now: datetime) -> Message:
         """A transfer's message to the friend: the ticket offered and its claim
         link (the secret in the fragment, so that no server's log sees it)."""
         language = transfer.language if transfer.language in LANGUAGES else DEFAULT_LANGUAGE
-        event = transfer.event
         context = {
-            "lang": language,
-            "event_name": event.name,
-            "when": local_time(event.starts_at, event.time_zone),
-            "venue": event.venue,
-            "route": event.route,
             "section_id": transfer.section_id,
             "seat_label": transfer.seat_label,
             "claim_url": f"{self._claim_url}#{transfer.transfer_id}.{transfer.secret}",
         }
-        subject, text, html = (self._templates[language, Kind.TRANSFER, part].render(context) for part in _PARTS)
-        return _message(
-            mail_from=self._from,
-            to=to,
-            subject=subject.strip(),
-            date=format_datetime(now),
-            message_id=message_id,
-            language=language,
-            text=text,
-            html=html,
-            images=[],
-        )
+        return self._compose(language, Kind.TRANSFER, transfer.event, context, to=to, message_id=message_id, now=now)
 
     def render_offer(self, offer: OfferMail, *, language: str, to: str, message_id: str, now: datetime) -> Message:
         """A waiting-list offer's message to its fan: the seats held for them,
@@ -132,11 +99,6 @@ class Renderer:
         language = language if language in LANGUAGES else DEFAULT_LANGUAGE
         event = offer.event
         context = {
-            "lang": language,
-            "event_name": event.name,
-            "when": local_time(event.starts_at, event.time_zone),
-            "venue": event.venue,
-            "route": event.route,
             "section_id": offer.section_id,
             "quantity": offer.quantity,
             "seats": ", ".join(offer.seat_labels),
@@ -144,7 +106,32 @@ class Renderer:
             "until": local_time(offer.expires_at, event.time_zone),
             "event_url": self._tickets_url.format(event_id=event.event_id),
         }
-        subject, text, html = (self._templates[language, Kind.OFFER, part].render(context) for part in _PARTS)
+        return self._compose(language, Kind.OFFER, event, context, to=to, message_id=message_id, now=now)
+
+    def _compose(
+        self,
+        language: str,
+        kind: Kind,
+        event: EventInfo,
+        fields: Mapping[str, object],
+        *,
+        to: str,
+        message_id: str,
+        now: datetime,
+        images: Sequence[tuple[str, str, bytes]] = (),
+    ) -> Message:
+        """The message of ``kind`` about ``event`` in ``language``: its
+        templates given ``fields`` and the event's name, local time, venue
+        and route."""
+        context = {
+            "lang": language,
+            "event_name": event.name,
+            "when": local_time(event.starts_at, event.time_zone),
+            "venue": event.venue,
+            "route": event.route,
+            **fields,
+        }
+        subject, text, html = (self._templates[language, kind, part].render(context) for part in _PARTS)
         return _message(
             mail_from=self._from,
             to=to,
@@ -154,7 +141,7 @@ class Renderer:
             language=language,
             text=text,
             html=html,
-            images=[],
+            images=images,
         )
 
 
