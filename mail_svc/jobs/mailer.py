@@ -258,12 +258,7 @@ class ResendSweep:
         return done
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.run_once()
-            except (BoxofficeError, psycopg.Error, OSError) as err:
-                _log.warning("resend sweep failed; will run again", extra={"error": repr(err)})
+        await _every(self._interval, self.run_once, "resend sweep", wait_first=True)
 
 
 class TransferSweep:
@@ -293,12 +288,7 @@ class TransferSweep:
         return sent
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except (BoxofficeError, psycopg.Error, OSError) as err:
-                _log.warning("transfer mail sweep failed; will run again", extra={"error": repr(err)})
-            await asyncio.sleep(self._interval)
+        await _every(self._interval, self.run_once, "transfer mail sweep")
 
 
 class OfferSweep:
@@ -330,9 +320,22 @@ class OfferSweep:
         return sent
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except (BoxofficeError, psycopg.Error, OSError) as err:
-                _log.warning("offer mail sweep failed; will run again", extra={"error": repr(err)})
-            await asyncio.sleep(self._interval)
+        await _every(self._interval, self.run_once, "offer mail sweep")
+
+
+async def _every(
+    interval_seconds: float, run_once: Callable[[], Awaitable[int]], name: str, *, wait_first: bool = False
+) -> None:
+    """Runs a sweep's ``run_once`` every ``interval_seconds``, for ever
+    (``wait_first``: the first run after one interval, not at once); a run
+    that fails on the database, the relay or the network is logged and the
+    next one goes ahead."""
+    while True:
+        if wait_first:
+            await asyncio.sleep(interval_seconds)
+        try:
+            await run_once()
+        except (BoxofficeError, psycopg.Error, OSError) as err:
+            _log.warning(f"{name} failed; will run again", extra={"error": repr(err)})
+        if not wait_first:
+            await asyncio.sleep(interval_seconds)
