@@ -138,9 +138,7 @@ class Mailer:
         kind = delivery.kind
         recipient = await self._store.recipient(delivery.hold_id)
         if recipient is None:
-            await self._store.mark(delivery.hold_id, kind, DeliveryState.NO_ADDRESS)
-            self._metrics.messages.labels(kind=kind.value, outcome="no_address").inc()
-            _log.info("booking has no verified address; nothing sent", extra={"hold_id": delivery.hold_id})
+            await self._no_address(delivery, "booking has no verified address; nothing sent")
             return
         if booking is None:
             booking = await self._wait_for_tickets(delivery.hold_id)
@@ -163,10 +161,7 @@ class Mailer:
         transfer = await self._store.transfer(delivery.hold_id)
         if transfer is None or not transfer.pending:
             # Claimed or withdrawn before its link went out: nothing to send.
-            await self._store.mark(
-                delivery.hold_id, Kind.TRANSFER, DeliveryState.FAILED, error="the transfer is no longer pending"
-            )
-            self._metrics.messages.labels(kind=Kind.TRANSFER.value, outcome="failed").inc()
+            await self._ended(delivery, "the transfer is no longer pending")
             return
         message = self._renderer.render_transfer(
             transfer,
@@ -181,16 +176,11 @@ class Mailer:
         offer = await self._store.offer(delivery.hold_id)
         if offer is None or not offer.open:
             # Taken, declined or lapsed before its message went out.
-            await self._store.mark(
-                delivery.hold_id, Kind.OFFER, DeliveryState.FAILED, error="the offer is no longer open"
-            )
-            self._metrics.messages.labels(kind=Kind.OFFER.value, outcome="failed").inc()
+            await self._ended(delivery, "the offer is no longer open")
             return
         recipient = await self._store.fan_recipient(offer.customer_id)
         if recipient is None:
-            await self._store.mark(delivery.hold_id, Kind.OFFER, DeliveryState.NO_ADDRESS)
-            self._metrics.messages.labels(kind=Kind.OFFER.value, outcome="no_address").inc()
-            _log.info("the offer's fan has no verified address; nothing sent", extra={"hold_id": delivery.hold_id})
+            await self._no_address(delivery, "the offer's fan has no verified address; nothing sent")
             return
         message = self._renderer.render_offer(
             offer,
@@ -200,6 +190,18 @@ class Mailer:
             now=datetime.fromtimestamp(self._clock.now(), UTC),
         )
         await self._send(delivery, message, recipient.email, created_at=created_at)
+
+    async def _ended(self, delivery: Delivery, why: str) -> None:
+        """What the message was about ended before it went out: recorded
+        FAILED, with ``why``, and nothing sent."""
+        await self._store.mark(delivery.hold_id, delivery.kind, DeliveryState.FAILED, error=why)
+        self._metrics.messages.labels(kind=delivery.kind.value, outcome="failed").inc()
+
+    async def _no_address(self, delivery: Delivery, note: str) -> None:
+        """Nobody to write to: recorded NO_ADDRESS (and logged), nothing sent."""
+        await self._store.mark(delivery.hold_id, delivery.kind, DeliveryState.NO_ADDRESS)
+        self._metrics.messages.labels(kind=delivery.kind.value, outcome="no_address").inc()
+        _log.info(note, extra={"hold_id": delivery.hold_id})
 
     async def _send(self, delivery: Delivery, message: Message, to: str, *, created_at: float) -> None:
         kind = delivery.kind
