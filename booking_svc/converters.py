@@ -15,8 +15,10 @@ from booking_svc.listing import listing_fields, parse_listing
 from booking_svc.model import (
     DEFAULT_HOLD_TTL_SECONDS,
     DEFAULT_MAX_SEATS_PER_CUSTOMER,
+    DEFAULT_WAITLIST_OFFER_MINUTES,
     MAX_SEATS_PER_HOLD,
     MAX_TICKETS_PER_CUSTOMER,
+    MAX_WAITLIST_OFFER_MINUTES,
     CheckInRules,
     Event,
     EventKind,
@@ -32,6 +34,7 @@ from booking_svc.model import (
     SectionKind,
     SectionSpec,
     Selection,
+    WaitlistRules,
 )
 from booking_svc.times import timestamp, ts
 from boxoffice import validate
@@ -105,6 +108,8 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
     listing = parse_listing(request, kind, starts_at)
     max_tickets = request.max_tickets_per_customer or max_seats
     validate.int_range("max_tickets_per_customer", max_tickets, minimum=1, maximum=MAX_TICKETS_PER_CUSTOMER)
+    offer_minutes = request.waitlist.offer_minutes or DEFAULT_WAITLIST_OFFER_MINUTES
+    validate.int_range("waitlist.offer_minutes", offer_minutes, minimum=1, maximum=MAX_WAITLIST_OFFER_MINUTES)
     policy = request.refund_policy
     validate.int_range("refund_policy.refund_percent", policy.refund_percent, minimum=0, maximum=100)
     refundable_until = (
@@ -166,6 +171,7 @@ def parse_event_spec(request: pb.CreateEventRequest) -> EventSpec:
             static_codes=request.checkin.static_codes if request.checkin.HasField("static_codes") else None,
             reentry=request.checkin.reentry,
         ),
+        waitlist=WaitlistRules(offer_minutes=offer_minutes),
     )
 
 
@@ -252,6 +258,7 @@ def event_pb(event: Event) -> pb.Event:
         checkin=pb.CheckInSettings(
             static_codes=event.checkin.static_codes_in_force(event.kind), reentry=event.checkin.reentry
         ),
+        waitlist=pb.WaitlistSettings(offer_minutes=event.waitlist.offer_minutes),
         **listing_fields(event.listing),
     )
 

@@ -148,6 +148,21 @@ class CheckInRules:
         return kind is EventKind.FLIGHT if self.static_codes is None else self.static_codes
 
 
+# How long a waiting-list offer lasts when the event does not say, and the
+# bounds it may be set within (``events.waitlist_offer_minutes``).
+DEFAULT_WAITLIST_OFFER_MINUTES = 15
+MAX_WAITLIST_OFFER_MINUTES = 1440
+
+
+@dataclass(frozen=True, slots=True)
+class WaitlistRules:
+    """An event's waiting-list settings (``events.waitlist_offer_minutes``),
+    which the offer pass applies."""
+
+    # How long an offer holds its seats for the fan.
+    offer_minutes: int = DEFAULT_WAITLIST_OFFER_MINUTES
+
+
 @dataclass(frozen=True, slots=True)
 class EventSpec:
     event_id: int
@@ -166,6 +181,8 @@ class EventSpec:
     transfers: bool = True
     # The door's rules.
     checkin: CheckInRules = CheckInRules()
+    # The waiting list's settings.
+    waitlist: WaitlistRules = WaitlistRules()
 
     @property
     def ticket_limit(self) -> int:
@@ -205,6 +222,8 @@ class Event:
     transfers: bool = True
     # The door's rules.
     checkin: CheckInRules = CheckInRules()
+    # The waiting list's settings.
+    waitlist: WaitlistRules = WaitlistRules()
 
 
 @dataclass(frozen=True, slots=True)

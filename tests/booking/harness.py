@@ -110,6 +110,7 @@ async def create_event(
     max_tickets_per_customer: int = 0,
     refund_percent: int = 0,
     refundable_for: timedelta | None = None,
+    waitlist_offer_minutes: int = 0,
 ) -> pb.Event:
     """An event with fresh id; ``rows`` are (section, row label, seats)."""
     event_id = new_event_id()
@@ -127,6 +128,7 @@ async def create_event(
             max_tickets_per_customer=max_tickets_per_customer,
             refund_policy=policy,
             sections=list(sections),
+            waitlist=pb.WaitlistSettings(offer_minutes=waitlist_offer_minutes),
         )
     )
     if rows:

@@ -235,6 +235,7 @@ async def test_the_deprecated_admin_rpcs_still_work_and_are_audited_as_booking_s
         (apb.ManagedSection, pb.Section),
         (apb.ManagedRefundPolicy, pb.RefundPolicy),
         (apb.ManagedCheckInSettings, pb.CheckInSettings),
+        (apb.ManagedWaitlistSettings, pb.WaitlistSettings),
         (apb.SectionPrice, pb.Money),
     ],
 )

@@ -9,14 +9,30 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from booking_svc.jobs.stock import stock_of
 from booking_svc.model import SectionCounters
 from booking_svc.waitlist import WaitlistOfferer
-from booking_svc.waitlist_model import WaitlistEntry, WaitlistReservations, WaitlistState, fitting_offers
+from booking_svc.waitlist_model import (
+    OfferPass,
+    WaitlistEntry,
+    WaitlistReservations,
+    WaitlistState,
+    fitting_offers,
+)
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
-from tests.booking.harness import Booking, booking_server, call, create_event, hold_request, query, seat_ids, seated
+from tests.booking.harness import (
+    Booking,
+    booking_server,
+    call,
+    create_event,
+    hold_request,
+    new_event_id,
+    query,
+    seat_ids,
+    seated,
+)
 from tests.edge.asserting import as_fan
 from tests.support import Stores
 
@@ -61,10 +77,19 @@ def test_the_stock_leaves_out_what_the_list_holds_on_to() -> None:
     assert (stock.available, stock.held, stock.sold, stock.sold_out) == (0, 0, 12, True)
 
 
-async def _sold_out_event(booking: Booking, seats: int, *, limit: int = 4) -> tuple[int, list[str]]:
+async def _sold_out_event(
+    booking: Booking, seats: int, *, limit: int = 4, offer_minutes: int = 0
+) -> tuple[int, list[str]]:
     """A seated event whose ``seats`` seats are each bought by one fan;
-    the bookings' ids."""
-    event = await create_event(booking, [seated("A")], [("A", "1", seats)], max_seats_per_customer=limit)
+    the bookings' ids. ``offer_minutes``: the event's offer time (0: the
+    default)."""
+    event = await create_event(
+        booking,
+        [seated("A")],
+        [("A", "1", seats)],
+        max_seats_per_customer=limit,
+        waitlist_offer_minutes=offer_minutes,
+    )
     bookings: list[str] = []
     for n in range(seats):
         bookings.append(await _buy(booking, event.event_id, f"buyer-{n}", 1))
@@ -259,3 +284,78 @@ async def test_a_sold_out_event_with_fans_waiting_is_not_for_the_room(stores: St
         )
         # The seat is the offer's, and its fan counts against the room's cap.
         assert stock[event_id].sold_out and stock[event_id].offers == 1
+
+
+async def _pass_of(booking: Booking, event_id: int) -> OfferPass:
+    """One offer pass; what it did for ``event_id`` (other tests' events
+    with open entries share the database)."""
+    return next(p for p in await _offerer(booking).pass_once() if p.event_id == event_id)
+
+
+async def test_an_offer_lasts_the_events_offer_minutes(stores: Stores) -> None:
+    async with booking_server(stores, environ=_QUIET) as booking:
+        event_id, bookings = await _sold_out_event(booking, 1, offer_minutes=2)
+        read = await booking.stub.GetEvent(pb.GetEventRequest(event_id=event_id))
+        assert read.event.waitlist.offer_minutes == 2
+        await _join(booking, event_id, "first")
+        await _join(booking, event_id, "second")
+        await _cancel(booking, bookings[0], "buyer-0")
+        done = await _pass_of(booking, event_id)
+        assert [o.customer_id for o in done.offers] == ["first"]
+        offered_at = datetime.fromtimestamp(booking.clock.now(), UTC)
+        first = await _entry_of(booking, event_id, "first")
+        assert first.offer.expires_at.ToDatetime(UTC) - offered_at == timedelta(minutes=2)
+        # The offer's hold runs out two minutes after the offer was made.
+        lasts = await query(
+            booking,
+            "SELECT h.expires_at - w.offered_at FROM waitlist_entries w JOIN holds h ON h.hold_id = w.offer_hold_id"
+            " WHERE w.event_id = %s AND w.customer_id = 'first'",
+            (event_id,),
+        )
+        assert lasts == [(timedelta(minutes=2),)]
+        # A second before: still the first fan's.
+        booking.clock.advance(2 * 60 - 1)
+        done = await _pass_of(booking, event_id)
+        assert (done.lapsed, done.offers) == (0, ())
+        assert await _states(booking, event_id, ["first", "second"]) == [
+            "WAITLIST_STATE_OFFERED",
+            "WAITLIST_STATE_WAITING",
+        ]
+        # Past two minutes it has lapsed and passes on (not after the default 15).
+        booking.clock.advance(2)
+        done = await _pass_of(booking, event_id)
+        assert done.lapsed == 1 and [o.customer_id for o in done.offers] == ["second"]
+        assert await _states(booking, event_id, ["first", "second"]) == [
+            "WAITLIST_STATE_LAPSED",
+            "WAITLIST_STATE_OFFERED",
+        ]
+        # Declined: no open entry is left for other tests' offer passes.
+        await booking.stub.LeaveWaitlist(pb.LeaveWaitlistRequest(event_id=event_id), metadata=as_fan("second"))
+
+
+async def test_an_event_left_to_the_default_offers_for_15_minutes_and_a_bad_offer_time_creates_nothing(
+    stores: Stores,
+) -> None:
+    async with booking_server(stores, environ=_QUIET) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "1", 1)])
+        assert event.waitlist.offer_minutes == 15
+        for minutes in (-1, 1441):
+            event_id = new_event_id()
+            _, err = await call(
+                booking.stub.CreateEvent(
+                    pb.CreateEventRequest(
+                        event_id=event_id,
+                        display_name="Bad offer time",
+                        kind=pb.EVENT_KIND_CONCERT,
+                        starts_at=event.starts_at,
+                        sections=[seated("A")],
+                        waitlist=pb.WaitlistSettings(offer_minutes=minutes),
+                    )
+                )
+            )
+            assert err is not None and (err.reason, err.metadata.get("field")) == (
+                "INVALID_FIELD",
+                "waitlist.offer_minutes",
+            ), minutes
+            _, missing = await call(booking.stub.GetEvent(pb.GetEventRequest(event_id=event_id)))
+            assert missing is not None and missing.reason == "EVENT_NOT_FOUND"

@@ -29,6 +29,7 @@ from booking_svc.model import (
     SectionCounters,
     SectionKind,
     SectionSeatMap,
+    WaitlistRules,
 )
 from boxoffice.db import retry_lost_once, transaction
 from boxoffice.errors import AlreadyExists, InvalidArgument, NotFound
@@ -44,9 +45,9 @@ class PgEvents(PgBase):
                 INSERT INTO events (event_id, display_name, kind, starts_at, hold_ttl_seconds,
                                     max_seats_per_customer, max_tickets_per_customer, refundable_until,
                                     refund_percent, transfers, checkin_static_codes, checkin_reentry,
-                                    {LISTING_COLUMNS})
+                                    waitlist_offer_minutes, {LISTING_COLUMNS})
                 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-                        %s, %s)
+                        %s, %s, %s)
                 ON CONFLICT (event_id) DO NOTHING
                 RETURNING event_id
                 """,
@@ -63,6 +64,7 @@ class PgEvents(PgBase):
                     spec.transfers,
                     spec.checkin.static_codes,
                     spec.checkin.reentry,
+                    spec.waitlist.offer_minutes,
                     *listing_row(spec.listing),
                 ),
             )
@@ -123,7 +125,7 @@ class PgEvents(PgBase):
             SELECT display_name, kind, starts_at, hold_ttl_seconds, max_seats_per_customer,
                    refundable_until, refund_percent,
                    COALESCE(max_tickets_per_customer, max_seats_per_customer), transfers,
-                   checkin_static_codes, checkin_reentry, {LISTING_COLUMNS}
+                   checkin_static_codes, checkin_reentry, waitlist_offer_minutes, {LISTING_COLUMNS}
               FROM events WHERE event_id = %s
             """,
             (event_id,),
@@ -168,7 +170,8 @@ class PgEvents(PgBase):
             sections=sections,
             transfers=row[8],
             checkin=CheckInRules(static_codes=row[9], reentry=row[10]),
-            listing=listing_of(row[11:]),
+            waitlist=WaitlistRules(offer_minutes=row[11]),
+            listing=listing_of(row[12:]),
         )
 
     async def load_inventory(self, event_id: int, rows: Sequence[RowSpec]) -> int:

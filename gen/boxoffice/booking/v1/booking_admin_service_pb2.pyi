@@ -290,6 +290,7 @@ class ManagedEvent(_message.Message):
     SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     TRANSFERS_FIELD_NUMBER: _builtins.int
     CHECKIN_FIELD_NUMBER: _builtins.int
+    WAITLIST_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen at creation; positive."""
     display_name: _builtins.str
@@ -346,6 +347,12 @@ class ManagedEvent(_message.Message):
         in; static_codes is always set here (the rule in force).
         """
 
+    @_builtins.property
+    def waitlist(self) -> Global___ManagedWaitlistSettings:
+        """The waiting list's settings; offer_minutes is always set here (the
+        minutes in force).
+        """
+
     def __init__(
         self,
         *,
@@ -366,14 +373,43 @@ class ManagedEvent(_message.Message):
         sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
         transfers: _builtins.bool = ...,
         checkin: Global___ManagedCheckInSettings | None = ...,
+        waitlist: Global___ManagedWaitlistSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["checkin", b"checkin", "flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkin", b"checkin", "flight", b"flight", "hold_ttl", b"hold_ttl", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "venue", b"venue", "waitlist", b"waitlist"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkin", b"checkin", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkin", b"checkin", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue", "waitlist", b"waitlist"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ManagedEvent: _TypeAlias = ManagedEvent  # noqa: Y015
+
+@_typing.final
+class ManagedWaitlistSettings(_message.Message):
+    """ManagedWaitlistSettings is an event's waiting-list settings; its fields
+    are those of BookingService's WaitlistSettings, with the same numbers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFER_MINUTES_FIELD_NUMBER: _builtins.int
+    offer_minutes: _builtins.int
+    """How long an offer holds its seats for the fan, in minutes: 1 to 1,440
+    (a day). In a request, 0 takes the default (15); anything else outside
+    1 to 1,440 is INVALID_ARGUMENT (INVALID_FIELD, field
+    waitlist.offer_minutes).
+    """
+    def __init__(
+        self,
+        *,
+        offer_minutes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offer_minutes", b"offer_minutes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ManagedWaitlistSettings: _TypeAlias = ManagedWaitlistSettings  # noqa: Y015
 
 @_typing.final
 class ManagedCheckInSettings(_message.Message):
@@ -511,6 +547,7 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
     SALE_OPENS_AT_FIELD_NUMBER: _builtins.int
     TRANSFERS_FIELD_NUMBER: _builtins.int
     CHECKIN_FIELD_NUMBER: _builtins.int
+    WAITLIST_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """Identifier chosen by the caller; positive and unused."""
     display_name: _builtins.str
@@ -572,6 +609,12 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
         no re-entry).
         """
 
+    @_builtins.property
+    def waitlist(self) -> Global___ManagedWaitlistSettings:
+        """The waiting list's settings; unset takes the defaults (offers last 15
+        minutes).
+        """
+
     def __init__(
         self,
         *,
@@ -592,10 +635,11 @@ class BookingAdminServiceCreateEventRequest(_message.Message):
         sale_opens_at: _timestamp_pb2.Timestamp | None = ...,
         transfers: _builtins.bool | None = ...,
         checkin: Global___ManagedCheckInSettings | None = ...,
+        waitlist: Global___ManagedWaitlistSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "checkin", b"checkin", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "checkin", b"checkin", "flight", b"flight", "hold_ttl", b"hold_ttl", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "starts_at", b"starts_at", "transfers", b"transfers", "venue", b"venue", "waitlist", b"waitlist"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "checkin", b"checkin", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_published", b"_published", "_transfers", b"_transfers", "checkin", b"checkin", "description", b"description", "display_name", b"display_name", "event_id", b"event_id", "flight", b"flight", "hold_ttl", b"hold_ttl", "kind", b"kind", "max_seats_per_customer", b"max_seats_per_customer", "max_tickets_per_customer", b"max_tickets_per_customer", "published", b"published", "refund_policy", b"refund_policy", "sale_opens_at", b"sale_opens_at", "sections", b"sections", "starts_at", b"starts_at", "time_zone", b"time_zone", "transfers", b"transfers", "venue", b"venue", "waitlist", b"waitlist"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__published: _TypeAlias = _typing.Literal["published"]  # noqa: Y015
     _WhichOneofArgType__published: _TypeAlias = _typing.Literal["_published", b"_published"]  # noqa: Y015
