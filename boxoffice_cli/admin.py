@@ -138,6 +138,7 @@ async def _event_create(clients: _Clients, path: str, out: TextIO) -> None:
     )
     out.write(f"event {event_id} created: {created.event.display_name!r}, {len(created.event.sections)} sections\n")
     out.write(f"  at the door: {door_line(created.event.checkin)}\n")
+    out.write(f"  waiting list: {waitlist_line(created.event.waitlist)}\n")
     if spec.waiting_room is not None:
         room = await _call(
             f"event {event_id} was created, but creating its waiting room",
@@ -173,6 +174,12 @@ def door_line(checkin: bpb.ManagedCheckInSettings) -> str:
     return f"{codes}, {again}"
 
 
+def waitlist_line(waitlist: bpb.ManagedWaitlistSettings) -> str:
+    """An event's waiting-list settings as the operator reads them."""
+    minutes = waitlist.offer_minutes
+    return f"offers last {minutes:,} minute{'' if minutes == 1 else 's'}"
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
     lines = [
@@ -203,7 +210,8 @@ async def _stats(clients: _Clients, event_id: int, out: TextIO) -> None:
         f"per customer: {event.event.max_seats_per_customer:,} seats held at once, "
         f"{event.event.max_tickets_per_customer:,} tickets bought and held in all\n"
     )
-    out.write(f"at the door: {door_line(event.event.checkin)}\n\n")
+    out.write(f"at the door: {door_line(event.event.checkin)}\n")
+    out.write(f"waiting list: {waitlist_line(event.event.waitlist)}\n\n")
     rows = [
         [
             s.section_id,

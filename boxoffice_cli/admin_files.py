@@ -159,6 +159,7 @@ _EVENT_FIELDS = {
     "published": False,
     "transfers": False,
     "checkin": False,
+    "waitlist": False,
     "venue": False,
     "flight": False,
 }
@@ -171,6 +172,7 @@ _SECTION_FIELDS = {"id": True, "name": False, "kind": True, "capacity": False, "
 _PRICE_FIELDS = {"currency": True, "amount_minor": True}
 _REFUND_FIELDS = {"percent": True, "until": False}
 _CHECKIN_FIELDS = {"static_codes": False, "reentry": False}
+_WAITLIST_FIELDS = {"offer_minutes": False}
 _ROOM_FIELDS = {
     "opens_at": True,
     "pre_queue_window_seconds": False,
@@ -211,6 +213,8 @@ DEFAULT_RATE_PER_SECOND = 50
 PRESENCE_GRACE_SECONDS = (60, _DAY_SECONDS)
 # The most tickets an event may let one customer have (BookingAdminService's bound).
 _MAX_TICKETS = 10_000
+# The longest a waiting-list offer may last, in minutes (a day).
+_MAX_OFFER_MINUTES = 1440
 
 
 EVENT_FILE_HELP = """The event file (YAML). Required: the event's id, name, kind and starts_at; each
@@ -248,6 +252,9 @@ The door: checkin: {static_codes: true, reentry: true}. static_codes lets a stat
 (printed or e-mailed, no rotation) admit; left out, the kind's default: true for a flight
 (a boarding pass is printed), false for a concert (only the fan's rotating code admits).
 reentry (default false) lets a ticket that was scanned out come back in.
+
+The waiting list: waitlist: {offer_minutes: 30}. offer_minutes (1-1440, default 15) is
+how long an offer holds its seats for the fan on the list before it passes to the next.
 
 The waiting room: presence_grace_seconds (60-86400, default 300) is how long a waiting
 fan may go unseen before they drop out of the queue (they may join again, at the back);
@@ -303,6 +310,11 @@ def parse_event_file(path: str, text: str) -> EventFile:
             if "static_codes" in checkin:
                 request.checkin.static_codes = doc.flag(checkin["static_codes"], "event.checkin.static_codes")
             request.checkin.reentry = doc.flag(checkin.get("reentry"), "event.checkin.reentry")
+        if "waitlist" in fields:
+            waitlist = doc.mapping(fields["waitlist"], "event.waitlist", _WAITLIST_FIELDS)
+            request.waitlist.offer_minutes = doc.integer(
+                waitlist.get("offer_minutes"), "event.waitlist.offer_minutes", low=1, high=_MAX_OFFER_MINUTES
+            )
         _listing(doc, fields, request)
     notes: list[str] = []
     if "sections" in top:
