@@ -59,13 +59,16 @@ async def _customer(client: httpx.AsyncClient) -> str:
 
 
 async def _waiting_on_locks(
-    conn: psycopg.AsyncConnection[Any], count: int, calls: Sequence[asyncio.Future[Any]] = ()
+    conn: psycopg.AsyncConnection[Any], count: int, calls: Sequence[asyncio.Future[Any]] = (), *, event: str = "%"
 ) -> None:
-    """Returns once ``count`` other backends wait on a lock, or ``calls``
-    are all done without waiting (a condition polled, not a delay)."""
+    """Returns once ``count`` other backends of this database wait on a lock
+    (of the kind ``event`` names), or ``calls`` are all done without
+    waiting (a condition polled, not a delay)."""
     for _ in range(2000):
         cur = await conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event LIKE %s "
+            "AND datname = current_database() AND pid <> pg_backend_pid()",
+            (event,),
         )
         row = await cur.fetchone()
         if (row is not None and int(row[0]) >= count) or (calls and all(c.done() for c in calls)):
@@ -122,7 +125,7 @@ async def test_scans_of_the_old_code_racing_a_claim_never_both_admit_and_transfe
                     "SELECT pg_advisory_xact_lock(hashtextextended(%s, 8))", (f"{event_id}:{friend_id}",)
                 )
                 claiming = asyncio.ensure_future(claim(friend, transfer["transferId"], secret))
-                await _waiting_on_locks(blocker, 1)
+                await _waiting_on_locks(blocker, 1, event="advisory")
                 scanning = [asyncio.ensure_future(scan(event_id, ticket["code"])) for _ in range(SCANS)]
                 await _waiting_on_locks(blocker, 1 + SCANS, scanning)
             claimed = await claiming
