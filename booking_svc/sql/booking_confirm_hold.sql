@@ -24,8 +24,9 @@
 -- to seats they bought, and booking_hold_seats counted them when it made
 -- the hold. A lapsed hold is not counted (the customer may have held
 -- others since), so paying for it late must fit the limit again: under the
--- customer's lock (the one booking_hold_seats takes), what they bought plus
--- their live holds plus this one stay within the event's
+-- customer's lock (the one booking_hold_seats takes), what they bought (and
+-- received by claimed transfers, less what they gave, as booking_hold_seats
+-- counts it) plus their live holds plus this one stay within the event's
 -- max_tickets_per_customer (max_seats_per_customer when NULL), or the
 -- confirm fails TICKET_LIMIT_REACHED (metadata hold_id, limit, held,
 -- bought) and the payment refunds; the lapsed hold is left to the sweeper.
@@ -111,6 +112,15 @@ BEGIN
               FROM holds h
              WHERE h.event_id = v_hold.event_id AND h.customer_id = v_hold.customer_id
                AND h.state IN ('HELD', 'CONFIRMED');
+            -- Tickets of confirmed bookings that claimed transfers moved, as
+            -- booking_hold_seats counts them: received count, given do not.
+            SELECT v_bought + count(*) FILTER (WHERE x.receiver_id = v_hold.customer_id)
+                            - count(*) FILTER (WHERE x.sender_id = v_hold.customer_id)
+              INTO v_bought
+              FROM claimed_transfers x
+              JOIN holds b ON b.hold_id = x.hold_id AND b.state = 'CONFIRMED'
+             WHERE x.event_id = v_hold.event_id
+               AND (x.receiver_id = v_hold.customer_id OR x.sender_id = v_hold.customer_id);
             IF v_bought + v_held + v_hold.quantity > v_limit THEN
                 v_error := jsonb_build_object(
                     'outcome', 'TICKET_LIMIT_REACHED',

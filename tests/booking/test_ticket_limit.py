@@ -323,6 +323,61 @@ async def test_a_lapsed_hold_paid_late_must_fit_the_limit_again(stores: Stores) 
         await audit(booking, event_id)
 
 
+async def test_tickets_received_by_transfer_count_at_hold_and_at_a_late_payment(stores: Stores) -> None:
+    """Booking told of two claimed transfers (as PaymentService tells it):
+    the receiver's two count as bought, at HoldSeats and at the late payment
+    of a lapsed hold; the giver's no longer do."""
+    async with booking_server(stores) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "A", 20)])
+        event_id = event.event_id
+        giver, fan = booking.token("giver", event_id), booking.token("fan", event_id)
+        seats = await seat_ids(booking, event_id, "A")
+        given = await booking.stub.HoldSeats(hold_request(giver, event_id, seats[:2]))
+        given_hold = (
+            await booking.stub.ConfirmHold(
+                pb.ConfirmHoldRequest(
+                    hold_id=given.hold.hold_id,
+                    idempotency_key=f"c-{given.hold.hold_id}",
+                    payment_id="pay-given",
+                    amount_paid=_money(given.hold),
+                )
+            )
+        ).hold
+        for unit in (1, 2):
+            await booking.stub.RecordTicketTransfer(
+                pb.RecordTicketTransferRequest(
+                    transfer_id=str(uuid.uuid4()),
+                    event_id=event_id,
+                    booking_id=given_hold.hold_id,
+                    unit=unit,
+                    generation=1,
+                    sender_customer_id="giver",
+                    receiver_customer_id="fan",
+                    claimed_at=ts(datetime.now(UTC)),
+                )
+            )
+        # The fan has 2 of 4: three more are refused, and the giver holds 4 again.
+        assert await _refused(booking, hold_request(fan, event_id, seats[4:7])) == {
+            "limit": "4",
+            "held": "0",
+            "bought": "2",
+        }
+        await booking.stub.HoldSeats(hold_request(giver, event_id, seats[10:14]))
+        # A lapsed hold of 2 paid late, after another hold of 2: 6 of 4.
+        first = (await booking.stub.HoldSeats(hold_request(fan, event_id, seats[4:6]))).hold
+        booking.clock.advance(event.hold_ttl.seconds + 1)
+        await booking.stub.HoldSeats(hold_request(fan, event_id, seats[6:8]))
+        late = pb.ConfirmHoldRequest(
+            hold_id=first.hold_id,
+            idempotency_key=f"late-{first.hold_id}",
+            payment_id="pay-late",
+            amount_paid=_money(first),
+        )
+        _, err = await call(booking.stub.ConfirmHold(late))
+        assert isinstance(err, FailedPrecondition) and err.reason == "TICKET_LIMIT_REACHED", err
+        assert dict(err.metadata) == {"hold_id": first.hold_id, "limit": "4", "held": "2", "bought": "2"}
+
+
 async def test_the_limit_is_set_per_event_with_a_default_and_bounds(stores: Stores) -> None:
     async with booking_server(stores) as booking:
         flight = await create_event(booking, [general("Y", 50)], kind=pb.EVENT_KIND_FLIGHT, max_seats_per_customer=6)
