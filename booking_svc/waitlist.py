@@ -21,7 +21,7 @@ import psycopg
 from booking_svc.metrics import BookingMetrics
 from booking_svc.model import HoldState, utc
 from booking_svc.waitlist_model import OfferPass, WaitlistEntry, WaitlistState, WaitlistStats
-from boxoffice import deadline
+from boxoffice import caller, deadline
 from boxoffice.clock import Clock
 from boxoffice.errors import BoxofficeError
 from boxoffice.tokens import TokenSigner, asserted_customer
@@ -36,8 +36,19 @@ class WaitlistStore(Protocol):
     """What the waiting list needs from storage."""
 
     async def join_waitlist(
-        self, *, event_id: int, customer_id: str, section_id: str | None, quantity: int, now: datetime
-    ) -> tuple[WaitlistEntry, bool]: ...
+        self,
+        *,
+        event_id: int,
+        customer_id: str,
+        section_id: str | None,
+        quantity: int,
+        now: datetime,
+        email: str | None = None,
+        language: str | None = None,
+    ) -> tuple[WaitlistEntry, bool]:
+        """The fan's entry (a new one at the back, or theirs as it is with
+        the wish updated while waiting) and whether it is new; ``email`` and
+        ``language`` are where the offer's message goes."""
 
     async def waitlist_entry(self, *, event_id: int, customer_id: str) -> WaitlistEntry: ...
 
@@ -69,8 +80,18 @@ class Waitlist:
         return utc(self._clock.now())
 
     async def join(self, *, event_id: int, section_id: str | None, quantity: int) -> tuple[WaitlistEntry, str, bool]:
+        customer_id = asserted_customer()
+        # The verified address and language the edge asserts with the fan:
+        # where the offer's message goes.
+        fan = caller.current()
         entry, newly = await self._store.join_waitlist(
-            event_id=event_id, customer_id=asserted_customer(), section_id=section_id, quantity=quantity, now=self.now()
+            event_id=event_id,
+            customer_id=customer_id,
+            section_id=section_id,
+            quantity=quantity,
+            now=self.now(),
+            email=fan.email,
+            language=fan.language,
         )
         return entry, self._token(entry), newly
 

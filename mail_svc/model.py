@@ -117,3 +117,7 @@ class OfferMail:
     expires_at: datetime
     # False once taken, declined or lapsed: the offer can no longer be taken.
     open: bool
+    # The address and language the fan joined the list with, if the edge
+    # asserted one.
+    email: str | None = None
+    language: str | None = None

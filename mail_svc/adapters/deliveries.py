@@ -297,7 +297,8 @@ class PgDeliveryStore:
             cur = await conn.execute(
                 """
                 SELECT w.event_id, w.customer_id, h.section_id, h.quantity, h.amount_minor, h.currency,
-                       h.expires_at, w.state = 'OFFERED' AND h.state = 'HELD' AND h.expires_at > now()
+                       h.expires_at, w.state = 'OFFERED' AND h.state = 'HELD' AND h.expires_at > now(),
+                       w.notify_email, w.notify_language
                   FROM waitlist_entries w JOIN holds h ON h.hold_id = w.offer_hold_id
                  WHERE w.offer_hold_id = %s
                 """,
@@ -324,6 +325,8 @@ class PgDeliveryStore:
             currency=row[5],
             expires_at=row[6],
             open=bool(row[7]),
+            email=row[8] or None,
+            language=row[9] or None,
         )
 
     async def fan_recipient(self, customer_id: str) -> Recipient | None:

@@ -33,7 +33,7 @@ from boxoffice.errors import BoxofficeError
 from boxoffice.streams import StreamEntry
 from boxoffice.tracing import Tracing
 from mail_svc.metrics import MailMetrics
-from mail_svc.model import BookingMail, Delivery, DeliveryState, Kind
+from mail_svc.model import BookingMail, Delivery, DeliveryState, Kind, Recipient
 from mail_svc.ports import DeliveryStore, OfferMails, PendingDeliveries, Relay, RelayBusy, RelayRefused, TransferMails
 from mail_svc.render import Renderer
 
@@ -178,7 +178,13 @@ class Mailer:
             # Taken, declined or lapsed before its message went out.
             await self._ended(delivery, "the offer is no longer open")
             return
-        recipient = await self._store.fan_recipient(offer.customer_id)
+        # The address the fan joined the list with; else their latest
+        # payment's.
+        recipient = (
+            Recipient(offer.email, offer.language or "en")
+            if offer.email
+            else await self._store.fan_recipient(offer.customer_id)
+        )
         if recipient is None:
             await self._no_address(delivery, "the offer's fan has no verified address; nothing sent")
             return

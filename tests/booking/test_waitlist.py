@@ -217,6 +217,9 @@ async def test_returned_seats_go_down_the_list_in_order_and_nobody_else_gets_the
             (event_id,),
         )
         assert {h[0] for h in holders} <= set(fans) | {f"buyer-{n}" for n in range(6)}
+        # The operators' figures: the declined offer counts as lapsed.
+        stats = await booking.store.waitlist_stats(event_id)
+        assert (stats.waiting, stats.offered, stats.taken, stats.lapsed) == (21, 4, 1, 4)
 
 
 async def test_joining_needs_a_sold_out_section_and_a_quantity_within_the_limit(stores: Stores) -> None:

@@ -15,6 +15,7 @@ from email.message import EmailMessage
 
 from booking_svc.waitlist import WaitlistOfferer
 from boxoffice import db
+from boxoffice.caller import EMAIL_METADATA_KEY, LANGUAGE_METADATA_KEY
 from boxoffice.money import format_money
 from boxoffice.runtime import Pool
 from gen.boxoffice.booking.v1 import booking_service_pb2 as pb
@@ -125,3 +126,31 @@ async def test_a_seat_offered_down_the_list_is_written_to_its_fan_once(
         assert len([m for m in state.messages() if m["To"] == email]) == 1
         # The booking bought from the offer shows its own messages only.
         assert await PgDeliveryStore(pool).deliveries(offer.hold_id) == []
+
+
+async def test_an_offer_goes_to_the_address_the_fan_joined_with(
+    stores: Stores, relay: tuple[int, RelayState], environ: dict[str, str]
+) -> None:
+    """A fan who never paid before: the address and language the edge
+    asserted when they joined the list are where their offer goes."""
+    _, state = relay
+    async with booking_server(stores, environ=_QUIET) as booking:
+        event = await create_event(booking, [seated("A")], [("A", "1", 1)], max_seats_per_customer=2)
+        event_id = event.event_id
+        sold = await _buy(booking, event_id, "buyer")
+        fan = f"wl-{secrets.token_hex(5)}"
+        email = f"{fan}@example.test"
+        await booking.stub.JoinWaitlist(
+            pb.JoinWaitlistRequest(event_id=event_id, section_id="A", quantity=1),
+            metadata=(*as_fan(fan), (EMAIL_METADATA_KEY, email), (LANGUAGE_METADATA_KEY, "pt-BR")),
+        )
+        await booking.operator.CancelBooking(
+            pb.CancelBookingRequest(hold_id=sold.hold_id, customer_id="buyer", reason="test")
+        )
+        offerer = WaitlistOfferer(booking.store, booking.clock, booking.metrics, interval_seconds=60)
+        [done] = [p for p in await offerer.pass_once() if p.event_id == event_id]
+        assert [o.customer_id for o in done.offers] == [fan]
+        async with mailer_of(stores, environ) as role:
+            assert await role.offers.run_once() >= 1
+        (message,) = [m for m in state.messages() if m["To"] == email]
+        assert message["Content-Language"] == "pt-BR"

@@ -86,7 +86,15 @@ class PgWaitlist(PgBase):
     """The waiting list's statements."""
 
     async def join_waitlist(
-        self, *, event_id: int, customer_id: str, section_id: str | None, quantity: int, now: datetime
+        self,
+        *,
+        event_id: int,
+        customer_id: str,
+        section_id: str | None,
+        quantity: int,
+        now: datetime,
+        email: str | None = None,
+        language: str | None = None,
     ) -> tuple[WaitlistEntry, bool]:
         async def work() -> tuple[WaitlistEntry, bool]:
             async with transaction(self._pool) as conn:
@@ -136,19 +144,24 @@ class PgWaitlist(PgBase):
                     )
                 if before is not None and before[4] == "WAITING":
                     cur = await conn.execute(
-                        "UPDATE waitlist_entries w SET section_id = %s, quantity = %s"
+                        "UPDATE waitlist_entries w SET section_id = %s, quantity = %s,"
+                        " notify_email = COALESCE(%s, w.notify_email), notify_language = COALESCE(%s, w.notify_language)"
                         f" WHERE w.event_id = %s AND w.customer_id = %s RETURNING {_ENTRY_COLUMNS}".encode(),
-                        (section_id, quantity, event_id, customer_id),
+                        (section_id, quantity, email, language if email else None, event_id, customer_id),
                     )
                     return await self._read(conn, await cur.fetchone()), False
                 cur = await conn.execute(
                     b"""
-                    INSERT INTO waitlist_entries AS w (event_id, customer_id, section_id, quantity, state, joined_at)
-                    VALUES (%(event)s, %(customer)s, %(section)s, %(quantity)s, 'WAITING', %(now)s)
+                    INSERT INTO waitlist_entries AS w (event_id, customer_id, section_id, quantity, state, joined_at,
+                                                       notify_email, notify_language)
+                    VALUES (%(event)s, %(customer)s, %(section)s, %(quantity)s, 'WAITING', %(now)s,
+                            %(email)s, %(language)s)
                     ON CONFLICT (event_id, customer_id) DO UPDATE
                        SET section_id = EXCLUDED.section_id, quantity = EXCLUDED.quantity, state = 'WAITING',
                            joined_at = EXCLUDED.joined_at, place = nextval('waitlist_places'),
-                           offer_hold_id = NULL, offered_at = NULL, ended_at = NULL
+                           offer_hold_id = NULL, offered_at = NULL, ended_at = NULL,
+                           notify_email = COALESCE(EXCLUDED.notify_email, w.notify_email),
+                           notify_language = COALESCE(EXCLUDED.notify_language, w.notify_language)
                     RETURNING """
                     + _ENTRY_COLUMNS.encode(),
                     {
@@ -157,6 +170,8 @@ class PgWaitlist(PgBase):
                         "section": section_id,
                         "quantity": quantity,
                         "now": now,
+                        "email": email,
+                        "language": language if email else None,
                     },
                 )
                 return await self._read(conn, await cur.fetchone()), True
@@ -270,7 +285,7 @@ class PgWaitlist(PgBase):
                            ended_at = %(now)s
                       FROM holds h
                      WHERE w.event_id = %(event)s AND h.hold_id = w.offer_hold_id
-                       AND ((w.state = 'OFFERED' AND (h.state <> 'HELD' OR h.expires_at <= %(now)s))
+                       AND ((w.state = 'OFFERED' AND (h.state <> 'HELD' OR h.expires_at < %(now)s))
                             OR (w.state = 'LAPSED' AND h.state IN ('CONFIRMED', 'CANCELLED')))
                     RETURNING w.state, h.section_id, h.quantity, h.state
                     """,
@@ -340,8 +355,10 @@ class PgWaitlist(PgBase):
     # -- figures --------------------------------------------------------------
 
     async def waitlist_stats(self, event_id: int) -> WaitlistStats:
+        # A fan who left with an offer open declined it: counted as lapsed.
         rows = await self._statement(
-            "SELECT state, count(*) FROM waitlist_entries WHERE event_id = %s GROUP BY state",
+            "SELECT CASE WHEN state = 'LEFT' AND offer_hold_id IS NOT NULL THEN 'LAPSED' ELSE state END, count(*)"
+            " FROM waitlist_entries WHERE event_id = %s GROUP BY 1",
             (event_id,),
             repeatable=True,
         )
