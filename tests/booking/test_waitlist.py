@@ -160,7 +160,7 @@ async def test_returned_seats_go_down_the_list_in_order_and_nobody_else_gets_the
             _, err = await call(booking.stub.HoldSeats(request))
             assert err is not None and err.reason == "SOLD_OUT"
         # One pass: the first fans in order; the pair (third) fits too.
-        [done] = await _offerer(booking).pass_once()
+        done = await _pass_of(booking, event_id)
         assert [o.customer_id for o in done.offers] == fans[:4]
         assert sum(o.quantity for o in done.offers) == 5
         assert (
@@ -187,12 +187,12 @@ async def test_returned_seats_go_down_the_list_in_order_and_nobody_else_gets_the
         # The second fan declines: the seat goes to the next fan on the next pass.
         left = await booking.stub.LeaveWaitlist(pb.LeaveWaitlistRequest(event_id=event_id), metadata=as_fan(fans[1]))
         assert left.entry.state == pb.WAITLIST_STATE_LEFT
-        [done] = await _offerer(booking).pass_once()
+        done = await _pass_of(booking, event_id)
         assert [o.customer_id for o in done.offers] == [fans[4]]
         assert done.taken == 1
         # Offers that run out pass on: fans 3 and 4 did not pay in time.
         booking.clock.advance(15 * 60 + 1)
-        [done] = await _offerer(booking).pass_once()
+        done = await _pass_of(booking, event_id)
         assert done.lapsed == 3  # the pair (third), the fourth and the fifth fan
         assert [o.customer_id for o in done.offers] == fans[5:9]
         assert await _states(booking, event_id, fans[:5]) == [
