@@ -29,6 +29,7 @@ export class WaitingList {
     this.read = false; // whether the entry was read for this event
     this.readFor = null;
     this.busy = false;
+    this.reading = false; // a read of the entry is under way
     this.form = ''; // the language and event the join form was drawn for
     this.timer = 0;
     this.clock = 0;
@@ -70,7 +71,13 @@ export class WaitingList {
       this.message('');
     }
     this.render();
-    if (!this.timer) this.poll();
+    // Read once when shown, and again only while something may change (the
+    // page shows the list at each of its own updates: no read for each).
+    if (!this.timer && !this.reading && (!this.read || this.open())) this.poll();
+  }
+
+  open() {
+    return !!this.entry && [WAITING, OFFERED].includes(this.entry.state);
   }
 
   hide() {
@@ -90,17 +97,19 @@ export class WaitingList {
     this.timer = 0;
     if (!this.visible()) return;
     let pause = POLL_MS;
+    this.reading = true;
     try {
       this.entry = (await api.waitlistEntry(this.eventId())).entry;
     } catch (err) {
       if (err instanceof ApiError && err.reason === 'WAITLIST_ENTRY_NOT_FOUND') this.entry = null;
       else pause = Math.max(RETRY_MS, ((err instanceof ApiError && err.retryAfter) || 0) * 1000);
+    } finally {
+      this.reading = false;
     }
     this.read = true;
     this.render();
     // Read again only while something may change: a place or an open offer.
-    const open = this.entry && [WAITING, OFFERED].includes(this.entry.state);
-    if (open && this.visible()) this.timer = setTimeout(() => this.poll(), pause);
+    if (this.open() && this.visible() && !this.timer) this.timer = setTimeout(() => this.poll(), pause);
   }
 
   async join() {
@@ -121,7 +130,7 @@ export class WaitingList {
       this.busy = false;
     }
     this.render();
-    if (!this.timer) this.timer = setTimeout(() => this.poll(), POLL_MS);
+    if (!this.timer && this.open()) this.timer = setTimeout(() => this.poll(), POLL_MS);
   }
 
   async leave() {

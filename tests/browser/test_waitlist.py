@@ -59,6 +59,9 @@ async def test_a_fan_joins_the_waiting_list_of_a_sold_out_event_and_buys_the_off
     await expect(page.locator("#waitlist-status")).to_contain_text("Join the waiting list")
     await expect(page.locator("#waitlist-section option")).to_have_text(["Any section", "Stalls · €45.00"])
     await every_language(page, "waitlist-1-join")
+    # Read once: the page's own updates (three languages) do not read it again.
+    entry_path = f"/v1/events/{event_id}/waitlist"
+    assert [url for url in fan.requests if url.endswith(entry_path)] == [f"{mesh.url}{entry_path}"]
 
     await page.select_option("#waitlist-section", "A")
     await page.select_option("#waitlist-quantity", "1")
