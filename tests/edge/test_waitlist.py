@@ -1,8 +1,9 @@
 """An event's waiting list through the edge, on real servers: a fan with a
 place in the event's queue joins the list of a sold-out event, reads their
 entry and leaves; each fan sees only their own entry; not signed in is 401,
-no place in the queue is 403 WAITLIST_QUEUE_REQUIRED, and bad input is 400,
-each changing nothing. End to end: an event sells out, fans join its list,
+no place in the queue is 403 WAITLIST_QUEUE_REQUIRED (an event without a
+waiting room asks only the sign-in), and bad input is 400, each changing
+nothing. End to end: an event sells out, fans join its list,
 a buyer cancels, the first fan on the list is offered the seat, gets the
 access token as the HttpOnly cookie (an app's, in the body: test_auth),
 pays for the offer's hold and gets the ticket."""
@@ -11,16 +12,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.harness import eventually
+from boxoffice import access
+from gen.boxoffice.booking.v1 import booking_service_pb2 as bpb
+from gen.boxoffice.booking.v1 import booking_service_pb2_grpc as bpb_grpc
+from tests.e2e.harness import eventually, ts
+from tests.edge.asserting import as_fan
 from tests.edge.fans import admit, buy, expect, signed_in
 from tests.edge.harness import EdgeStack, edge_stack
 from tests.edge.waitlists import entry_of, on_the_list, queued, sold_out, waitlist
-from tests.support import Stores
+from tests.support import Stores, make_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +112,50 @@ async def test_no_place_in_the_queue_is_403_and_changes_nothing(stack: EdgeStack
         await queued(fan, event_id)
         joined = await fan.post(waitlist(event_id, ":join"), json={"sectionId": "A", "quantity": 1})
         assert joined.status_code == 200 and joined.json()["newlyJoined"] is True, joined.text
+
+
+async def test_an_event_without_a_waiting_room_asks_only_the_sign_in(stack: EdgeStack, stores: Stores) -> None:
+    """No room, no place to ask for: the signed-in fan joins (its one seat
+    held by another fan, through booking as the edge, with a token of the
+    mesh's signer)."""
+    event_id = int(uuid.uuid4().int % 10**12) + 10**6
+    operator = stack.operators["booking"].stub(bpb_grpc.BookingServiceStub)
+    await operator.CreateEvent(
+        bpb.CreateEventRequest(
+            event_id=event_id,
+            display_name="No room",
+            kind=bpb.EVENT_KIND_CONCERT,
+            starts_at=ts(datetime.now(UTC) + timedelta(days=30)),
+            sections=[
+                bpb.SectionSpec(
+                    section_id="A",
+                    display_name="Stalls",
+                    kind=bpb.SECTION_KIND_SEATED,
+                    price=bpb.Money(currency_code="EUR", amount_minor=PRICE),
+                )
+            ],
+        )
+    )
+    await operator.LoadInventory(
+        bpb.LoadInventoryRequest(
+            event_id=event_id, rows=[bpb.SeatRowSpec(section_id="A", row_label="K", first_seat_number=1, seat_count=1)]
+        )
+    )
+    holder = f"holder-{uuid.uuid4().hex[:8]}"
+    token, _ = make_runtime(stores).token_signer.issue(event_id=event_id, customer_id=holder, ttl_seconds=3600)
+    edge = stack.operators["booking"].stub(bpb_grpc.BookingServiceStub, role=access.EDGE)
+    await edge.HoldSeats(
+        bpb.HoldSeatsRequest(
+            access_token=token,
+            event_id=event_id,
+            best_available=bpb.BestAvailableSelection(section_id="A", quantity=1),
+        ),
+        metadata=as_fan(holder),
+    )
+    async with signed_in(stack) as fan:
+        expect(await fan.get(f"/v1/events/{event_id}/queue/position"), 404, "NOT_FOUND", "EVENT_NOT_FOUND")
+        joined = await fan.post(waitlist(event_id, ":join"), json={"sectionId": "A", "quantity": 1})
+        assert joined.status_code == 200 and joined.json()["entry"]["state"] == WAITING, joined.text
 
 
 async def test_bad_input_is_400_and_changes_nothing(stack: EdgeStack) -> None:
