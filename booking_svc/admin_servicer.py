@@ -144,7 +144,7 @@ class AuditedBookingServicer(BookingServicer):
     the old message (everything else is BookingServicer's own)."""
 
     def __init__(self, handler: BookingHandler, admin: BookingAdmin) -> None:
-        super().__init__(handler, admin.waitlist)
+        super().__init__(handler, waitlist=admin.waitlist)
         self._admin = admin
 
     async def CreateEvent(self, request: pb.CreateEventRequest, context: Context) -> pb.CreateEventResponse:
