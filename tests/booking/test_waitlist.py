@@ -253,7 +253,16 @@ async def test_joining_needs_a_sold_out_section_and_a_quantity_within_the_limit(
             booking.stub.GetWaitlistEntry(pb.GetWaitlistEntryRequest(event_id=event_id), metadata=as_fan("fan"))
         )
         assert err is not None and err.reason == "WAITLIST_ENTRY_NOT_FOUND"
+        # The buyer has one ticket of the limit's two: two more would pass it.
+        _, err = await call(
+            booking.stub.JoinWaitlist(
+                pb.JoinWaitlistRequest(event_id=event_id, section_id="A", quantity=2), metadata=as_fan("buyer")
+            )
+        )
+        assert err is not None and err.reason == "TICKET_LIMIT_REACHED"
+        assert (err.metadata["limit"], err.metadata["bought"]) == ("2", "1")
         assert await query(booking, "SELECT count(*) FROM waitlist_entries WHERE event_id = %s", (event_id,)) == before
+        assert (await _join(booking, event_id, "buyer")).state == pb.WAITLIST_STATE_WAITING
         # A sold-out section takes the join; joining again keeps the place.
         first = await _join(booking, event_id, "fan")
         again = await booking.stub.JoinWaitlist(

@@ -21,6 +21,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from booking_svc.adapters.postgres.base import HOLD_COLUMNS, PgBase, hold_from_row, retry_tx_once
+from booking_svc.adapters.postgres.outcomes import ticket_limit_error
 from booking_svc.waitlist_model import (
     Offer,
     OfferPass,
@@ -61,6 +62,22 @@ SELECT e.max_seats_per_customer, COALESCE(e.max_tickets_per_customer, e.max_seat
   FROM events e JOIN sections sc ON sc.event_id = e.event_id
  WHERE e.event_id = %s
  ORDER BY sc.section_id
+"""
+
+# The fan's tickets in the event as HoldSeats counts them: live holds, and
+# bought (confirmed bookings, plus tickets received and less tickets given
+# by claimed transfers of confirmed bookings).
+_TICKETS_SQL = b"""
+SELECT COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'HELD' AND h.expires_at > %(now)s), 0),
+       COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'CONFIRMED'), 0)
+       + COALESCE((SELECT count(*) FILTER (WHERE x.receiver_id = %(customer)s)
+                          - count(*) FILTER (WHERE x.sender_id = %(customer)s)
+                     FROM claimed_transfers x
+                     JOIN holds b ON b.hold_id = x.hold_id AND b.state = 'CONFIRMED'
+                    WHERE x.event_id = %(event)s
+                      AND (x.receiver_id = %(customer)s OR x.sender_id = %(customer)s)), 0)
+  FROM holds h
+ WHERE h.event_id = %(event)s AND h.customer_id = %(customer)s AND h.state IN ('HELD', 'CONFIRMED')
 """
 
 _OFFER_SQL = (
@@ -133,6 +150,14 @@ class PgWaitlist(PgBase):
                 before = await cur.fetchone()
                 if before is not None and before[4] == "OFFERED":
                     return await self._read(conn, before), False
+                # A fan who may not buy that many more would be passed over
+                # for every offer while holding the section's seats for the
+                # list: refused now, as HoldSeats would refuse them.
+                cur = await conn.execute(_TICKETS_SQL, {"event": event_id, "customer": customer_id, "now": now})
+                counted = await cur.fetchone()
+                held, bought = (int(counted[0]), int(counted[1])) if counted else (0, 0)
+                if held + bought + quantity > limit:
+                    raise ticket_limit_error(limit=str(limit), held=str(held), bought=str(bought))
                 # Seats for sale now that no fan on the list waits for: the
                 # fan can hold them through the queue instead.
                 free = sum(int(r[4]) for r in sections if not r[5] and (section_id is None or r[3] == section_id))

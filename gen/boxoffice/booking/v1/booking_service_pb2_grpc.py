@@ -324,8 +324,11 @@ class BookingServiceServicer:
         wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
         WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
         event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
-        1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
-        EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+        1 to the limit or an unknown section (UNKNOWN_SECTION);
+        FAILED_PRECONDITION TICKET_LIMIT_REACHED when the fan's tickets bought
+        and held in the event plus the quantity would pass its ticket limit (no
+        offer could be made to them); NOT_FOUND EVENT_NOT_FOUND. Through the
+        edge, only the asserted fan.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -182,8 +182,11 @@ class BookingServiceStub:
     wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
     WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
     event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
-    1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
-    EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+    1 to the limit or an unknown section (UNKNOWN_SECTION);
+    FAILED_PRECONDITION TICKET_LIMIT_REACHED when the fan's tickets bought
+    and held in the event plus the quantity would pass its ticket limit (no
+    offer could be made to them); NOT_FOUND EVENT_NOT_FOUND. Through the
+    edge, only the asserted fan.
     """
     GetWaitlistEntry: _grpc.UnaryUnaryMultiCallable[_booking_service_pb2.GetWaitlistEntryRequest, _booking_service_pb2.GetWaitlistEntryResponse]
     """GetWaitlistEntry answers the asserted fan's entry on an event's waiting
@@ -346,8 +349,11 @@ class BookingServiceAsyncStub(BookingServiceStub):
     wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
     WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
     event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
-    1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
-    EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+    1 to the limit or an unknown section (UNKNOWN_SECTION);
+    FAILED_PRECONDITION TICKET_LIMIT_REACHED when the fan's tickets bought
+    and held in the event plus the quantity would pass its ticket limit (no
+    offer could be made to them); NOT_FOUND EVENT_NOT_FOUND. Through the
+    edge, only the asserted fan.
     """
     GetWaitlistEntry: _aio.UnaryUnaryMultiCallable[_booking_service_pb2.GetWaitlistEntryRequest, _booking_service_pb2.GetWaitlistEntryResponse]  # type: ignore[assignment]
     """GetWaitlistEntry answers the asserted fan's entry on an event's waiting
@@ -595,8 +601,11 @@ class BookingServiceServicer(metaclass=_abc_1.ABCMeta):
         wish while still waiting keeps the place). Errors: FAILED_PRECONDITION
         WAITLIST_SEATS_AVAILABLE when the section (or, for any section, the
         event) has seats for sale now; INVALID_ARGUMENT for a quantity outside
-        1 to the limit or an unknown section (UNKNOWN_SECTION); NOT_FOUND
-        EVENT_NOT_FOUND. Through the edge, only the asserted fan.
+        1 to the limit or an unknown section (UNKNOWN_SECTION);
+        FAILED_PRECONDITION TICKET_LIMIT_REACHED when the fan's tickets bought
+        and held in the event plus the quantity would pass its ticket limit (no
+        offer could be made to them); NOT_FOUND EVENT_NOT_FOUND. Through the
+        edge, only the asserted fan.
         """
 
     @_abc_1.abstractmethod
