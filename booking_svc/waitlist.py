@@ -101,17 +101,11 @@ class Waitlist:
 
     async def leave(self, *, event_id: int) -> WaitlistEntry:
         customer_id = asserted_customer()
-        before = await self._store.waitlist_entry(event_id=event_id, customer_id=customer_id)
         entry = await self._store.leave_waitlist(event_id=event_id, customer_id=customer_id, now=self.now())
-        # A declined offer gives its seats back at once (the next pass
-        # offers them to the next fan).
-        offer = before.offer
-        if (
-            entry.state is WaitlistState.LEFT
-            and before.state is WaitlistState.OFFERED
-            and offer is not None
-            and offer.state is HoldState.HELD
-        ):
+        # A declined offer (the entry left with its hold still held) gives
+        # its seats back at once: the next pass offers them to the next fan.
+        offer = entry.offer
+        if entry.state is WaitlistState.LEFT and offer is not None and offer.state is HoldState.HELD:
             try:
                 await self._releaser.release_hold(hold_id=offer.hold_id, customer_id=customer_id, now=self.now())
             except BoxofficeError as err:

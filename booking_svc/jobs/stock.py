@@ -37,7 +37,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -103,11 +103,9 @@ def stock_of(
             available=before.available + (0 if waited else max(0, c.capacity + c.overbook_limit - c.sold - c.held)),
             held=before.held + (0 if waited else max(0, c.held - reserved.offered.get(key, 0))),
             sold=before.sold + c.sold,
+            offers=reserved.offers.get(c.event_id, 0),
         )
-    return {
-        event_id: replace(each, offers=reserved.offers.get(event_id, 0)) if reserved.offers.get(event_id) else each
-        for event_id, each in totals.items()
-    }
+    return totals
 
 
 class StockSource(Protocol):

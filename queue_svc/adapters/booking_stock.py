@@ -48,13 +48,6 @@ def verdict(raw: Any, *, now_ms: int, max_age_ms: int) -> StockVerdict | None:
     return StockVerdict(available <= 0 and held <= 0 and sold > 0, offers)
 
 
-def sold_out(raw: Any, *, now_ms: int, max_age_ms: int) -> bool | None:
-    """One entry's sold-out verdict: None when it is missing, malformed or
-    stale."""
-    found = verdict(raw, now_ms=now_ms, max_age_ms=max_age_ms)
-    return None if found is None else found.sold_out
-
-
 class RedisBookingStock:
     """Reads the stock hash; one HMGET per read, for all the events asked."""
 
@@ -86,7 +79,3 @@ class RedisBookingStock:
             if found is not None:
                 verdicts[event_id] = found
         return verdicts
-
-    async def sold_out(self, event_ids: Sequence[int], *, now_ms: int) -> dict[int, bool]:
-        """:meth:`read`'s sold-out verdicts alone."""
-        return {event_id: found.sold_out for event_id, found in (await self.read(event_ids, now_ms=now_ms)).items()}

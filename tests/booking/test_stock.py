@@ -6,6 +6,8 @@ say nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from booking_svc.jobs.stock import STOCK_KEY, WANTED_KEY, StockPublisher, wanted_events
@@ -28,6 +30,13 @@ async def _buy(booking: Booking, customer: str, event_id: int, quantity: int) ->
     )
 
 
+def _sold_out(raw: Any, *, now_ms: int, max_age_ms: int) -> bool | None:
+    """An entry's sold-out verdict as the admitter reads it; None when it
+    says nothing (missing, malformed or stale)."""
+    found = booking_stock.verdict(raw, now_ms=now_ms, max_age_ms=max_age_ms)
+    return None if found is None else found.sold_out
+
+
 def test_the_wanted_events_are_read_leniently_and_bounded() -> None:
     assert wanted_events(None) == []
     assert wanted_events(b"3,x,,-4, 7 ,0") == [3, 7]
@@ -36,20 +45,14 @@ def test_the_wanted_events_are_read_leniently_and_bounded() -> None:
 
 def test_a_verdict_needs_a_fresh_well_formed_entry() -> None:
     fresh = '{"at_ms": 1000, "available": 0, "held": 0, "sold": 5}'
-    assert booking_stock.sold_out(fresh, now_ms=2000, max_age_ms=5000) is True
-    assert booking_stock.sold_out(fresh, now_ms=9000, max_age_ms=5000) is None
-    assert (
-        booking_stock.sold_out('{"at_ms": 1000, "available": 0, "held": 1, "sold": 5}', now_ms=2000, max_age_ms=5000)
-        is False
-    )
+    assert _sold_out(fresh, now_ms=2000, max_age_ms=5000) is True
+    assert _sold_out(fresh, now_ms=9000, max_age_ms=5000) is None
+    assert _sold_out('{"at_ms": 1000, "available": 0, "held": 1, "sold": 5}', now_ms=2000, max_age_ms=5000) is False
     # Nothing sold and nothing left: an event without seats is not sold out.
-    assert (
-        booking_stock.sold_out('{"at_ms": 1000, "available": 0, "held": 0, "sold": 0}', now_ms=2000, max_age_ms=5000)
-        is False
-    )
-    assert booking_stock.sold_out("not json", now_ms=2000, max_age_ms=5000) is None
-    assert booking_stock.sold_out('{"at_ms": 1000}', now_ms=2000, max_age_ms=5000) is None
-    assert booking_stock.sold_out(None, now_ms=2000, max_age_ms=5000) is None
+    assert _sold_out('{"at_ms": 1000, "available": 0, "held": 0, "sold": 0}', now_ms=2000, max_age_ms=5000) is False
+    assert _sold_out("not json", now_ms=2000, max_age_ms=5000) is None
+    assert _sold_out('{"at_ms": 1000}', now_ms=2000, max_age_ms=5000) is None
+    assert _sold_out(None, now_ms=2000, max_age_ms=5000) is None
 
 
 async def test_only_the_last_seat_sold_makes_an_event_sold_out(stores: Stores, redis_client: aioredis.Redis) -> None:
@@ -64,7 +67,8 @@ async def test_only_the_last_seat_sold_makes_an_event_sold_out(stores: Stores, r
         async def verdict() -> bool | None:
             await publisher.publish()
             now_ms = int(booking.clock.now() * 1000)
-            return (await reader.sold_out([event_id], now_ms=now_ms)).get(event_id)
+            found = (await reader.read([event_id], now_ms=now_ms)).get(event_id)
+            return None if found is None else found.sold_out
 
         # Not named by the admitter: not published.
         await redis_client.delete(WANTED_KEY)
@@ -85,7 +89,7 @@ async def test_only_the_last_seat_sold_makes_an_event_sold_out(stores: Stores, r
 
         # Booking stops publishing: the figures age out and say nothing.
         booking.clock.advance(120)
-        assert (await reader.sold_out([event_id], now_ms=int(booking.clock.now() * 1000))) == {}
+        assert (await reader.read([event_id], now_ms=int(booking.clock.now() * 1000))) == {}
         # An event the admitter no longer names leaves the hash.
         await reader.want([])
         await publisher.publish()

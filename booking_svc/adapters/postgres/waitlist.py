@@ -50,18 +50,16 @@ SELECT count(*) FROM waitlist_entries o
    AND (o.section_id IS NULL OR %(section)s::text IS NULL OR o.section_id = %(section)s)
 """
 
-# The event's limits and, per section, what is free now (capacity and
-# overbooking left) and whether fans wait for it.
+# The event's ticket limit and offer time and, per section (its live
+# counters, section_totals), what is free now (capacity and overbooking
+# left) and whether fans wait for it.
 _SECTIONS_SQL = b"""
-SELECT e.max_seats_per_customer, COALESCE(e.max_tickets_per_customer, e.max_seats_per_customer),
-       e.waitlist_offer_minutes, sc.section_id,
-       GREATEST(sc.capacity + sc.overbook_limit
-                - COALESCE((SELECT sum(st.sold + st.held) FROM section_stripes st
-                             WHERE st.event_id = sc.event_id AND st.section_id = sc.section_id), 0), 0)::integer,
-       booking_waitlist_waits(sc.event_id, sc.section_id)
-  FROM events e JOIN sections sc ON sc.event_id = e.event_id
+SELECT COALESCE(e.max_tickets_per_customer, e.max_seats_per_customer), e.waitlist_offer_minutes, t.section_id,
+       GREATEST(t.capacity + t.overbook_limit - t.sold - t.held, 0),
+       booking_waitlist_waits(t.event_id, t.section_id)
+  FROM events e JOIN section_totals t ON t.event_id = e.event_id
  WHERE e.event_id = %s
- ORDER BY sc.section_id
+ ORDER BY t.section_id
 """
 
 # The fan's tickets in the event as HoldSeats counts them: live holds, and
@@ -124,8 +122,8 @@ class PgWaitlist(PgBase):
                         reason="UNKNOWN_SECTION",
                         metadata={"field": "section_id", "section_id": section_id or ""},
                     )
-                limit = int(sections[0][1])
-                if section_id is not None and section_id not in {r[3] for r in sections}:
+                limit = int(sections[0][0])
+                if section_id is not None and section_id not in {r[2] for r in sections}:
                     raise InvalidArgument(
                         f"section {section_id!r} does not exist in event {event_id}",
                         reason="UNKNOWN_SECTION",
@@ -160,7 +158,7 @@ class PgWaitlist(PgBase):
                     raise ticket_limit_error(limit=str(limit), held=str(held), bought=str(bought))
                 # Seats for sale now that no fan on the list waits for: the
                 # fan can hold them through the queue instead.
-                free = sum(int(r[4]) for r in sections if not r[5] and (section_id is None or r[3] == section_id))
+                free = sum(int(r[3]) for r in sections if not r[4] and (section_id is None or r[2] == section_id))
                 if free > 0:
                     raise FailedPrecondition(
                         "seats are for sale: hold them through the queue",
@@ -329,8 +327,8 @@ class PgWaitlist(PgBase):
                 lapsed = len(settled) - taken
                 if not sections or not waiting:
                     return OfferPass(event_id, taken=taken, lapsed=lapsed)
-                minutes = int(sections[0][2])
-                free = {str(r[3]): int(r[4]) for r in sections}
+                minutes = int(sections[0][1])
+                free = {str(r[2]): int(r[3]) for r in sections}
                 # A lapsed offer's seats still count as held until the
                 # sweeper ends its hold; the hold path takes them over.
                 for state, section, quantity, hold_state in settled:
