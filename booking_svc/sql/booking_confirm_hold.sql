@@ -106,21 +106,8 @@ BEGIN
                                           hashtext(v_hold.customer_id));
             SELECT COALESCE(e.max_tickets_per_customer, e.max_seats_per_customer) INTO v_limit
               FROM events e WHERE e.event_id = v_hold.event_id;
-            SELECT COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'HELD' AND h.expires_at > p_now), 0),
-                   COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'CONFIRMED'), 0)
-              INTO v_held, v_bought
-              FROM holds h
-             WHERE h.event_id = v_hold.event_id AND h.customer_id = v_hold.customer_id
-               AND h.state IN ('HELD', 'CONFIRMED');
-            -- Tickets of confirmed bookings that claimed transfers moved, as
-            -- booking_hold_seats counts them: received count, given do not.
-            SELECT v_bought + count(*) FILTER (WHERE x.receiver_id = v_hold.customer_id)
-                            - count(*) FILTER (WHERE x.sender_id = v_hold.customer_id)
-              INTO v_bought
-              FROM claimed_transfers x
-              JOIN holds b ON b.hold_id = x.hold_id AND b.state = 'CONFIRMED'
-             WHERE x.event_id = v_hold.event_id
-               AND (x.receiver_id = v_hold.customer_id OR x.sender_id = v_hold.customer_id);
+            SELECT t.held, t.bought INTO v_held, v_bought
+              FROM booking_customer_tickets(v_hold.event_id, v_hold.customer_id, p_now) t;
             IF v_bought + v_held + v_hold.quantity > v_limit THEN
                 v_error := jsonb_build_object(
                     'outcome', 'TICKET_LIMIT_REACHED',

@@ -252,25 +252,11 @@ BEGIN
              OFFSET 0) k;
     -- Planned afresh on every call (EXECUTE), on the table as it is now.
     EXECUTE $q$
-        SELECT array_agg(k.e || '/' || k.c), array_agg(COALESCE(t.held, 0)::integer),
-               array_agg((COALESCE(t.bought, 0) + COALESCE(m.moved, 0))::integer)
+        SELECT array_agg(k.e || '/' || k.c), array_agg(t.held), array_agg(t.bought)
           FROM (SELECT DISTINCT u.event_id AS e, u.customer_id AS c
                   FROM unnest($1::booking_hold_request[]) WITH ORDINALITY AS u
                  WHERE ($2::text[])[u.ordinality] IS NULL) k
-          LEFT JOIN LATERAL (
-                SELECT sum(h.quantity) FILTER (WHERE h.state = 'HELD' AND h.expires_at > $3) AS held,
-                       sum(h.quantity) FILTER (WHERE h.state = 'CONFIRMED') AS bought
-                  FROM holds h
-                 WHERE h.event_id = k.e AND h.customer_id = k.c AND h.state IN ('HELD', 'CONFIRMED')
-               ) t ON true
-          -- Tickets of confirmed bookings that claimed transfers moved:
-          -- received count as bought, given no longer do.
-          LEFT JOIN LATERAL (
-                SELECT count(*) FILTER (WHERE x.receiver_id = k.c) - count(*) FILTER (WHERE x.sender_id = k.c) AS moved
-                  FROM claimed_transfers x
-                  JOIN holds b ON b.hold_id = x.hold_id AND b.state = 'CONFIRMED'
-                 WHERE x.event_id = k.e AND (x.receiver_id = k.c OR x.sender_id = k.c)
-               ) m ON true
+          CROSS JOIN LATERAL booking_customer_tickets(k.e, k.c, $3) t
     $q$ INTO u_keys, u_active, u_bought USING p_requests, h_status, p_now;
 
     -- Explicit seats, locked in ascending order, then read in request order.

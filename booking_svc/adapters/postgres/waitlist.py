@@ -62,21 +62,8 @@ SELECT COALESCE(e.max_tickets_per_customer, e.max_seats_per_customer), e.waitlis
  ORDER BY t.section_id
 """
 
-# The fan's tickets in the event as HoldSeats counts them: live holds, and
-# bought (confirmed bookings, plus tickets received and less tickets given
-# by claimed transfers of confirmed bookings).
-_TICKETS_SQL = b"""
-SELECT COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'HELD' AND h.expires_at > %(now)s), 0),
-       COALESCE(sum(h.quantity) FILTER (WHERE h.state = 'CONFIRMED'), 0)
-       + COALESCE((SELECT count(*) FILTER (WHERE x.receiver_id = %(customer)s)
-                          - count(*) FILTER (WHERE x.sender_id = %(customer)s)
-                     FROM claimed_transfers x
-                     JOIN holds b ON b.hold_id = x.hold_id AND b.state = 'CONFIRMED'
-                    WHERE x.event_id = %(event)s
-                      AND (x.receiver_id = %(customer)s OR x.sender_id = %(customer)s)), 0)
-  FROM holds h
- WHERE h.event_id = %(event)s AND h.customer_id = %(customer)s AND h.state IN ('HELD', 'CONFIRMED')
-"""
+# The fan's tickets in the event as HoldSeats counts them (held, bought).
+_TICKETS_SQL = b"SELECT held, bought FROM booking_customer_tickets(%(event)s, %(customer)s, %(now)s)"
 
 _OFFER_SQL = (
     b"SELECT outcome, detail, hold_id FROM booking_hold_seats("
